@@ -1,0 +1,1 @@
+"""Producer-side progress control: attach to confluent-kafka producers by configuration."""

@@ -1,0 +1,374 @@
+"""A real single-node Apache Kafka broker (KRaft, combined mode) run from Maven Central jars.
+
+This is the project's embedded default for the demo and the tests: no Docker, just Java 17+ and
+Maven (once, to fill the jar cache). ``progress-control broker`` runs it in the foreground.
+
+    with EmbeddedKafkaBroker() as broker:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers})
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import ctypes
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka.admin import AdminClient
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+from progress_control.jars import (
+    KAFKA_VERSION,
+    MissingToolError,
+    classpath,
+    fetch_jars,
+    find_java,
+    kafka_broker_jars,
+)
+from progress_control.settings import component_config, load_settings
+
+__all__ = ["BrokerSettings", "BrokerStartError", "EmbeddedKafkaBroker"]
+
+logger = logging.getLogger(__name__)
+
+_MIN_JAVA = 17
+_START_ATTEMPTS = 3
+_STOP_TIMEOUT_S = 20.0
+
+
+class BrokerSettings(BaseSettings):
+    """Embedded broker settings; env prefix ``PROGRESS_CONTROL_BROKER_``."""
+
+    model_config = component_config("PROGRESS_CONTROL_BROKER_")
+
+    kafka_version: str = Field(KAFKA_VERSION, description="Apache Kafka release to run.")
+    host: str = Field("127.0.0.1", description="Loopback address the listeners bind to.")
+    port: int = Field(0, ge=0, le=65535, description="Client port; 0 or busy picks a free one.")
+    controller_port: int = Field(0, ge=0, le=65535, description="KRaft controller port; as port.")
+    data_dir: Path | None = Field(
+        None, description="Persistent log dir; unset means a temporary dir removed on stop."
+    )
+    cache_dir: Path | None = Field(None, description="Jar cache; unset means the default one.")
+    heap: str = Field("1g", pattern=r"^\d+[kmgKMG]?$", description="JVM -Xmx value.")
+    startup_timeout_s: float = Field(120.0, gt=0, description="Readiness deadline.")
+    server_properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra or overriding server.properties entries."
+    )
+
+
+class BrokerStartError(RuntimeError):
+    """The broker did not become ready; the message includes its log tail."""
+
+
+class EmbeddedKafkaBroker:
+    """Start, wait for, and stop one local Kafka broker process."""
+
+    def __init__(self, settings: BrokerSettings | None = None) -> None:
+        self.settings = settings or load_settings(BrokerSettings)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: Path | None = None
+        self._owns_workdir = False
+        self._port = 0
+        self._controller_port = 0
+
+    # -- public API ---------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self._process is None:
+            raise RuntimeError("broker is not running")
+        return f"{self.settings.host}:{self._port}"
+
+    @property
+    def log_path(self) -> Path:
+        if self._workdir is None:
+            raise RuntimeError("broker was never started")
+        return self._workdir / "logs" / "server.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> EmbeddedKafkaBroker:
+        """Fetch jars if needed, format storage, start the JVM and wait until it serves metadata."""
+        if self._process is not None:
+            return self
+        java = find_java()
+        _check_java_version(java)
+        jars = fetch_jars(kafka_broker_jars(self.settings.kafka_version), self.settings.cache_dir)
+        self._prepare_workdir()
+        last_error: BrokerStartError | None = None
+        for _ in range(_START_ATTEMPTS):
+            self._port = _free_port(self.settings.host, self.settings.port)
+            self._controller_port = _free_port(
+                self.settings.host, self.settings.controller_port, avoid={self._port}
+            )
+            try:
+                self._launch(java, classpath(jars))
+                self._wait_ready()
+            except BrokerStartError as exc:
+                self._terminate()
+                last_error = exc
+                if "Address already in use" not in str(exc):
+                    break
+                logger.warning("broker port was taken while starting; retrying on other ports")
+            else:
+                atexit.register(self.stop)
+                return self
+        self._cleanup_workdir()
+        assert last_error is not None
+        raise last_error
+
+    def stop(self) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL after a grace period) and remove temp data."""
+        atexit.unregister(self.stop)
+        self._terminate()
+        self._cleanup_workdir()
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` of the broker's log and console output."""
+        if self._workdir is None:
+            return ""
+        chunks = []
+        for path in (self._workdir / "logs" / "server.log", self._workdir / "logs" / "stdout.log"):
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                if text:
+                    chunks.append(f"--- {path.name} ---\n" + "\n".join(text))
+        return "\n".join(chunks)
+
+    def __enter__(self) -> EmbeddedKafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _prepare_workdir(self) -> None:
+        if self.settings.data_dir is not None:
+            self._workdir = self.settings.data_dir.resolve()
+            self._owns_workdir = False
+        else:
+            self._workdir = Path(tempfile.mkdtemp(prefix="progress-control-broker-"))
+            self._owns_workdir = True
+        for sub in ("config", "logs", "data"):
+            (self._workdir / sub).mkdir(parents=True, exist_ok=True)
+
+    def _launch(self, java: Path, jar_classpath: str) -> None:
+        assert self._workdir is not None
+        config = self._workdir / "config"
+        server_properties = config / "server.properties"
+        server_properties.write_text(self._server_properties())
+        log4j = config / "log4j2.properties"
+        log4j.write_text(_LOG4J2_TEMPLATE.format(log=self._workdir / "logs" / "server.log"))
+        jvm = [
+            str(java),
+            "-Xms128m",
+            f"-Xmx{self.settings.heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            jar_classpath,
+        ]
+        formatted = subprocess.run(
+            [
+                *jvm,
+                "kafka.tools.StorageTool",
+                "format",
+                "--ignore-formatted",
+                "--cluster-id",
+                _random_cluster_id(),
+                "--config",
+                str(server_properties),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        if formatted.returncode != 0:
+            raise BrokerStartError(
+                "formatting broker storage failed "
+                f"(exit {formatted.returncode}):\n{formatted.stdout}{formatted.stderr}"
+            )
+        with (self._workdir / "logs" / "stdout.log").open("ab") as console:
+            self._process = subprocess.Popen(
+                [*jvm, "kafka.Kafka", str(server_properties)],
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                cwd=self._workdir,
+                start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it cleanly
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only async-signal-safe prctl
+            )
+
+    def _server_properties(self) -> str:
+        assert self._workdir is not None
+        host, port, cport = self.settings.host, self._port, self._controller_port
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{host}:{cport}",
+            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self._workdir / "data"),
+            "num.partitions": "1",
+            # A single node: every internal topic has one replica.
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            # Fewer internal partitions and no join delay: groups form in milliseconds, not seconds.
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "true",
+            **self.settings.server_properties,
+        }
+        return "".join(f"{key}={value}\n" for key, value in properties.items())
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        quiet = logging.getLogger("progress_control.broker.readiness")
+        quiet.setLevel(logging.CRITICAL)
+        admin: AdminClient | None = None
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise BrokerStartError(
+                    f"Kafka broker exited with code {self._process.returncode} while starting.\n"
+                    f"{self.log_tail()}"
+                )
+            if admin is None and _accepts_connections(self.settings.host, self._port):
+                admin = AdminClient(
+                    {"bootstrap.servers": f"{self.settings.host}:{self._port}", "logger": quiet}
+                )
+            if admin is not None:
+                with contextlib.suppress(Exception):
+                    if admin.list_topics(timeout=2).brokers:
+                        return
+            time.sleep(0.1)
+        raise BrokerStartError(
+            f"Kafka broker on {self.settings.host}:{self._port} was not ready within "
+            f"{self.settings.startup_timeout_s:.0f}s.\n{self.log_tail()}"
+        )
+
+    def _terminate(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            logger.warning("broker did not stop within %.0fs; killing it", _STOP_TIMEOUT_S)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def _cleanup_workdir(self) -> None:
+        if self._owns_workdir and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+_LOG4J2_TEMPLATE = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+"""
+
+
+def _check_java_version(java: Path) -> None:
+    result = subprocess.run(
+        [str(java), "-version"], capture_output=True, text=True, check=False, timeout=60
+    )
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):  # "1.8.0" style
+        major = int(match.group(2))
+    if major < _MIN_JAVA:
+        raise MissingToolError(
+            f"Java {_MIN_JAVA}+ is required to run the Kafka broker, but {java} reports "
+            f"{(result.stderr or result.stdout).strip().splitlines()[:1]}"
+        )
+
+
+def _free_port(host: str, preferred: int, avoid: set[int] | None = None) -> int:
+    """``preferred`` when it is free, else a free port chosen by the kernel."""
+    avoid = avoid or set()
+    if preferred and preferred not in avoid and _can_bind(host, preferred):
+        return preferred
+    if preferred:
+        logger.warning("port %s on %s is in use; picking another", preferred, host)
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid:
+            return port
+
+
+def _can_bind(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _accepts_connections(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _random_cluster_id() -> str:
+    # Kafka's Uuid string form: URL-safe base64 of 16 random bytes without padding; the CLI
+    # rejects ids that start with "-".
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: ask Linux to SIGTERM the JVM if our process dies."""
+    with contextlib.suppress(Exception):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)

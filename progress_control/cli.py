@@ -1,0 +1,101 @@
+"""``progress-control``: the project's command line."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from progress_control.broker import BrokerStartError
+from progress_control.jars import JarFetchError, MissingToolError
+from progress_control.logging import configure_logging
+from progress_control.settings import ConfigurationError
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``progress-control`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        code: int = args.handler(args)
+    except (MissingToolError, JarFetchError, BrokerStartError, ConfigurationError) as exc:
+        print(f"progress-control: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="progress-control",
+        description="Stream time that keeps moving when data stops.",
+    )
+    parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="run the end-to-end demo on the embedded broker")
+    demo.add_argument(
+        "--bootstrap-servers", help="use this Kafka cluster instead of starting the embedded one"
+    )
+    demo.set_defaults(handler=_demo)
+
+    broker = commands.add_parser(
+        "broker", help="run a single-node Kafka broker from Maven Central jars (foreground)"
+    )
+    broker.add_argument("--port", type=int, help="client port (busy or unset: a free one)")
+    broker.add_argument("--data-dir", type=Path, help="keep broker data here (default: temp)")
+    broker.set_defaults(handler=_broker)
+
+    fetch = commands.add_parser("fetch-jars", help="fill the jar cache ahead of time")
+    fetch.add_argument("which", choices=["kafka", "spark"], nargs="+")
+    fetch.set_defaults(handler=_fetch_jars)
+    return parser
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from progress_control.demo import run_demo
+
+    return run_demo(sys.stdout, bootstrap_servers=args.bootstrap_servers)
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
+    from progress_control.settings import load_settings
+
+    overrides: dict[str, object] = {}
+    if args.port is not None:
+        overrides["port"] = args.port
+    if args.data_dir is not None:
+        overrides["data_dir"] = args.data_dir
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    broker = EmbeddedKafkaBroker(load_settings(BrokerSettings, **overrides))
+    print("Starting Kafka broker (first run fetches its jars)...", file=sys.stderr, flush=True)
+    with broker:
+        print(f"Kafka broker ready: bootstrap.servers={broker.bootstrap_servers}", flush=True)
+        print(f"Broker log: {broker.log_path}. Press Ctrl-C to stop.", file=sys.stderr, flush=True)
+        while not stop.wait(1.0):
+            if not broker.is_running:
+                print(f"Kafka broker exited unexpectedly:\n{broker.log_tail()}", file=sys.stderr)
+                return 1
+        print("Stopping Kafka broker...", file=sys.stderr, flush=True)
+    return 0
+
+
+def _fetch_jars(args: argparse.Namespace) -> int:
+    from progress_control.jars import fetch_jars, kafka_broker_jars, spark_kafka_connector_jars
+
+    for which in args.which:
+        jar_set = kafka_broker_jars() if which == "kafka" else spark_kafka_connector_jars()
+        print(fetch_jars(jar_set))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,215 @@
+"""Fetch Java artifacts from Maven Central into a local cache, once.
+
+A :class:`JarSet` names a pom template shipped with the package and the version to put in it.
+:func:`fetch_jars` runs ``mvn dependency:copy-dependencies`` into a staging directory, writes a
+manifest of every jar's size and SHA-256, and renames the directory into place. Later calls only
+verify the manifest, so a warm start needs neither Maven nor the network; a cache that fails the
+check (a deleted or truncated jar, a missing manifest) is fetched again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import metadata, resources
+from pathlib import Path
+
+from progress_control.settings import default_cache_dir
+
+__all__ = [
+    "KAFKA_VERSION",
+    "JarFetchError",
+    "JarSet",
+    "MissingToolError",
+    "classpath",
+    "fetch_jars",
+    "find_java",
+    "find_maven",
+    "kafka_broker_jars",
+    "spark_kafka_connector_jars",
+]
+
+KAFKA_VERSION = "4.4.0"
+"""Apache Kafka release the embedded broker runs (newest 4.x on Maven Central when pinned)."""
+
+_MANIFEST = "MANIFEST.json"
+_MAVEN_TIMEOUT_S = 900
+
+
+class MissingToolError(RuntimeError):
+    """A program the project needs (Java, Maven) is not installed."""
+
+
+class JarFetchError(RuntimeError):
+    """Maven could not resolve a jar set."""
+
+
+@dataclass(frozen=True, slots=True)
+class JarSet:
+    """A pom template (in ``progress_control/poms``) and the version substituted into it."""
+
+    name: str
+    pom: str
+    version: str
+    description: str
+
+    @property
+    def directory_name(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+def kafka_broker_jars(version: str = KAFKA_VERSION) -> JarSet:
+    """Jars of an Apache Kafka broker plus a log4j2 SLF4J binding."""
+    return JarSet("kafka-broker", "kafka-broker.xml", version, f"Apache Kafka {version} broker")
+
+
+def spark_kafka_connector_jars(version: str | None = None) -> JarSet:
+    """``spark-sql-kafka-0-10_2.13`` at the installed pyspark version, with its runtime deps."""
+    spark_version = version or metadata.version("pyspark")
+    return JarSet(
+        "spark-sql-kafka",
+        "spark-kafka-connector.xml",
+        spark_version,
+        f"Spark {spark_version} Kafka connector",
+    )
+
+
+def find_java() -> Path:
+    """The ``java`` launcher: ``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return Path(java_home) / "bin" / "java"
+    found = shutil.which("java")
+    if found is None:
+        raise MissingToolError(
+            "Java was not found (no $JAVA_HOME/bin/java, no `java` on PATH). The embedded Kafka "
+            "broker needs a Java 17+ runtime: install one (e.g. `apt-get install openjdk-17-jre`) "
+            "or set JAVA_HOME."
+        )
+    return Path(found)
+
+
+def find_maven() -> Path:
+    """The ``mvn`` launcher: ``$PROGRESS_CONTROL_MVN``, else ``mvn`` on ``PATH``."""
+    override = os.environ.get("PROGRESS_CONTROL_MVN")
+    found = override if override and Path(override).is_file() else shutil.which("mvn")
+    if found is None:
+        raise MissingToolError(
+            "Maven was not found (no `mvn` on PATH, PROGRESS_CONTROL_MVN unset). It is needed once "
+            "to fetch jars from Maven Central into the cache: install Maven (e.g. `apt-get install "
+            "maven`) or set PROGRESS_CONTROL_MVN to the mvn launcher."
+        )
+    return Path(found)
+
+
+def fetch_jars(jar_set: JarSet, cache_dir: Path | None = None, *, quiet: bool = False) -> Path:
+    """Return the directory holding ``jar_set``'s jars, fetching them first when needed."""
+    root = (cache_dir or default_cache_dir()) / "jars"
+    target = root / jar_set.directory_name
+    if _is_complete(target):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(root / f".{jar_set.directory_name}.lock"):
+        if _is_complete(target):  # another process fetched it while we waited
+            return target
+        if target.exists():
+            if not quiet:
+                print(f"jar cache {target} is incomplete or corrupt; fetching again", file=sys.stderr)
+            shutil.rmtree(target)
+        if not quiet:
+            print(
+                f"Fetching {jar_set.description} jars from Maven Central into {target} "
+                "(first run only)...",
+                file=sys.stderr,
+                flush=True,
+            )
+        staging = Path(tempfile.mkdtemp(prefix=f".{jar_set.directory_name}-", dir=root))
+        try:
+            _copy_dependencies(jar_set, staging)
+            _write_manifest(staging)
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def classpath(directory: Path) -> str:
+    """A ``java -cp`` value for every jar of a fetched set."""
+    return os.pathsep.join(str(jar) for jar in sorted(directory.glob("*.jar")))
+
+
+def _copy_dependencies(jar_set: JarSet, staging: Path) -> None:
+    mvn = find_maven()
+    template = resources.files("progress_control").joinpath("poms", jar_set.pom).read_text()
+    pom = staging / "pom.xml"
+    pom.write_text(template.replace("@VERSION@", jar_set.version))
+    command = [
+        str(mvn),
+        "--batch-mode",
+        "--no-transfer-progress",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={staging}",
+        "-DincludeScope=runtime",
+    ]
+    local_repo = os.environ.get("PROGRESS_CONTROL_MAVEN_REPO")
+    if local_repo:
+        command.append(f"-Dmaven.repo.local={local_repo}")
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise JarFetchError(f"Maven did not finish within {_MAVEN_TIMEOUT_S}s: {command}") from exc
+    pom.unlink()
+    if result.returncode != 0 or not any(staging.glob("*.jar")):
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
+        raise JarFetchError(
+            f"Maven could not resolve {jar_set.description} (exit {result.returncode}):\n{tail}"
+        )
+
+
+def _write_manifest(directory: Path) -> None:
+    jars = {jar.name: _digest(jar) for jar in sorted(directory.glob("*.jar"))}
+    (directory / _MANIFEST).write_text(json.dumps(jars, indent=1, sort_keys=True))
+
+
+def _is_complete(directory: Path) -> bool:
+    try:
+        expected = json.loads((directory / _MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(expected, dict) or not expected:
+        return False
+    present = {jar.name for jar in directory.glob("*.jar")}
+    if present != set(expected):
+        return False
+    return all(_digest(directory / name) == want for name, want in expected.items())
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(chunk)
+    return f"{path.stat().st_size}:{sha.hexdigest()}"
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path) -> Iterator[None]:
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

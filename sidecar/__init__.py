@@ -1,0 +1,1 @@
+"""Progress control as a standalone process, deployed as a Kubernetes sidecar."""

@@ -1,0 +1,1 @@
+"""A Kafka Streams-style stream-processing runtime that consumes control records."""
