@@ -25,6 +25,7 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from pydantic import Field
@@ -38,7 +39,7 @@ from progress_control.jars import (
     find_java,
     kafka_broker_jars,
 )
-from progress_control.settings import component_config, load_settings
+from progress_control.settings import KafkaProperties, component_config, load_settings
 
 __all__ = ["BrokerSettings", "BrokerStartError", "EmbeddedKafkaBroker"]
 
@@ -64,7 +65,7 @@ class BrokerSettings(BaseSettings):
     cache_dir: Path | None = Field(None, description="Jar cache; unset means the default one.")
     heap: str = Field("1g", pattern=r"^\d+[kmgKMG]?$", description="JVM -Xmx value.")
     startup_timeout_s: float = Field(120.0, gt=0, description="Readiness deadline.")
-    server_properties: dict[str, str] = Field(
+    server_properties: KafkaProperties = Field(
         default_factory=dict, description="Extra or overriding server.properties entries."
     )
 
@@ -269,9 +270,12 @@ class EmbeddedKafkaBroker:
                     f"{self.log_tail()}"
                 )
             if admin is None and _accepts_connections(self.settings.host, self._port):
-                admin = AdminClient(
-                    {"bootstrap.servers": f"{self.settings.host}:{self._port}", "logger": quiet}
-                )
+                # librdkafka logs every refused connection; readiness polling expects those.
+                conf: dict[str, Any] = {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "logger": quiet,
+                }
+                admin = AdminClient(conf)
             if admin is not None:
                 with contextlib.suppress(Exception):
                     if admin.list_topics(timeout=2).brokers:

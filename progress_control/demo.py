@@ -34,8 +34,7 @@ def run_demo(out: TextIO, bootstrap_servers: str | None = None) -> int:
     out.flush()
     with EmbeddedKafkaBroker() as broker:
         out.write(
-            f"Broker ready at {broker.bootstrap_servers} "
-            f"in {time.monotonic() - started:.1f}s\n"
+            f"Broker ready at {broker.bootstrap_servers} in {time.monotonic() - started:.1f}s\n"
         )
         return _round_trip(broker.bootstrap_servers, out)
 
@@ -49,7 +48,9 @@ def _round_trip(bootstrap: str, out: TextIO) -> int:
 
     now_ms = int(time.time() * 1000)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    producer.produce(topic, key=b"user-1", value=b'{"page": "/home"}', partition=0, timestamp=now_ms)
+    producer.produce(
+        topic, key=b"user-1", value=b'{"page": "/home"}', partition=0, timestamp=now_ms
+    )
     tick = ControlRecord(
         topic=topic,
         partition=1,

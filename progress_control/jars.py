@@ -123,7 +123,9 @@ def fetch_jars(jar_set: JarSet, cache_dir: Path | None = None, *, quiet: bool = 
             return target
         if target.exists():
             if not quiet:
-                print(f"jar cache {target} is incomplete or corrupt; fetching again", file=sys.stderr)
+                print(
+                    f"jar cache {target} is incomplete or corrupt; fetching again", file=sys.stderr
+                )
             shutil.rmtree(target)
         if not quiet:
             print(

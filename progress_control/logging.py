@@ -57,4 +57,3 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-

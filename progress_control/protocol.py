@@ -13,7 +13,8 @@ Versions after 1 keep this prefix and may append fields; a v1 reader accepts tra
 when the version says they belong to a newer protocol.
 
 Key: a sentinel (default ``__progress_control__``) or null by option; value: null (a tombstone, so
-compaction removes it); partition: always explicit; timestamp: see :func:`extrapolated_timestamp_ms`.
+compaction removes it); partition: always explicit; timestamp: see
+:func:`extrapolated_timestamp_ms`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import enum
 import logging
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,7 +50,7 @@ _MAX_SEQUENCE = 2**64 - 1
 
 logger = logging.getLogger(__name__)
 
-HeaderList = Sequence[tuple[str, bytes | str | None]]
+HeaderList = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
 
 
 class HasHeaders(Protocol):
@@ -129,7 +130,8 @@ def parse_control_headers(headers: HeaderList | None) -> ControlMarker | None:
     """
     if not headers:
         return None
-    values = [value for name, value in headers if name == CONTROL_HEADER]
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    values = [value for name, value in pairs if name == CONTROL_HEADER]
     if not values:
         return None
     if len(values) > 1:

@@ -9,25 +9,44 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BeforeValidator, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ConfigurationError", "component_config", "default_cache_dir", "load_settings"]
+__all__ = [
+    "ConfigurationError",
+    "KafkaProperties",
+    "component_config",
+    "default_cache_dir",
+    "load_settings",
+]
 
 S = TypeVar("S", bound=BaseSettings)
 
 
-def component_config(prefix: str, **extra: Any) -> SettingsConfigDict:
-    """The ``model_config`` every component's settings class uses."""
+def component_config(prefix: str) -> SettingsConfigDict:
+    """The ``model_config`` every component's settings class starts from."""
     return SettingsConfigDict(
         env_prefix=prefix,
         env_nested_delimiter="__",
         extra="forbid",
         validate_default=True,
-        **extra,
     )
+
+
+def _dotted_keys(value: Any) -> Any:
+    # Env nesting cannot spell dots: PREFIX_KAFKA__BOOTSTRAP_SERVERS arrives as "bootstrap_servers".
+    # Kafka property names are dotted and never use underscores, so map env-style keys back.
+    if isinstance(value, dict):
+        return {
+            (key if "." in key else key.replace("_", ".")): str(item) for key, item in value.items()
+        }
+    return value
+
+
+KafkaProperties = Annotated[dict[str, str], BeforeValidator(_dotted_keys)]
+"""Kafka client (or broker) properties, passed through untouched apart from env-style keys."""
 
 
 class ConfigurationError(ValueError):

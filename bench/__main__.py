@@ -1,0 +1,23 @@
+"""``python -m bench [NAME ...]``: run the named benchmarks (all when none is named)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "broker-startup": "bench.broker_startup",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="bench")
+    parser.add_argument("names", nargs="*", choices=[[], *BENCHMARKS], default=[])
+    names = parser.parse_args().names or list(BENCHMARKS)
+    for name in names:
+        print(f"== {name}", flush=True)
+        importlib.import_module(BENCHMARKS[name]).main()
+
+
+if __name__ == "__main__":
+    main()

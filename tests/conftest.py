@@ -1,0 +1,78 @@
+"""Session-wide fixtures: one real Kafka broker per test session.
+
+Broker choice, in order:
+1. ``KAFKA_BOOTSTRAP_SERVERS`` set: that cluster.
+2. A Docker engine reachable, or ``PROGRESS_CONTROL_TEST_BROKER=testcontainers``: testcontainers'
+   Kafka module in KRaft mode (image ``PROGRESS_CONTROL_TEST_KAFKA_IMAGE``).
+3. Otherwise: the embedded broker from Maven Central jars.
+
+A broker that cannot start is an error (never a skip), so a CI run without one fails loudly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from progress_control.broker import EmbeddedKafkaBroker
+from tests.helpers import unique_name
+
+DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
+
+
+def _docker_engine_available() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap servers of the session's real Kafka broker."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    choice = os.environ.get("PROGRESS_CONTROL_TEST_BROKER", "auto")
+    if choice not in {"auto", "jar", "testcontainers"}:
+        raise pytest.UsageError(
+            f"PROGRESS_CONTROL_TEST_BROKER must be auto, jar or testcontainers, not {choice!r}"
+        )
+    if choice == "testcontainers" or (choice == "auto" and _docker_engine_available()):
+        from testcontainers.community.kafka import KafkaContainer
+
+        image = os.environ.get("PROGRESS_CONTROL_TEST_KAFKA_IMAGE", DEFAULT_TESTCONTAINERS_IMAGE)
+        with KafkaContainer(image).with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    with EmbeddedKafkaBroker() as broker:
+        yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture
+def create_topic(kafka_admin: AdminClient) -> Callable[..., str]:
+    """Create a uniquely named topic; ``create_topic("clicks", partitions=4)`` returns its name."""
+
+    def create(prefix: str = "topic", partitions: int = 1, **config: str) -> str:
+        name = unique_name(prefix)
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)
+        for future in kafka_admin.create_topics([topic]).values():
+            future.result(timeout=30)
+        return name
+
+    return create
