@@ -7,6 +7,8 @@ import importlib
 
 BENCHMARKS = {
     "broker-startup": "bench.broker_startup",
+    "producer-throughput": "bench.producer_throughput",
+    "tick-volume": "bench.tick_volume",
 }
 
 

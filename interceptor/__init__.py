@@ -1,1 +1,12 @@
-"""Producer-side progress control: attach to confluent-kafka producers by configuration."""
+"""Producer-side progress control, attached to confluent-kafka producers by configuration.
+
+Three ways to attach (see the README): :class:`Producer` / :class:`SerializingProducer` with
+``progress.control.*`` keys; zero-code via ``progress-control run -- python app.py``; or report mode
+(``progress.control.mode=report``), which ships acks to a sidecar instead of sending ticks.
+"""
+
+from interceptor.metrics import MetricsSnapshot
+from interceptor.producer import Producer, SerializingProducer
+from interceptor.settings import InterceptorSettings, Mode
+
+__all__ = ["InterceptorSettings", "MetricsSnapshot", "Mode", "Producer", "SerializingProducer"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -51,6 +52,20 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--data-dir", type=Path, help="keep broker data here (default: temp)")
     broker.set_defaults(handler=_broker)
 
+    run = commands.add_parser(
+        "run",
+        help="run a command with progress control attached to its confluent-kafka producers",
+        description="Zero-code attach: `progress-control run -- python app.py`. Settings come "
+        "from PROGRESS_CONTROL_* env variables.",
+    )
+    run.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    run.set_defaults(handler=_run)
+
+    autoload_path = commands.add_parser(
+        "autoload-path", help="print the PYTHONPATH entry of the zero-code hook"
+    )
+    autoload_path.set_defaults(handler=_autoload_path)
+
     fetch = commands.add_parser("fetch-jars", help="fill the jar cache ahead of time")
     fetch.add_argument("which", choices=["kafka", "spark"], nargs="+")
     fetch.set_defaults(handler=_fetch_jars)
@@ -85,6 +100,30 @@ def _broker(args: argparse.Namespace) -> int:
                 print(f"Kafka broker exited unexpectedly:\n{broker.log_tail()}", file=sys.stderr)
                 return 1
         print("Stopping Kafka broker...", file=sys.stderr, flush=True)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from interceptor.autoload import site_dir
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("progress-control run: give a command, e.g. `-- python app.py`", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir()), env.get("PYTHONPATH")]))
+    env["PROGRESS_CONTROL_AUTOLOAD"] = "1"
+    # Validate the settings now, so a typo fails here with the setting's name, not in the app.
+    from interceptor.settings import InterceptorSettings
+
+    InterceptorSettings.from_config({})
+    os.execvpe(command[0], command, env)  # noqa: S606 - running the user's command is the point
+
+
+def _autoload_path(_args: argparse.Namespace) -> int:
+    from interceptor.autoload import site_dir
+
+    print(site_dir())
     return 0
 
 

@@ -6,6 +6,7 @@ back and prints how each was classified. Later work grows this into the end-to-e
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from progress_control.protocol import (
 )
 
 __all__ = ["run_demo"]
+
+_CLIENT_LOG = logging.getLogger("progress_control.demo.librdkafka")
 
 
 def run_demo(out: TextIO, bootstrap_servers: str | None = None) -> int:
@@ -47,7 +50,9 @@ def _round_trip(bootstrap: str, out: TextIO) -> int:
     out.write(f"Created topic {topic} with 2 partitions\n")
 
     now_ms = int(time.time() * 1000)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "logger": _CLIENT_LOG}
+    )
     producer.produce(
         topic, key=b"user-1", value=b'{"page": "/home"}', partition=0, timestamp=now_ms
     )

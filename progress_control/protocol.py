@@ -204,7 +204,7 @@ class ControlRecord:
     timestamp_ms: int
     marker: ControlMarker
     key: bytes | None = DEFAULT_SENTINEL_KEY
-    extra_headers: tuple[tuple[str, bytes], ...] = field(default=())
+    extra_headers: tuple[tuple[str, str | bytes | None], ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.partition < 0:
@@ -213,7 +213,7 @@ class ControlRecord:
             raise ValueError(f"control record timestamp must be >= 0, got {self.timestamp_ms}")
 
     @property
-    def headers(self) -> list[tuple[str, bytes]]:
+    def headers(self) -> list[tuple[str, str | bytes | None]]:
         return [(CONTROL_HEADER, self.marker.encode()), *self.extra_headers]
 
     def produce_kwargs(self) -> dict[str, object]:

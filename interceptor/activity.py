@@ -1,0 +1,194 @@
+"""Per topic-partition activity, fed by delivery reports, and the deadlines of idle partitions.
+
+Idleness is measured on the local monotonic clock since the last *data* ack, never from record
+timestamps: a producer backfilling old events is busy, not idle. Only acks of the host's own data
+records arrive here; control records go through a separate producer whose acks never reset state.
+
+The ack path is the host's hot path, so it does the least possible: one lock-free dict store of
+``(record, monotonic ack time)`` per ack (:attr:`PartitionActivity.latest`), plus a call to
+:meth:`PartitionActivity.track` the first time a partition is seen. Everything else happens on the
+scheduler thread, in :meth:`PartitionActivity.take_due`: it notices new acks by their ack time,
+resets the idle period, and reads the record's timestamp only then.
+
+Deadlines live in a heap with one entry per tracked partition. An idle partition is re-checked at
+least every ``start_ms``, so new data (which never touches the heap) restarts its schedule on time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+from interceptor.schedule import TickSchedule
+
+__all__ = ["DueTick", "PartitionActivity", "PartitionState", "TopicPartition"]
+
+TopicPartition = tuple[str, int]
+
+_EPSILON_S = 1e-6  # float slack when comparing deadlines computed along different paths
+
+
+class TimestampedRecord(Protocol):
+    """What the ack path stores: a delivered ``confluent_kafka.Message``."""
+
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+AckSource = TimestampedRecord | int
+"""The acked record, or directly its timestamp (reports, tests)."""
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """The scheduler's view of one partition's current idle period."""
+
+    seen_ack_monotonic: float
+    """Ack time the idle period counts from; a newer ack in ``latest`` restarts it."""
+    last_data_timestamp_ms: int
+    ticks_sent: int = 0
+    """Ticks sent since that ack."""
+    last_tick_monotonic: float | None = None
+    armed_at: float = 0.0
+    """Time of this partition's heap entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueTick:
+    """A control record that is due now."""
+
+    topic: str
+    partition: int
+    tick: int
+    """0-based number of this tick in the partition's idle period."""
+    last_data_timestamp_ms: int
+    last_ack_monotonic: float
+
+
+class PartitionActivity:
+    """Latest data ack per ``TopicPartition``, and the schedule of ticks for idle ones."""
+
+    def __init__(
+        self,
+        schedule: TickSchedule,
+        *,
+        include_topic: Callable[[str], bool] = lambda _topic: True,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._schedule = schedule
+        self._include_topic = include_topic
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._recheck_s = schedule.start_ms / 1000
+        self._lock = threading.Lock()
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._deadlines: list[tuple[float, TopicPartition]] = []
+        self.latest: dict[TopicPartition, tuple[AckSource, float]] = {}
+        """``partition -> (acked record or its timestamp, monotonic ack time)``; written by the
+        ack path without a lock (a single dict store is atomic)."""
+
+    def record_data_ack(self, topic: str, partition: int, timestamp_ms: int) -> float | None:
+        """Record a data ack by timestamp; return a deadline when the partition is new."""
+        key = (topic, partition)
+        new = key not in self.latest
+        self.latest[key] = (timestamp_ms, self._clock())
+        return self.track(key) if new else None
+
+    def track(self, key: TopicPartition) -> float | None:
+        """Start scheduling a partition seen for the first time; return its first deadline, or
+        ``None`` when its topic is excluded or it is already tracked."""
+        if not self._include_topic(key[0]):
+            return None
+        with self._lock:
+            if key in self._states:
+                return None
+            source, ack = self.latest[key]
+            deadline = ack + self._recheck_s
+            self._states[key] = PartitionState(
+                ack, self._timestamp(source, ack, self._clock()), armed_at=deadline
+            )
+            heapq.heappush(self._deadlines, (deadline, key))
+            return deadline
+
+    def take_due(self, now: float | None = None) -> list[DueTick]:
+        """Pop every tick due at ``now`` and arm the partitions' next deadlines."""
+        now = self._clock() if now is None else now
+        due: list[DueTick] = []
+        with self._lock:
+            while self._deadlines and self._deadlines[0][0] <= now:
+                at, key = heapq.heappop(self._deadlines)
+                state = self._states[key]
+                if state.armed_at != at:
+                    continue  # superseded by a later entry for the same partition
+                source, ack = self.latest[key]
+                if ack != state.seen_ack_monotonic:  # new data: a new idle period
+                    state.seen_ack_monotonic = ack
+                    state.last_data_timestamp_ms = self._timestamp(source, ack, now)
+                    state.ticks_sent = 0
+                    state.last_tick_monotonic = None
+                offset = self._offset(state, now)
+                if offset is not None and self._tick_due(state, offset, now):
+                    due.append(
+                        DueTick(key[0], key[1], state.ticks_sent, state.last_data_timestamp_ms, ack)
+                    )
+                    state.ticks_sent += 1
+                    state.last_tick_monotonic = now
+                    offset = self._offset(state, now)
+                state.armed_at = self._next_check(state, offset, now)
+                heapq.heappush(self._deadlines, (state.armed_at, key))
+        return due
+
+    def next_deadline(self) -> float | None:
+        """The earliest heap entry, ``None`` when no partition is tracked."""
+        with self._lock:
+            return self._deadlines[0][0] if self._deadlines else None
+
+    def idle_partitions(self) -> int:
+        """Partitions ticked since their last data ack (as of the scheduler's last look)."""
+        with self._lock:
+            return sum(1 for state in self._states.values() if state.ticks_sent > 0)
+
+    def data_timestamp(self, source: AckSource, ack: float) -> int:
+        """Timestamp of an acked record; wall-clock at its ack when the record has none."""
+        return self._timestamp(source, ack, self._clock())
+
+    def _offset(self, state: PartitionState, now: float) -> float | None:
+        """Offset of the partition's next tick, ``None`` once its idle period is over."""
+        end_ms = self._schedule.end_ms
+        if end_ms is not None and (now - state.seen_ack_monotonic) * 1000 > end_ms:
+            return None  # woken late, past end.ms
+        return self._schedule.offset_ms(state.ticks_sent)
+
+    def _tick_due(self, state: PartitionState, offset_ms: float, now: float) -> bool:
+        if state.seen_ack_monotonic + offset_ms / 1000 > now + _EPSILON_S:
+            return False
+        if state.last_tick_monotonic is None:
+            return True
+        # Woken late, several ticks overdue: keep the planned spacing instead of a burst.
+        spacing_s = self._schedule.spacing_ms(state.ticks_sent) / 1000
+        return now - state.last_tick_monotonic >= spacing_s - _EPSILON_S
+
+    def _next_check(self, state: PartitionState, offset_ms: float | None, now: float) -> float:
+        recheck = now + self._recheck_s
+        if offset_ms is None:
+            return recheck  # schedule ended: only watch for new data
+        planned = state.seen_ack_monotonic + offset_ms / 1000
+        if state.last_tick_monotonic is not None:
+            spacing_s = self._schedule.spacing_ms(state.ticks_sent) / 1000
+            planned = max(planned, state.last_tick_monotonic + spacing_s)
+        # Never re-arm at or before now: take_due would pop the same entry forever.
+        return max(min(planned, recheck), now + _EPSILON_S)
+
+    def _timestamp(self, source: AckSource, ack: float, now: float) -> int:
+        if isinstance(source, int):
+            return source
+        kind, timestamp_ms = source.timestamp()
+        if kind != TIMESTAMP_NOT_AVAILABLE and timestamp_ms >= 0:
+            return timestamp_ms
+        return int((self._wall_clock() - (now - ack)) * 1000)

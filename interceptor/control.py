@@ -1,0 +1,133 @@
+"""One producer's progress control: ack recording, scheduling, and ticks or reports."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+
+from interceptor.activity import PartitionActivity, TopicPartition
+from interceptor.metrics import MetricsSnapshot, ProgressControlMetrics, PrometheusCollector
+from interceptor.report import ReportSender
+from interceptor.schedule import TickSchedule
+from interceptor.scheduler import IdlePartitionScheduler
+from interceptor.sender import TickSender
+from interceptor.settings import InterceptorSettings, Mode, TopicFilter
+
+__all__ = ["DeliveryCallback", "ProgressControl"]
+
+logger = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+_TICK_REPORT_POLL_S = 1.0  # serve tick delivery reports even when no tick is due
+
+
+class ProgressControl:
+    """Records a producer's data acks and keeps its idle partitions' stream time moving."""
+
+    def __init__(self, settings: InterceptorSettings, host_config: Mapping[str, Any]) -> None:
+        self.settings = settings
+        schedule = TickSchedule(
+            start_ms=settings.start_ms,
+            backoff_ms=settings.backoff_ms,
+            exponential=settings.backoff_exponential,
+            multiplier=settings.backoff_multiplier,
+            max_records=settings.max_records,
+            end_ms=settings.end_ms,
+        )
+        include_topic = TopicFilter(settings.topics_include, settings.topics_exclude)
+        self._activity = PartitionActivity(schedule, include_topic=include_topic)
+        self._metrics = ProgressControlMetrics(self._activity.idle_partitions)
+        self._errors_logged = 0
+        self._closed = False
+        self._sender: TickSender | None = None
+        self._reporter: ReportSender | None = None
+        if settings.mode is Mode.REPORT:
+            self._reporter = ReportSender(
+                self._activity,
+                settings.report_address,
+                settings.source_id,
+                self._metrics,
+                include_topic=include_topic,
+            )
+            self._scheduler = IdlePartitionScheduler(self._activity, lambda _: None)
+            self._scheduler.add_interval_job(
+                self._reporter.send, settings.report_interval_ms / 1000
+            )
+            self._arm: Callable[[float], None] = lambda _deadline: None
+        else:
+            self._sender = TickSender(settings, host_config, self._metrics)
+            self._scheduler = IdlePartitionScheduler(self._activity, self._sender.send)
+            self._scheduler.add_interval_job(self._sender.poll, _TICK_REPORT_POLL_S)
+            self._arm = self._scheduler.arm
+        self._scheduler.start()
+
+    def delivery_callback(self, user_callback: DeliveryCallback | None) -> DeliveryCallback:
+        """A delivery callback that records the ack, then calls ``user_callback`` (if any) with
+        the same arguments. Recording never raises into the host."""
+        # The host's hot path: one dict store per ack, names bound as locals, no lock.
+        # A delivered message always has a topic and partition: no None checks per ack.
+        latest: dict[Any, Any] = self._activity.latest
+        new_partition: Callable[[Any], None] = self._new_partition
+        clock = time.monotonic
+
+        def record(error: KafkaError | None, msg: Message) -> None:
+            if error is None:
+                key = (msg.topic(), msg.partition())
+                known = key in latest
+                latest[key] = (msg, clock())
+                if not known:
+                    new_partition(key)
+
+        if user_callback is None:
+            return record
+
+        def record_then_call(error: KafkaError | None, msg: Message) -> None:
+            if error is None:
+                key = (msg.topic(), msg.partition())
+                known = key in latest
+                latest[key] = (msg, clock())
+                if not known:
+                    new_partition(key)
+            user_callback(error, msg)
+
+        return record_then_call
+
+    def _new_partition(self, key: TopicPartition) -> None:
+        try:
+            deadline = self._activity.track(key)
+            if deadline is not None:
+                self._arm(deadline)
+        except Exception:
+            # Never break the host's delivery callbacks; log a bounded amount.
+            if self._errors_logged < 10:
+                self._errors_logged += 1
+                logger.exception("progress control could not track %s[%d]", *key)
+
+    def metrics(self) -> MetricsSnapshot:
+        return self._metrics.snapshot()
+
+    def collector(self) -> PrometheusCollector:
+        return PrometheusCollector(self._metrics, self.settings.source_id)
+
+    def flush(self, timeout_s: float = 10.0) -> int:
+        """Wait for outstanding ticks; scheduling goes on (apps flush in loops)."""
+        return self._sender.flush(timeout_s) if self._sender else 0
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the scheduler thread and flush outstanding ticks. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._scheduler.shutdown()
+        if self._sender is not None:
+            remaining = self._sender.flush(timeout_s)
+            if remaining:
+                logger.warning("%d progress-control ticks were not delivered at close", remaining)
+        if self._reporter is not None:
+            self._reporter.send()
+            self._reporter.close()

@@ -1,0 +1,165 @@
+"""Sends control records through a producer of its own, never the host's.
+
+The tick producer is idempotent and non-transactional, built from the host's connection and
+security settings with everything that could change the host's behaviour removed (transactional
+id, callbacks, delivery tuning). It never raises into the host: a full local queue skips the tick,
+errors are logged and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+from confluent_kafka.cimpl import Producer as KafkaProducer  # the C type, never a rebound name
+
+from interceptor.activity import DueTick
+from interceptor.metrics import ProgressControlMetrics
+from interceptor.settings import InterceptorSettings
+from progress_control.protocol import (
+    ControlMarker,
+    ControlRecord,
+    TimestampMode,
+    extrapolated_timestamp_ms,
+)
+
+__all__ = ["TickSender", "tick_producer_config"]
+
+logger = logging.getLogger(__name__)
+
+# Host settings that would make the tick producer transactional, slow, or call into host code.
+_HOST_ONLY = frozenset(
+    {
+        "transactional.id",
+        "transaction.timeout.ms",
+        "enable.idempotence",
+        "enable.gapless.guarantee",
+        "acks",
+        "request.required.acks",
+        "retries",
+        "message.send.max.retries",
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+        "message.timeout.ms",
+        "delivery.timeout.ms",
+        "queue.buffering.max.messages",
+        "linger.ms",
+        "queue.buffering.max.ms",
+        "partitioner",
+        "on_delivery",
+        "delivery.report.only.error",
+        "error_cb",
+        "stats_cb",
+        "throttle_cb",
+        "logger",
+        "key.serializer",
+        "value.serializer",
+    }
+)
+
+
+def tick_producer_config(
+    host_config: Mapping[str, Any], settings: InterceptorSettings
+) -> dict[str, Any]:
+    """The tick producer's config: the host's connection and security settings, our delivery."""
+    config = {k: v for k, v in host_config.items() if k not in _HOST_ONLY}
+    client_id = str(host_config.get("client.id", "rdkafka"))
+    config.update(
+        {
+            "client.id": f"{client_id}-progress-control",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            # A tick that cannot be delivered within this time is stale anyway.
+            "message.timeout.ms": 30_000,
+            "queue.buffering.max.messages": settings.queue_max_messages,
+            "error_cb": _log_client_error,
+            "logger": logging.getLogger("interceptor.librdkafka"),
+        }
+    )
+    return config
+
+
+def _log_client_error(error: KafkaError) -> None:
+    logger.warning("progress-control producer: %s", error)
+
+
+class TickSender:
+    """Turns due ticks into control records on the tick producer."""
+
+    def __init__(
+        self,
+        settings: InterceptorSettings,
+        host_config: Mapping[str, Any],
+        metrics: ProgressControlMetrics,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._settings = settings
+        self._metrics = metrics
+        self._monotonic = monotonic
+        self._wall_clock = wall_clock
+        self._host_config = dict(host_config)
+        # Created on the first tick: a producer that never goes idle opens no extra connections.
+        self._producer: KafkaProducer | None = None
+        self._sequence = 0
+
+    def send(self, ticks: list[DueTick]) -> None:
+        """Produce one control record per due tick (called from the scheduler thread)."""
+        if self._producer is None:
+            self._producer = KafkaProducer(tick_producer_config(self._host_config, self._settings))
+        for due in ticks:
+            try:
+                record = ControlRecord(
+                    topic=due.topic,
+                    partition=due.partition,
+                    timestamp_ms=self._timestamp_ms(due),
+                    marker=ControlMarker(self._settings.source_id, self._sequence),
+                    key=self._settings.key,
+                )
+                self._producer.produce(
+                    record.topic,
+                    None,
+                    record.key,
+                    partition=record.partition,
+                    timestamp=record.timestamp_ms,
+                    headers=record.headers,
+                    on_delivery=self._on_delivery,
+                )
+            except BufferError:
+                self._metrics.tick_skipped()
+                logger.warning("tick queue full; skipped tick for %s[%d]", due.topic, due.partition)
+            except Exception:
+                self._metrics.tick_failed()
+                logger.exception("could not send tick to %s[%d]", due.topic, due.partition)
+            else:
+                self._sequence += 1
+        self._producer.poll(0)
+
+    def poll(self) -> None:
+        """Serve delivery reports of earlier ticks."""
+        if self._producer is not None:
+            self._producer.poll(0)
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for outstanding ticks; return how many are still queued."""
+        return int(self._producer.flush(timeout_s)) if self._producer is not None else 0
+
+    def _timestamp_ms(self, due: DueTick) -> int:
+        wall_ms = int(self._wall_clock() * 1000)
+        if self._settings.timestamp_mode is TimestampMode.WALL_CLOCK:
+            return wall_ms
+        return extrapolated_timestamp_ms(
+            due.last_data_timestamp_ms, due.last_ack_monotonic, self._monotonic(), wall_ms
+        )
+
+    def _on_delivery(self, error: KafkaError | None, msg: Message) -> None:
+        if error is not None:
+            self._metrics.tick_failed()
+            logger.warning("tick to %s[%s] failed: %s", msg.topic(), msg.partition(), error.str())
+        else:
+            self._metrics.tick_acked(msg.topic() or "", msg.partition() or 0, msg.timestamp()[1])

@@ -1,0 +1,188 @@
+"""Interceptor settings: ``progress.control.*`` keys in the producer config, or env variables.
+
+Config-dict keys win over env variables, which win over defaults::
+
+    progress.control.start.ms        PROGRESS_CONTROL_START_MS
+    progress.control.backoff.ms      PROGRESS_CONTROL_BACKOFF_MS
+    ...
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import socket
+import uuid
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode
+
+from interceptor.report import parse_address
+from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
+from progress_control.settings import ConfigurationError, component_config
+
+__all__ = [
+    "CONFIG_PREFIX",
+    "InterceptorSettings",
+    "Mode",
+    "TopicFilter",
+    "split_config",
+]
+
+CONFIG_PREFIX = "progress.control."
+ENV_PREFIX = "PROGRESS_CONTROL_"
+
+
+class Mode(enum.StrEnum):
+    """What the interceptor does with the acks it records."""
+
+    TICKS = "ticks"
+    """Send control records to idle partitions itself."""
+    REPORT = "report"
+    """Only ship acks to a sidecar on localhost (:mod:`interceptor.report`)."""
+
+
+def _default_source_id() -> str:
+    return f"{socket.gethostname()[:200]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class InterceptorSettings(BaseSettings):
+    """Progress-control settings of one producer. Defaults send at most ``max.records`` ticks per
+    idle period: the first after ``start.ms``, then spaced by a backoff that doubles."""
+
+    model_config = component_config(ENV_PREFIX)
+
+    enabled: bool = Field(True, description="Turn progress control off without removing it.")
+    mode: Mode = Field(Mode.TICKS, description="ticks: send control records; report: sidecar.")
+    start_ms: int = Field(10_000, ge=1, description="Idle time before the first tick.")
+    end_ms: int | None = Field(
+        None, ge=1, description="No tick after this much idle time (unset: only max.records)."
+    )
+    backoff_ms: int = Field(1_000, ge=1, description="Spacing after the first tick.")
+    backoff_exponential: bool = Field(True, description="Multiply the spacing after each tick.")
+    backoff_multiplier: float = Field(2.0, ge=1.0, le=100.0, description="Exponential factor.")
+    max_records: int | None = Field(
+        10, ge=1, description="Ticks per idle period (unset: until end.ms; one must be set)."
+    )
+    topics_include: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Comma list of topic names or regexes (full match); empty: all topics."
+    )
+    topics_exclude: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Comma list of names or regexes never ticked; wins over include."
+    )
+    key: bytes | None = Field(
+        DEFAULT_SENTINEL_KEY, description="Control-record key; empty or null for a null key."
+    )
+    timestamp_mode: TimestampMode = Field(TimestampMode.EXTRAPOLATED)
+    source_id: str = Field(default_factory=_default_source_id, min_length=1, max_length=255)
+    report_address: str = Field(
+        "127.0.0.1:7071", description="Report mode: the sidecar's UDP host:port."
+    )
+    report_interval_ms: int = Field(1_000, ge=10, description="Report mode: send period.")
+    queue_max_messages: int = Field(
+        10_000, ge=1, description="Local queue bound of the tick producer; full means skip."
+    )
+
+    @field_validator("topics_include", "topics_exclude", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(item.strip() for item in value.split(",") if item.strip())
+        return value
+
+    @field_validator("topics_include", "topics_exclude")
+    @classmethod
+    def _valid_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from None
+        return value
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _null_key(cls, value: Any) -> Any:
+        if value is None or value in ("", b"", "null"):
+            return None
+        return value.encode("utf-8") if isinstance(value, str) else value
+
+    @field_validator("report_address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
+    @field_validator("max_records", "end_ms", mode="before")
+    @classmethod
+    def _unset(cls, value: Any) -> Any:
+        # Env variables cannot be null: "" or "none" unsets an optional bound.
+        if isinstance(value, str) and value.strip().lower() in {"", "none", "null"}:
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> InterceptorSettings:
+        if self.max_records is None and self.end_ms is None:
+            raise ValueError(
+                "set progress.control.max.records (env PROGRESS_CONTROL_MAX_RECORDS) or "
+                "progress.control.end.ms (env PROGRESS_CONTROL_END_MS): ticks must stop during "
+                "a long idle"
+            )
+        if self.end_ms is not None and self.end_ms < self.start_ms:
+            raise ValueError(
+                "progress.control.end.ms (env PROGRESS_CONTROL_END_MS) must be >= "
+                "progress.control.start.ms (env PROGRESS_CONTROL_START_MS)"
+            )
+        return self
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> InterceptorSettings:
+        """Settings from ``progress.control.*`` keys (others ignored) over env and defaults."""
+        values = {
+            key[len(CONFIG_PREFIX) :].replace(".", "_"): value
+            for key, value in config.items()
+            if key.startswith(CONFIG_PREFIX)
+        }
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors():
+                field = str(error["loc"][0]) if error["loc"] else ""
+                if field:
+                    name = f"{CONFIG_PREFIX}{field.replace('_', '.')}"
+                    where = f"{name} (env {ENV_PREFIX}{field.upper()})"
+                else:
+                    where = "progress.control settings"
+                problems.append(f"  {where}: {error['msg']} [got {error.get('input')!r}]")
+            raise ConfigurationError(
+                "invalid progress-control configuration:\n" + "\n".join(problems)
+            ) from None
+
+
+def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a producer config into (``progress.control.*`` keys, everything else)."""
+    ours = {k: v for k, v in config.items() if k.startswith(CONFIG_PREFIX)}
+    theirs = {k: v for k, v in config.items() if not k.startswith(CONFIG_PREFIX)}
+    return ours, theirs
+
+
+class TopicFilter:
+    """Which topics get progress control, decided once per topic name and cached."""
+
+    def __init__(self, include: tuple[str, ...], exclude: tuple[str, ...]) -> None:
+        self._include = [re.compile(p) for p in include]
+        self._exclude = [re.compile(p) for p in exclude]
+        self._decided: dict[str, bool] = {}
+
+    def __call__(self, topic: str) -> bool:
+        decided = self._decided.get(topic)
+        if decided is None:
+            included = not self._include or any(p.fullmatch(topic) for p in self._include)
+            decided = included and not any(p.fullmatch(topic) for p in self._exclude)
+            self._decided[topic] = decided
+        return decided

@@ -1,0 +1,367 @@
+"""Producer-side progress control against a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka.serialization import StringSerializer
+
+from interceptor import Producer, SerializingProducer
+from progress_control.broker import EmbeddedKafkaBroker
+from progress_control.protocol import (
+    CONTROL_HEADER,
+    DEFAULT_SENTINEL_KEY,
+    is_control_record,
+    parse_control_headers,
+)
+from progress_control.settings import ConfigurationError
+from tests.helpers import unique_name, wait_for
+
+APP = Path(__file__).parent / "apps" / "clicks_app.py"
+CLI = [sys.executable, "-m", "progress_control.cli"]
+
+FAST = {
+    "progress.control.start.ms": 400,
+    "progress.control.backoff.ms": 100,
+    "progress.control.backoff.exponential": False,
+    "progress.control.max.records": 3,
+}
+
+
+class TopicReader:
+    """Reads every record of a topic from the beginning, incrementally."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": unique_name("reader"),
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.records: list[Message] = []
+
+    def read(self, quiet_s: float = 0.3, max_s: float = 5.0) -> list[Message]:
+        """Read until nothing arrived for ``quiet_s`` (at most ``max_s``, for busy topics)."""
+        give_up = time.monotonic() + max_s
+        while (msg := self._consumer.poll(quiet_s)) is not None:  # tombstones are falsy
+            if msg.error() is None:
+                self.records.append(msg)
+            if time.monotonic() > give_up:
+                break
+        return self.records
+
+    def ticks(self) -> list[Message]:
+        return [m for m in self.read() if is_control_record(m)]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@pytest.fixture
+def reader_for(kafka_bootstrap: str) -> Iterator[Callable[[str, int], TopicReader]]:
+    readers: list[TopicReader] = []
+
+    def make(topic: str, partitions: int) -> TopicReader:
+        readers.append(TopicReader(kafka_bootstrap, topic, partitions))
+        return readers[-1]
+
+    yield make
+    for reader in readers:
+        reader.close()
+
+
+def ticks_by_partition(ticks: list[Message]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for tick in ticks:
+        counts[tick.partition() or 0] = counts.get(tick.partition() or 0, 0) + 1
+    return counts
+
+
+def test_idle_partitions_get_capped_ticks_and_resume_after_data(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("idle", partitions=4)
+    reader = reader_for(topic, 4)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0, **FAST})
+    stop_busy = threading.Event()
+
+    def keep_busy() -> None:  # partitions 0 and 1 never go idle while this runs
+        while not stop_busy.is_set():
+            for partition in (0, 1):
+                producer.produce(topic, b"busy", b"k", partition=partition)
+            producer.poll(0)
+            stop_busy.wait(0.05)
+
+    busy = threading.Thread(target=keep_busy)
+    try:
+        for partition in (2, 3):
+            producer.produce(topic, b"first", b"k", partition=partition)
+        busy.start()
+        ticks = wait_for(
+            lambda: (t := reader.ticks()) and ticks_by_partition(t) == {2: 3, 3: 3} and t,
+            timeout_s=20,
+            message="three ticks on each idle partition",
+        )
+        reader.read(quiet_s=1.0)  # the cap holds: nothing more arrives, and none on 0 or 1
+        assert ticks_by_partition(reader.ticks()) == {2: 3, 3: 3}
+
+        data = {m.partition(): m for m in reader.records if not is_control_record(m)}
+        source_id = producer.progress_control.settings.source_id  # type: ignore[union-attr]
+        for tick in ticks:
+            assert tick.key() == DEFAULT_SENTINEL_KEY
+            assert tick.value() is None
+            [(name, _)] = tick.headers() or []
+            assert name == CONTROL_HEADER
+            marker = parse_control_headers(tick.headers())
+            assert marker is not None
+            assert marker.source_id == source_id
+            # Extrapolated from the partition's last data record, never above wall clock.
+            last_data = data[tick.partition()].timestamp()[1]
+            assert last_data + 400 <= tick.timestamp()[1] <= int(time.time() * 1000)
+        markers = [parse_control_headers(t.headers()) for t in ticks]
+        assert sorted(m.sequence for m in markers if m) == list(range(6))
+
+        # New data on partition 2 resets it: three more ticks follow once it is idle again.
+        producer.produce(topic, b"again", b"k", partition=2)
+        wait_for(
+            lambda: ticks_by_partition(reader.ticks()).get(2) == 6,
+            timeout_s=20,
+            message="ticks resume on partition 2",
+        )
+        stop_busy.set()
+        busy.join()
+        # Once the busy partitions stop, they are ticked too.
+        wait_for(
+            lambda: ticks_by_partition(reader.ticks()) == {0: 3, 1: 3, 2: 6, 3: 3},
+            timeout_s=20,
+            message="ticks on the partitions that stopped",
+        )
+        metrics = wait_for(
+            lambda: (m := producer.progress_metrics()) and m.ticks_sent == 15 and m,
+            message="delivery reports of all ticks",
+        )
+        assert (metrics.ticks_failed, metrics.ticks_skipped) == (0, 0)
+        assert metrics.partitions_idle == 4
+        assert set(metrics.last_tick_ms) == {(topic, p) for p in range(4)}
+    finally:
+        stop_busy.set()
+        if busy.is_alive():
+            busy.join()
+        producer.close()
+
+
+def test_every_user_callback_still_fires(
+    kafka_bootstrap: str, create_topic: Callable[..., str]
+) -> None:
+    topic = create_topic("callbacks", partitions=2)
+    seen: dict[str, list[tuple[object, int | None, threading.Thread]]] = {"config": [], "call": []}
+
+    def config_cb(err: object, msg: Message) -> None:
+        seen["config"].append((err, msg.offset(), threading.current_thread()))
+
+    def call_cb(err: object, msg: Message) -> None:
+        seen["call"].append((err, msg.offset(), threading.current_thread()))
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "on_delivery": config_cb, **FAST})
+    try:
+        for i in range(10):
+            producer.produce(topic, b"v", b"k", partition=i % 2)
+        for i in range(5):
+            producer.produce(topic, b"v", b"k", i % 2, call_cb)  # positional callback
+        for i in range(5):
+            producer.produce(topic, value=b"v", partition=i % 2, callback=call_cb)  # legacy name
+        assert producer.flush(10) == 0
+    finally:
+        producer.close()
+    assert len(seen["config"]) == 10
+    assert len(seen["call"]) == 10  # a per-call callback replaces the config one, as in librdkafka
+    assert all(err is None for err, _, _ in seen["config"] + seen["call"])
+    assert {thread for _, _, thread in seen["config"] + seen["call"]} == {threading.main_thread()}
+
+
+def test_serializing_producer_gets_ticks(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("serializing", partitions=1)
+    reader = reader_for(topic, 1)
+    delivered: list[Message] = []
+    producer = SerializingProducer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "key.serializer": StringSerializer(),
+            "value.serializer": StringSerializer(),
+            **FAST,
+        }
+    )
+    try:
+        producer.produce(
+            topic, key="user-1", value="click", on_delivery=lambda e, m: delivered.append(m)
+        )
+        producer.flush(10)
+        wait_for(lambda: len(reader.ticks()) == 3, timeout_s=20, message="three ticks")
+    finally:
+        producer.close()
+    assert len(delivered) == 1
+    data = [m for m in reader.records if not is_control_record(m)]
+    assert [(m.key(), m.value()) for m in data] == [(b"user-1", b"click")]
+
+
+def _app_env(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROGRESS_CONTROL_")}
+    env.update(
+        PROGRESS_CONTROL_START_MS="300",
+        PROGRESS_CONTROL_BACKOFF_MS="100",
+        PROGRESS_CONTROL_MAX_RECORDS="2",
+        PYTHONPATH=os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")]),
+    )
+    return env | settings
+
+
+def _run_app(*args: str, env: dict[str, str], timeout: float = 60) -> dict[str, object]:
+    result = subprocess.run(
+        [*CLI, "run", "--", sys.executable, str(APP), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+    return summary
+
+
+def test_unmodified_app_gets_ticks_under_progress_control_run(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("zero-code", partitions=2)
+    reader = reader_for(topic, 2)
+    summary = _run_app(
+        kafka_bootstrap,
+        topic,
+        "--partitions",
+        "0,1",
+        "--records",
+        "20",
+        "--linger-s",
+        "2",
+        env=_app_env(),
+    )
+    assert summary["producer_class"] == "interceptor.producer.Producer"
+    assert summary["delivered"] == 20  # the app's own on_delivery saw every record
+    assert summary["failed"] == 0
+    assert summary["ticks_sent"] == 4
+    wait_for(
+        lambda: ticks_by_partition(reader.ticks()) == {0: 2, 1: 2}, message="two per partition"
+    )
+
+
+def test_transactional_app_keeps_committing_with_ticks_on(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("transactional", partitions=2)
+    reader = reader_for(topic, 2)  # read_committed: only committed data is visible
+    summary = _run_app(
+        kafka_bootstrap,
+        topic,
+        "--partitions",
+        "0,1",
+        "--records",
+        "10",
+        "--linger-s",
+        "2",
+        "--transactional",
+        env=_app_env(),
+    )
+    assert summary["delivered"] == 10
+    assert summary["ticks_sent"] == 4
+    wait_for(
+        lambda: len([m for m in reader.read() if not is_control_record(m)]) == 10,
+        message="the committed transaction's records",
+    )
+    wait_for(lambda: ticks_by_partition(reader.ticks()) == {0: 2, 1: 2}, message="ticks")
+
+
+def test_broker_outage_never_blocks_the_app(tmp_path: Path) -> None:
+    broker = EmbeddedKafkaBroker().start()
+    topic = unique_name("outage")
+    process = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "--",
+            sys.executable,
+            str(APP),
+            broker.bootstrap_servers,
+            topic,
+            "--records",
+            "80",
+            "--interval-s",
+            "0.05",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_app_env(),
+    )
+    probe = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "probe"})
+
+    def records_on_broker() -> int:
+        try:
+            return int(probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=1)[1])
+        except KafkaException:  # the app's first produce has not auto-created the topic yet
+            return 0
+
+    try:
+        # Let the app deliver some records to the live broker, then take the broker away.
+        wait_for(lambda: records_on_broker() > 5, message="the app's first records")
+        probe.close()
+        broker.stop()
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        broker.stop()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["producer_class"] == "interceptor.producer.Producer"
+    assert summary["max_produce_s"] < 1.0  # produce() stays a local enqueue during the outage
+
+
+def test_invalid_settings_fail_at_construction_naming_the_key(kafka_bootstrap: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"progress\.control\.backoff\.ms"):
+        Producer({"bootstrap.servers": kafka_bootstrap, "progress.control.backoff.ms": "soon"})
+
+
+def test_invalid_env_settings_stop_progress_control_run(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*CLI, "run", "--", sys.executable, "-c", "print('app ran')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_app_env(PROGRESS_CONTROL_START_MS="-5"),
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "progress.control.start.ms (env PROGRESS_CONTROL_START_MS)" in result.stderr
+    assert "app ran" not in result.stdout
