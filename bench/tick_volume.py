@@ -20,7 +20,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from bench._kafka import create_topic, end_offsets, unique_name
 from interceptor import InterceptorSettings
 from interceptor import Producer as InterceptorProducer
-from interceptor.schedule import TickSchedule
 from progress_control import is_control_record
 from progress_control.broker import EmbeddedKafkaBroker
 
@@ -76,14 +75,7 @@ def main() -> None:
     settings = InterceptorSettings.from_config(
         {"progress.control.start.ms": start_ms, "progress.control.backoff.ms": backoff_ms}
     )
-    schedule = TickSchedule(
-        start_ms=settings.start_ms,
-        backoff_ms=settings.backoff_ms,
-        exponential=settings.backoff_exponential,
-        multiplier=settings.backoff_multiplier,
-        max_records=settings.max_records,
-        end_ms=settings.end_ms,
-    )
+    schedule = settings.tick_schedule()
     expected = 0
     while (offset := schedule.offset_ms(expected)) is not None and offset <= hour_s * 1000:
         expected += 1

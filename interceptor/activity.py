@@ -43,13 +43,17 @@ class TimestampedRecord(Protocol):
 AckSource = TimestampedRecord | int
 """The acked record, or directly its timestamp (reports, tests)."""
 
+AckEntry = tuple[AckSource, float]
+"""``(acked record or its timestamp, monotonic ack time)``: one new tuple per ack."""
+
 
 @dataclass(slots=True)
 class PartitionState:
     """The scheduler's view of one partition's current idle period."""
 
-    seen_ack_monotonic: float
-    """Ack time the idle period counts from; a newer ack in ``latest`` restarts it."""
+    seen_ack: AckEntry
+    """The ``latest`` entry the idle period counts from; any other entry (compared by identity,
+    as two acks may share a clock reading) restarts it."""
     last_data_timestamp_ms: int
     ticks_sent: int = 0
     """Ticks sent since that ack."""
@@ -89,7 +93,7 @@ class PartitionActivity:
         self._lock = threading.Lock()
         self._states: dict[TopicPartition, PartitionState] = {}
         self._deadlines: list[tuple[float, TopicPartition]] = []
-        self.latest: dict[TopicPartition, tuple[AckSource, float]] = {}
+        self.latest: dict[TopicPartition, AckEntry] = {}
         """``partition -> (acked record or its timestamp, monotonic ack time)``; written by the
         ack path without a lock (a single dict store is atomic)."""
 
@@ -108,10 +112,11 @@ class PartitionActivity:
         with self._lock:
             if key in self._states:
                 return None
-            source, ack = self.latest[key]
+            entry = self.latest[key]
+            source, ack = entry
             deadline = ack + self._recheck_s
             self._states[key] = PartitionState(
-                ack, self._timestamp(source, ack, self._clock()), armed_at=deadline
+                entry, self._timestamp(source, ack, self._clock()), armed_at=deadline
             )
             heapq.heappush(self._deadlines, (deadline, key))
             return deadline
@@ -126,9 +131,10 @@ class PartitionActivity:
                 state = self._states[key]
                 if state.armed_at != at:
                     continue  # superseded by a later entry for the same partition
-                source, ack = self.latest[key]
-                if ack != state.seen_ack_monotonic:  # new data: a new idle period
-                    state.seen_ack_monotonic = ack
+                entry = self.latest[key]
+                source, ack = entry
+                if entry is not state.seen_ack:  # new data: a new idle period
+                    state.seen_ack = entry
                     state.last_data_timestamp_ms = self._timestamp(source, ack, now)
                     state.ticks_sent = 0
                     state.last_tick_monotonic = None
@@ -161,12 +167,12 @@ class PartitionActivity:
     def _offset(self, state: PartitionState, now: float) -> float | None:
         """Offset of the partition's next tick, ``None`` once its idle period is over."""
         end_ms = self._schedule.end_ms
-        if end_ms is not None and (now - state.seen_ack_monotonic) * 1000 > end_ms:
+        if end_ms is not None and (now - state.seen_ack[1]) * 1000 > end_ms + _EPSILON_S * 1000:
             return None  # woken late, past end.ms
         return self._schedule.offset_ms(state.ticks_sent)
 
     def _tick_due(self, state: PartitionState, offset_ms: float, now: float) -> bool:
-        if state.seen_ack_monotonic + offset_ms / 1000 > now + _EPSILON_S:
+        if state.seen_ack[1] + offset_ms / 1000 > now + _EPSILON_S:
             return False
         if state.last_tick_monotonic is None:
             return True
@@ -178,7 +184,7 @@ class PartitionActivity:
         recheck = now + self._recheck_s
         if offset_ms is None:
             return recheck  # schedule ended: only watch for new data
-        planned = state.seen_ack_monotonic + offset_ms / 1000
+        planned = state.seen_ack[1] + offset_ms / 1000
         if state.last_tick_monotonic is not None:
             spacing_s = self._schedule.spacing_ms(state.ticks_sent) / 1000
             planned = max(planned, state.last_tick_monotonic + spacing_s)

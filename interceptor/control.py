@@ -12,7 +12,6 @@ from confluent_kafka import KafkaError, Message
 from interceptor.activity import PartitionActivity, TopicPartition
 from interceptor.metrics import MetricsSnapshot, ProgressControlMetrics, PrometheusCollector
 from interceptor.report import ReportSender
-from interceptor.schedule import TickSchedule
 from interceptor.scheduler import IdlePartitionScheduler
 from interceptor.sender import TickSender
 from interceptor.settings import InterceptorSettings, Mode, TopicFilter
@@ -31,16 +30,8 @@ class ProgressControl:
 
     def __init__(self, settings: InterceptorSettings, host_config: Mapping[str, Any]) -> None:
         self.settings = settings
-        schedule = TickSchedule(
-            start_ms=settings.start_ms,
-            backoff_ms=settings.backoff_ms,
-            exponential=settings.backoff_exponential,
-            multiplier=settings.backoff_multiplier,
-            max_records=settings.max_records,
-            end_ms=settings.end_ms,
-        )
         include_topic = TopicFilter(settings.topics_include, settings.topics_exclude)
-        self._activity = PartitionActivity(schedule, include_topic=include_topic)
+        self._activity = PartitionActivity(settings.tick_schedule(), include_topic=include_topic)
         self._metrics = ProgressControlMetrics(self._activity.idle_partitions)
         self._errors_logged = 0
         self._closed = False

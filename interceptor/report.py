@@ -152,7 +152,7 @@ class ReportSender:
         self._include_topic = include_topic
         self._monotonic = monotonic
         self._wall_clock = wall_clock
-        self._reported: dict[tuple[str, int], float] = {}
+        self._reported: dict[tuple[str, int], object] = {}
         self._socket = socket.socket(family, socket.SOCK_DGRAM)
         self._socket.setblocking(False)
 
@@ -161,10 +161,12 @@ class ReportSender:
         latest = dict(self._activity.latest)  # one C-level copy: safe against the ack path
         now, wall_ms = self._monotonic(), int(self._wall_clock() * 1000)
         changed = []
-        for (topic, partition), (source, ack) in latest.items():
-            if self._reported.get((topic, partition)) == ack or not self._include_topic(topic):
-                continue
-            self._reported[(topic, partition)] = ack
+        reported_before = dict(self._reported)
+        for (topic, partition), entry in latest.items():
+            if self._reported.get((topic, partition)) is entry or not self._include_topic(topic):
+                continue  # identity: each ack stores a new entry, even at the same clock reading
+            self._reported[(topic, partition)] = entry
+            source, ack = entry
             changed.append(
                 PartitionReport(
                     topic,
@@ -178,8 +180,9 @@ class ReportSender:
         for datagram in encode_reports(ActivityReport(self._source, wall_ms, tuple(changed))):
             try:
                 self._socket.sendto(datagram, self._address)
-            except OSError as exc:  # no sidecar listening, buffer full: later reports go on
+            except OSError as exc:  # no sidecar listening, buffer full: resend next time
                 logger.debug("activity report to %s not sent: %s", self._address, exc)
+                self._reported = reported_before
             else:
                 self._metrics.report_sent()
 

@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from interceptor.report import parse_address
+from interceptor.schedule import TickSchedule
 from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
 from progress_control.settings import ConfigurationError, component_config
 
@@ -138,6 +139,17 @@ class InterceptorSettings(BaseSettings):
                 "progress.control.start.ms (env PROGRESS_CONTROL_START_MS)"
             )
         return self
+
+    def tick_schedule(self) -> TickSchedule:
+        """The schedule these settings describe."""
+        return TickSchedule(
+            start_ms=self.start_ms,
+            backoff_ms=self.backoff_ms,
+            exponential=self.backoff_exponential,
+            multiplier=self.backoff_multiplier,
+            max_records=self.max_records,
+            end_ms=self.end_ms,
+        )
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> InterceptorSettings:

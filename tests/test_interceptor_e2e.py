@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -14,8 +15,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.serialization import StringSerializer
+from prometheus_client import CollectorRegistry, generate_latest
 
 from interceptor import Producer, SerializingProducer
+from interceptor.report import PartitionReport, decode_report
 from progress_control.broker import EmbeddedKafkaBroker
 from progress_control.protocol import (
     CONTROL_HEADER,
@@ -52,7 +55,7 @@ class TopicReader:
         self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self.records: list[Message] = []
 
-    def read(self, quiet_s: float = 0.3, max_s: float = 5.0) -> list[Message]:
+    def read(self, quiet_s: float = 0.3, max_s: float = 1.0) -> list[Message]:
         """Read until nothing arrived for ``quiet_s`` (at most ``max_s``, for busy topics)."""
         give_up = time.monotonic() + max_s
         while (msg := self._consumer.poll(quiet_s)) is not None:  # tombstones are falsy
@@ -365,3 +368,92 @@ def test_invalid_env_settings_stop_progress_control_run(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "progress.control.start.ms (env PROGRESS_CONTROL_START_MS)" in result.stderr
     assert "app ran" not in result.stdout
+
+
+def test_report_mode_ships_acks_to_the_sidecar_instead_of_ticking(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("report", partitions=2)
+    reader = reader_for(topic, 2)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sidecar:
+        sidecar.bind(("127.0.0.1", 0))
+        sidecar.settimeout(10)
+        address = f"127.0.0.1:{sidecar.getsockname()[1]}"
+        producer = Producer(
+            {
+                "bootstrap.servers": kafka_bootstrap,
+                "progress.control.mode": "report",
+                "progress.control.report.address": address,
+                "progress.control.report.interval.ms": 50,
+                "progress.control.source.id": "reporting-app",
+                **FAST,
+            }
+        )
+        try:
+            before_ms = int(time.time() * 1000)
+            producer.produce(topic, b"v", b"k", partition=0, timestamp=1_000)
+            producer.produce(topic, b"v", b"k", partition=1)
+            assert producer.flush(10) == 0
+            seen: dict[int, PartitionReport] = {}
+            while len(seen) < 2:
+                report = decode_report(sidecar.recv(65_536))
+                assert report.source == "reporting-app"
+                seen.update({p.partition: p for p in report.partitions if p.topic == topic})
+        finally:
+            producer.close()
+    assert seen[0].last_timestamp_ms == 1_000  # the record's own timestamp
+    assert seen[1].last_timestamp_ms >= before_ms
+    assert all(before_ms <= p.last_ack_ms <= int(time.time() * 1000) for p in seen.values())
+    reader.read(quiet_s=1.0)  # well past start.ms: still no tick, the sidecar's job now
+    assert reader.ticks() == []
+
+
+def test_prometheus_collector_exposes_the_counters(
+    kafka_bootstrap: str, create_topic: Callable[..., str]
+) -> None:
+    topic = create_topic("prometheus")
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "progress.control.source.id": "prom", **FAST}
+    )
+    try:
+        producer.produce(topic, b"v", b"k", partition=0)
+        producer.flush(10)
+        wait_for(
+            lambda: (m := producer.progress_metrics()) and m.ticks_sent == 3,
+            timeout_s=20,
+            message="three acknowledged ticks",
+        )
+        registry = CollectorRegistry()
+        collector = producer.progress_collector()
+        assert collector is not None
+        registry.register(collector)
+        text = generate_latest(registry).decode()
+    finally:
+        producer.close()
+    assert 'progress_control_ticks_sent_total{source="prom"} 3.0' in text
+    assert 'progress_control_partitions_idle{source="prom"} 1.0' in text
+    assert (
+        f'progress_control_last_tick_timestamp_seconds{{partition="0",source="prom",topic="{topic}"}}'
+        in text
+    )
+
+
+def test_disabled_progress_control_is_a_plain_producer(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("disabled")
+    reader = reader_for(topic, 1)
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "progress.control.enabled": False, **FAST}
+    )
+    producer.produce(topic, b"v", b"k")
+    producer.flush(10)
+    assert producer.progress_control is None
+    assert producer.progress_metrics() is None
+    reader.read(quiet_s=1.0)
+    assert reader.ticks() == []
+    producer.close()
