@@ -97,11 +97,15 @@ class PartitionActivity:
         """``partition -> (acked record or its timestamp, monotonic ack time)``; written by the
         ack path without a lock (a single dict store is atomic)."""
 
-    def record_data_ack(self, topic: str, partition: int, timestamp_ms: int) -> float | None:
-        """Record a data ack by timestamp; return a deadline when the partition is new."""
+    def record_data_ack(
+        self, topic: str, partition: int, timestamp_ms: int, ack_monotonic: float | None = None
+    ) -> float | None:
+        """Record a data ack by timestamp (at ``ack_monotonic``, default now); return a deadline
+        when the partition is new."""
         key = (topic, partition)
         new = key not in self.latest
-        self.latest[key] = (timestamp_ms, self._clock())
+        now = self._clock()
+        self.latest[key] = (timestamp_ms, now if ack_monotonic is None else min(ack_monotonic, now))
         return self.track(key) if new else None
 
     def track(self, key: TopicPartition) -> float | None:

@@ -120,11 +120,13 @@ def _typed(value: object, kind: type[T]) -> T:
     return value
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6-host]:port`` to ``(host, port)``; ``ValueError`` otherwise."""
+def parse_address(address: str, *, any_port: bool = False) -> tuple[str, int]:
+    """``host:port`` or ``[v6-host]:port`` to ``(host, port)``; ``ValueError`` otherwise. Port 0
+    (any free port) only with ``any_port``, for listeners."""
     host, _, port = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    lowest = 0 if any_port else 1
+    if not host or not port.isdigit() or not lowest <= int(port) < 65536:
         raise ValueError(f"expected host:port, got {address!r}")
     return host, int(port)
 

@@ -18,7 +18,7 @@ from confluent_kafka.cimpl import Producer as KafkaProducer  # the C type, never
 
 from interceptor.activity import DueTick
 from interceptor.metrics import ProgressControlMetrics
-from interceptor.settings import InterceptorSettings
+from interceptor.settings import TickSettings
 from progress_control.protocol import (
     ControlMarker,
     ControlRecord,
@@ -62,7 +62,7 @@ _HOST_ONLY = frozenset(
 
 
 def tick_producer_config(
-    host_config: Mapping[str, Any], settings: InterceptorSettings
+    host_config: Mapping[str, Any], settings: TickSettings
 ) -> dict[str, Any]:
     """The tick producer's config: the host's connection and security settings, our delivery."""
     config = {k: v for k, v in host_config.items() if k not in _HOST_ONLY}
@@ -72,7 +72,7 @@ def tick_producer_config(
             "client.id": f"{client_id}-progress-control",
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 5,
+            "linger.ms": 0,  # ticks are rare; a shorter window for replicas to race
             # A tick that cannot be delivered within this time is stale anyway.
             "message.timeout.ms": 30_000,
             "queue.buffering.max.messages": settings.queue_max_messages,
@@ -92,14 +92,16 @@ class TickSender:
 
     def __init__(
         self,
-        settings: InterceptorSettings,
+        settings: TickSettings,
         host_config: Mapping[str, Any],
         metrics: ProgressControlMetrics,
         *,
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        on_sent: Callable[[ControlRecord], None] | None = None,
     ) -> None:
         self._settings = settings
+        self._on_sent = on_sent
         self._metrics = metrics
         self._monotonic = monotonic
         self._wall_clock = wall_clock
@@ -138,6 +140,8 @@ class TickSender:
                 logger.exception("could not send tick to %s[%d]", due.topic, due.partition)
             else:
                 self._sequence += 1
+                if self._on_sent is not None:
+                    self._on_sent(record)
         self._producer.poll(0)
 
     def poll(self) -> None:

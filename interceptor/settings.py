@@ -15,7 +15,7 @@ import re
 import socket
 import uuid
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
@@ -29,6 +29,7 @@ __all__ = [
     "CONFIG_PREFIX",
     "InterceptorSettings",
     "Mode",
+    "TickSettings",
     "TopicFilter",
     "split_config",
 ]
@@ -50,14 +51,13 @@ def _default_source_id() -> str:
     return f"{socket.gethostname()[:200]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class InterceptorSettings(BaseSettings):
-    """Progress-control settings of one producer. Defaults send at most ``max.records`` ticks per
-    idle period: the first after ``start.ms``, then spaced by a backoff that doubles."""
+class TickSettings(BaseSettings):
+    """When ticks are sent and what they look like; shared by the interceptor and the sidecar.
+    Defaults send at most ``max.records`` ticks per idle period: the first after ``start.ms``,
+    then spaced by a backoff that doubles."""
 
     model_config = component_config(ENV_PREFIX)
 
-    enabled: bool = Field(True, description="Turn progress control off without removing it.")
-    mode: Mode = Field(Mode.TICKS, description="ticks: send control records; report: sidecar.")
     start_ms: int = Field(10_000, ge=1, description="Idle time before the first tick.")
     end_ms: int | None = Field(
         None, ge=1, description="No tick after this much idle time (unset: only max.records)."
@@ -79,10 +79,6 @@ class InterceptorSettings(BaseSettings):
     )
     timestamp_mode: TimestampMode = Field(TimestampMode.EXTRAPOLATED)
     source_id: str = Field(default_factory=_default_source_id, min_length=1, max_length=255)
-    report_address: str = Field(
-        "127.0.0.1:7071", description="Report mode: the sidecar's UDP host:port."
-    )
-    report_interval_ms: int = Field(1_000, ge=10, description="Report mode: send period.")
     queue_max_messages: int = Field(
         10_000, ge=1, description="Local queue bound of the tick producer; full means skip."
     )
@@ -111,12 +107,6 @@ class InterceptorSettings(BaseSettings):
             return None
         return value.encode("utf-8") if isinstance(value, str) else value
 
-    @field_validator("report_address")
-    @classmethod
-    def _host_port(cls, value: str) -> str:
-        parse_address(value)
-        return value
-
     @field_validator("max_records", "end_ms", mode="before")
     @classmethod
     def _unset(cls, value: Any) -> Any:
@@ -126,7 +116,7 @@ class InterceptorSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _bounded(self) -> InterceptorSettings:
+    def _bounded(self) -> Self:
         if self.max_records is None and self.end_ms is None:
             raise ValueError(
                 "set progress.control.max.records (env PROGRESS_CONTROL_MAX_RECORDS) or "
@@ -152,7 +142,7 @@ class InterceptorSettings(BaseSettings):
         )
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> InterceptorSettings:
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
         """Settings from ``progress.control.*`` keys (others ignored) over env and defaults."""
         values = {
             key[len(CONFIG_PREFIX) :].replace(".", "_"): value
@@ -174,6 +164,23 @@ class InterceptorSettings(BaseSettings):
             raise ConfigurationError(
                 "invalid progress-control configuration:\n" + "\n".join(problems)
             ) from None
+
+
+class InterceptorSettings(TickSettings):
+    """Progress-control settings of one producer."""
+
+    enabled: bool = Field(True, description="Turn progress control off without removing it.")
+    mode: Mode = Field(Mode.TICKS, description="ticks: send control records; report: sidecar.")
+    report_address: str = Field(
+        "127.0.0.1:7071", description="Report mode: the sidecar's UDP host:port."
+    )
+    report_interval_ms: int = Field(1_000, ge=10, description="Report mode: send period.")
+
+    @field_validator("report_address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        parse_address(value)
+        return value
 
 
 def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -22,7 +22,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``progress-control`` console script."""
     parser = _parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_level)
+    if not getattr(args, "configures_logging", False):
+        configure_logging(args.log_level)
     try:
         code: int = args.handler(args)
     except (MissingToolError, JarFetchError, BrokerStartError, ConfigurationError) as exc:
@@ -51,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--port", type=int, help="client port (busy or unset: a free one)")
     broker.add_argument("--data-dir", type=Path, help="keep broker data here (default: temp)")
     broker.set_defaults(handler=_broker)
+
+    sidecar = commands.add_parser(
+        "sidecar",
+        help="run progress control as a standalone process (Kubernetes sidecar)",
+        description="Configured by PROGRESS_CONTROL_* env variables; see the README.",
+    )
+    sidecar.set_defaults(handler=_sidecar, configures_logging=True)
 
     run = commands.add_parser(
         "run",
@@ -100,6 +108,28 @@ def _broker(args: argparse.Namespace) -> int:
                 print(f"Kafka broker exited unexpectedly:\n{broker.log_tail()}", file=sys.stderr)
                 return 1
         print("Stopping Kafka broker...", file=sys.stderr, flush=True)
+    return 0
+
+
+def _sidecar(_args: argparse.Namespace) -> int:
+    from sidecar.settings import LogFormat, SidecarSettings
+
+    settings = SidecarSettings.from_config({})
+    json_logs = (
+        None if settings.log_format is LogFormat.AUTO else settings.log_format is LogFormat.JSON
+    )
+    configure_logging(settings.log_level, json=json_logs)
+    from sidecar.service import ProgressControlSidecar
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    sidecar = ProgressControlSidecar(settings).start()
+    print(
+        f"progress-control sidecar: http on port {sidecar.http.port}", file=sys.stderr, flush=True
+    )
+    stop.wait()
+    sidecar.stop()
     return 0
 
 

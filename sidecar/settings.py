@@ -1,0 +1,98 @@
+"""Sidecar settings: env variables (``PROGRESS_CONTROL_*``, ``__`` nesting), an optional YAML file,
+and a secrets directory for Kafka credentials.
+
+Precedence: env variables, then the YAML file named by ``PROGRESS_CONTROL_CONFIG_FILE``, then
+defaults. Every file in ``kafka_secrets_dir`` (a mounted Kubernetes Secret) named like a Kafka
+property, e.g. ``sasl.password``, is merged into ``kafka``.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, YamlConfigSettingsSource
+
+from interceptor.report import parse_address
+from interceptor.settings import TickSettings
+from progress_control.settings import KafkaProperties
+
+__all__ = ["LogFormat", "SidecarSettings"]
+
+DEFAULT_SECRETS_DIR = Path("/var/run/secrets/progress-control")
+
+
+class LogFormat(enum.StrEnum):
+    AUTO = "auto"
+    """JSON when stderr is not a terminal."""
+    JSON = "json"
+    CONSOLE = "console"
+
+
+class SidecarSettings(TickSettings):
+    """Settings of ``progress-control sidecar`` (schedule and tick settings as the interceptor)."""
+
+    kafka: KafkaProperties = Field(
+        default_factory=dict, description="Kafka client properties; bootstrap.servers required."
+    )
+    kafka_secrets_dir: Path = Field(
+        DEFAULT_SECRETS_DIR, description="Files named like Kafka properties, merged into kafka."
+    )
+    watch_enabled: bool = Field(True, description="Watch partitions' offsets on the broker.")
+    watch_interval_ms: int = Field(5_000, ge=100, description="Broker watch period.")
+    metadata_refresh_ms: int = Field(30_000, ge=100, description="New topics/partitions period.")
+    report_listen: str | None = Field(
+        "127.0.0.1:7071", description="UDP host:port for interceptor reports; empty: off."
+    )
+    jitter_ms: int = Field(
+        1_000,
+        ge=0,
+        description="Random per-replica delay added to start.ms, so replicas don't "
+        "tick together and broker verification lets one win.",
+    )
+    http_host: str = Field("127.0.0.1", description="Bind address of /healthz /readyz /metrics.")
+    http_port: int = Field(8081, ge=0, le=65535, description="HTTP port (0: any free port).")
+    admin_timeout_s: float = Field(10.0, gt=0, description="Timeout of one admin request.")
+    shutdown_timeout_s: float = Field(10.0, gt=0, description="Bound on a clean stop.")
+    log_level: str = Field("INFO", pattern=r"(?i)^(debug|info|warning|error|critical)$")
+    log_format: LogFormat = Field(LogFormat.AUTO)
+
+    @field_validator("report_listen", mode="before")
+    @classmethod
+    def _optional_address(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, str):
+            parse_address(value, any_port=True)
+        return value
+
+    @model_validator(mode="after")
+    def _kafka_connection(self) -> Self:
+        if self.kafka_secrets_dir.is_dir():
+            for path in sorted(self.kafka_secrets_dir.iterdir()):
+                if path.is_file() and not path.name.startswith("."):
+                    self.kafka[path.name] = path.read_text().strip()
+        if not self.kafka.get("bootstrap.servers"):
+            raise ValueError(
+                "kafka.bootstrap.servers is required "
+                "(env PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS)"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config_file = os.environ.get("PROGRESS_CONTROL_CONFIG_FILE")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        return tuple(sources)
