@@ -61,9 +61,7 @@ _HOST_ONLY = frozenset(
 )
 
 
-def tick_producer_config(
-    host_config: Mapping[str, Any], settings: TickSettings
-) -> dict[str, Any]:
+def tick_producer_config(host_config: Mapping[str, Any], settings: TickSettings) -> dict[str, Any]:
     """The tick producer's config: the host's connection and security settings, our delivery."""
     config = {k: v for k, v in host_config.items() if k not in _HOST_ONLY}
     client_id = str(host_config.get("client.id", "rdkafka"))
@@ -98,16 +96,19 @@ class TickSender:
         *,
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        on_sent: Callable[[ControlRecord], None] | None = None,
+        eager: bool = False,
     ) -> None:
         self._settings = settings
-        self._on_sent = on_sent
         self._metrics = metrics
         self._monotonic = monotonic
         self._wall_clock = wall_clock
         self._host_config = dict(host_config)
-        # Created on the first tick: a producer that never goes idle opens no extra connections.
-        self._producer: KafkaProducer | None = None
+        # Created on the first tick unless eager: a host producer that never goes idle opens no
+        # extra connections. A long-running sidecar creates it at once, so the first tick does not
+        # wait for the idempotent producer id (a window in which replicas would both tick).
+        self._producer: KafkaProducer | None = (
+            KafkaProducer(tick_producer_config(host_config, settings)) if eager else None
+        )
         self._sequence = 0
 
     def send(self, ticks: list[DueTick]) -> None:
@@ -140,8 +141,6 @@ class TickSender:
                 logger.exception("could not send tick to %s[%d]", due.topic, due.partition)
             else:
                 self._sequence += 1
-                if self._on_sent is not None:
-                    self._on_sent(record)
         self._producer.poll(0)
 
     def poll(self) -> None:

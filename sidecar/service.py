@@ -25,7 +25,6 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from interceptor.activity import DueTick, PartitionActivity, TopicPartition
@@ -33,7 +32,6 @@ from interceptor.metrics import ProgressControlMetrics, PrometheusCollector
 from interceptor.scheduler import IdlePartitionScheduler
 from interceptor.sender import TickSender
 from interceptor.settings import TopicFilter
-from progress_control.protocol import ControlRecord
 from sidecar.http import HealthServer
 from sidecar.reports import ReportListener
 from sidecar.settings import SidecarSettings
@@ -45,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 _TICK_REPORT_POLL_S = 1.0
 _MAX_RETRY_S = 30.0
+_PEEK_LIMIT = 64  # more new records than this on a partition: data, no need to read them
 
 
 class ProgressControlSidecar:
@@ -90,18 +89,20 @@ class ProgressControlSidecar:
         self._ready_gauge = Gauge(
             "progress_control_ready", "1 when connected to the cluster.", registry=self.registry
         )
-        admin_config: dict[str, Any] = {**settings.kafka, "logger": client_log}
+        client_config: dict[str, Any] = {**settings.kafka, "logger": client_log}
         self._watch = BrokerWatch(
-            AdminClient(admin_config),
+            client_config,
             include_topic,
             timeout_s=settings.admin_timeout_s,
             metadata_refresh_s=settings.metadata_refresh_ms / 1000,
         )
         self._lock = threading.Lock()
-        self._expected_end: dict[TopicPartition, int] = {}
-        self._sender = TickSender(
-            settings, settings.kafka, self._tick_metrics, on_sent=self._on_tick_sent
-        )
+        self._seen_end: dict[TopicPartition, int] = {}
+        """End offset up to which the watch has looked for data."""
+        self._data_end: dict[TopicPartition, tuple[float, int]] = {}
+        """Per partition: (ack time of the idle period, end offset when its data was seen).
+        Records beyond that offset are ticks of this idle period, ours or another replica's."""
+        self._sender = TickSender(settings, settings.kafka, self._tick_metrics, eager=True)
         self._scheduler = IdlePartitionScheduler(self.activity, self._send_verified)
         self._scheduler.add_interval_job(self._sender.poll, _TICK_REPORT_POLL_S)
         self._stop = threading.Event()
@@ -140,6 +141,7 @@ class ProgressControlSidecar:
         if self._listener is not None:
             self._listener.stop()
         self._watch_thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._watch.close()
         remaining = self._sender.flush(max(0.0, deadline - time.monotonic()))
         if remaining:
             logger.warning("%d ticks were not delivered before shutdown", remaining)
@@ -196,18 +198,35 @@ class ProgressControlSidecar:
             return
         observed_at = time.monotonic()
         ends = self._watch.end_offsets(partitions)
-        moved = []
+        quiet: dict[TopicPartition, tuple[int, int]] = {}
+        busy: list[TopicPartition] = []
         with self._lock:
             for key, end in ends.items():
-                expected = self._expected_end.get(key)
-                # Our own ticks were counted when sent: they do not look like activity.
-                self._expected_end[key] = max(end, expected or 0)
-                if end > 0 and (expected is None or end > expected):
-                    moved.append(key)
-        if moved:
-            for (topic, partition), timestamp_ms in self._watch.max_timestamps(moved).items():
+                seen = self._seen_end.get(key)
+                self._seen_end[key] = end
+                if seen is None:  # first sight: count as activity now (if it ever had data)
+                    if end > 0:
+                        busy.append(key)
+                elif end - seen > _PEEK_LIMIT:
+                    busy.append(key)
+                elif end > seen:
+                    quiet[key] = (seen, end)
+        # A few new records on a quiet partition may be only ticks (another replica's, or ours):
+        # read them; ticks are not activity.
+        for key, timestamp_ms in self._watch.data_timestamps(quiet).items():
+            if timestamp_ms is not None and timestamp_ms >= 0:
+                self._record_data(key, ends[key], timestamp_ms, observed_at)
+            elif timestamp_ms is not None:
+                busy.append(key)
+        if busy:
+            for key, timestamp_ms in self._watch.max_timestamps(busy).items():
                 if timestamp_ms >= 0:
-                    self._record_activity(topic, partition, timestamp_ms, observed_at)
+                    self._record_data(key, ends[key], timestamp_ms, observed_at)
+
+    def _record_data(self, key: TopicPartition, end: int, timestamp_ms: int, ack: float) -> None:
+        with self._lock:
+            self._data_end[key] = (ack, end)
+        self._record_activity(key[0], key[1], timestamp_ms, ack)
 
     def _set_ready(self, ready: bool) -> None:
         if ready != self._ready.is_set():
@@ -218,7 +237,10 @@ class ProgressControlSidecar:
     # -- ticks ----------------------------------------------------------------------------------
 
     def _send_verified(self, due: list[DueTick]) -> None:
-        """Called by the scheduler thread: drop ticks for partitions someone else advanced."""
+        """Called by the scheduler thread: tick ``n`` of an idle period is sent only if fewer
+        than ``n + 1`` records were appended since the period's data, by anyone. So a replica
+        whose ticks come later skips those the first replica already sent, and takes over if
+        the first one stops."""
         keys = [(tick.topic, tick.partition) for tick in due]
         try:
             ends = self._watch.end_offsets(keys)
@@ -229,17 +251,15 @@ class ProgressControlSidecar:
         verified = []
         with self._lock:
             for tick, key in zip(due, keys, strict=True):
-                end, expected = ends.get(key, -1), self._expected_end.get(key)
-                if expected is not None and end > expected:
-                    self._expected_end[key] = end
+                end = ends.get(key, 0)
+                period_ack, data_end = self._data_end.get(key, (None, end))
+                if period_ack != tick.last_ack_monotonic:
+                    # An idle period the watch did not see start (a report): count from now.
+                    data_end = end
+                    self._data_end[key] = (tick.last_ack_monotonic, end)
+                if end - data_end > tick.tick:
                     self._superseded.inc()
                 else:
-                    self._expected_end.setdefault(key, max(end, 0))
                     verified.append(tick)
         if verified:
             self._sender.send(verified)
-
-    def _on_tick_sent(self, record: ControlRecord) -> None:
-        key = (record.topic, record.partition)
-        with self._lock:
-            self._expected_end[key] = self._expected_end.get(key, 0) + 1
