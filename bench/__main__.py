@@ -9,6 +9,7 @@ BENCHMARKS = {
     "broker-startup": "bench.broker_startup",
     "producer-throughput": "bench.producer_throughput",
     "tick-volume": "bench.tick_volume",
+    "sidecar": "bench.sidecar",
 }
 
 
