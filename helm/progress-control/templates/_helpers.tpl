@@ -1,0 +1,118 @@
+{{/*
+Names, labels and checks shared by the chart's templates. Every template here takes the chart's
+own context: `.` inside this chart, or `(index .Subcharts "progress-control")` from a parent
+chart that has this one as a dependency.
+*/}}
+
+{{/* Chart name (nameOverride wins), a DNS label. */}}
+{{- define "progress-control.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Prefix of resource names: fullnameOverride, else "<release>-<chart>" (once if equal). */}}
+{{- define "progress-control.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<chart>-<version>" for the helm.sh/chart label. */}}
+{{- define "progress-control.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels selecting this release's resources (stable across upgrades). */}}
+{{- define "progress-control.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "progress-control.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of every resource. */}}
+{{- define "progress-control.labels" -}}
+helm.sh/chart: {{ include "progress-control.chart" . }}
+{{ include "progress-control.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kafka-progress-control
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The sidecar's image reference. */}}
+{{- define "progress-control.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* Name of the ConfigMap holding the sidecar's non-secret settings. */}}
+{{- define "progress-control.configMapName" -}}
+{{- include "progress-control.fullname" . | trunc 56 | trimSuffix "-" }}-config
+{{- end -}}
+
+{{/* A Kafka property name (security.protocol) as an env suffix (SECURITY_PROTOCOL). */}}
+{{- define "progress-control.envSuffix" -}}
+{{- . | replace "." "_" | replace "-" "_" | upper -}}
+{{- end -}}
+
+{{/* A values scalar as an env string: integers without exponent (Helm reads YAML numbers as
+floats, and 1000000 would print as 1e+06). */}}
+{{- define "progress-control.envString" -}}
+{{- if kindIs "float64" . -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The UDP address interceptors in the pod report to. */}}
+{{- define "progress-control.reportAddress" -}}
+{{- printf "127.0.0.1:%d" (int .Values.sidecar.report.port) -}}
+{{- end -}}
+
+{{/*
+Checks the schema cannot express; renders nothing, fails the render with a message naming the
+values to change.
+*/}}
+{{- define "progress-control.validate" -}}
+{{- $kafka := .Values.kafka -}}
+{{- if and $kafka.secretEnv (not $kafka.existingSecret) -}}
+{{- fail "progress-control: kafka.secretEnv needs kafka.existingSecret (the Secret to read from)" -}}
+{{- end -}}
+{{- if and $kafka.mountSecret (not $kafka.existingSecret) -}}
+{{- fail "progress-control: kafka.mountSecret needs kafka.existingSecret (the Secret to mount)" -}}
+{{- end -}}
+{{- range $key, $_ := $kafka.config -}}
+{{- $suffix := include "progress-control.envSuffix" $key -}}
+{{- if eq $suffix "BOOTSTRAP_SERVERS" -}}
+{{- fail "progress-control: set kafka.bootstrapServers, not kafka.config.bootstrap.servers" -}}
+{{- end -}}
+{{- if regexMatch "(?i)(password|secret)" $key -}}
+{{- fail (printf "progress-control: kafka.config.%s looks like a credential; ConfigMaps are not secret: put it in kafka.existingSecret and map it in kafka.secretEnv" $key) -}}
+{{- end -}}
+{{- if hasKey $kafka.secretEnv $suffix -}}
+{{- fail (printf "progress-control: %s is set in both kafka.config and kafka.secretEnv" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- $schedule := .Values.schedule -}}
+{{- $maxRecords := index $schedule "maxRecords" -}}
+{{- $endMs := index $schedule "endMs" -}}
+{{- if and (kindIs "invalid" $maxRecords) (kindIs "invalid" $endMs) -}}
+{{- fail "progress-control: set schedule.maxRecords or schedule.endMs, so control records stop during a long idle" -}}
+{{- end -}}
+{{- if and (not (kindIs "invalid" $endMs)) (lt (int64 $endMs) (int64 $schedule.startMs)) -}}
+{{- fail "progress-control: schedule.endMs must be >= schedule.startMs" -}}
+{{- end -}}
+{{- if and .Values.sidecar.report.enabled (eq (int .Values.sidecar.report.port) (int .Values.sidecar.http.port)) -}}
+{{- fail "progress-control: sidecar.report.port and sidecar.http.port must differ" -}}
+{{- end -}}
+{{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "progress-control: sidecar.native=true needs Kubernetes >= 1.29 (native sidecar containers), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- end -}}

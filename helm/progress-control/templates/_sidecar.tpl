@@ -1,0 +1,168 @@
+{{/*
+Public templates: add the progress-control sidecar to any pod spec.
+
+Each takes this chart's context. In this chart that is `.`; in a parent chart that has this one
+as a dependency it is `(index .Subcharts "progress-control")` (or `.Subcharts.<alias>`), so the
+sidecar reads this chart's values and names the ConfigMap this chart renders:
+
+  {{- $pc := index .Subcharts "progress-control" }}
+  spec:
+    initContainers:
+      {{- include "progress-control.sidecar.initContainers" $pc | nindent 6 }}
+    containers:
+      - name: app
+        env:
+          {{- include "progress-control.app.env" $pc | nindent 10 }}
+      {{- include "progress-control.sidecar.containers" $pc | nindent 6 }}
+    volumes:
+      {{- include "progress-control.sidecar.volumes" $pc | nindent 6 }}
+
+progress-control.sidecar.initContainers  the sidecar as a native sidecar when sidecar.native
+                                         (list item for initContainers), else nothing
+progress-control.sidecar.containers      the sidecar as a plain container unless sidecar.native
+                                         (list item for containers), else nothing
+progress-control.sidecar.initContainer   always the native sidecar (restartPolicy: Always)
+progress-control.sidecar.container       always the plain container
+progress-control.sidecar.volumes         the volumes the sidecar mounts (list items)
+progress-control.app.env                 env of an app container whose interceptor reports to
+                                         the sidecar (list items; nothing when reports are off)
+progress-control.podAnnotations          a checksum of the sidecar's settings, so pods restart
+                                         when they change (mapping entries)
+*/}}
+
+{{/* The sidecar container's fields, without the list dash and restartPolicy. */}}
+{{- define "progress-control.sidecar.spec" -}}
+{{- include "progress-control.validate" . -}}
+{{- $sidecar := .Values.sidecar -}}
+name: {{ $sidecar.name }}
+image: {{ include "progress-control.image" . | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+command:
+  - progress-control
+args:
+  - sidecar
+envFrom:
+  - configMapRef:
+      name: {{ include "progress-control.configMapName" . }}
+env:
+  - name: PROGRESS_CONTROL_HTTP_HOST
+    value: {{ $sidecar.http.host | quote }}
+  - name: PROGRESS_CONTROL_HTTP_PORT
+    value: {{ $sidecar.http.port | int | quote }}
+  - name: PROGRESS_CONTROL_SHUTDOWN_TIMEOUT_S
+    value: {{ $sidecar.shutdownTimeoutSeconds | int | quote }}
+  {{- range $name, $key := .Values.kafka.secretEnv }}
+  - name: PROGRESS_CONTROL_KAFKA__{{ include "progress-control.envSuffix" $name }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ $.Values.kafka.existingSecret | quote }}
+        key: {{ $key | quote }}
+  {{- end }}
+  {{- with $sidecar.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+ports:
+  - name: pc-http
+    containerPort: {{ $sidecar.http.port | int }}
+    protocol: TCP
+{{- with $sidecar.probes.startup }}
+{{- if .enabled }}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: {{ $sidecar.http.port | int }}
+  periodSeconds: {{ .periodSeconds | int }}
+  timeoutSeconds: {{ .timeoutSeconds | int }}
+  failureThreshold: {{ .failureThreshold | int }}
+{{- end }}
+{{- end }}
+{{- with $sidecar.probes.liveness }}
+{{- if .enabled }}
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: {{ $sidecar.http.port | int }}
+  periodSeconds: {{ .periodSeconds | int }}
+  timeoutSeconds: {{ .timeoutSeconds | int }}
+  failureThreshold: {{ .failureThreshold | int }}
+{{- end }}
+{{- end }}
+{{- with $sidecar.probes.readiness }}
+{{- if .enabled }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: {{ $sidecar.http.port | int }}
+  periodSeconds: {{ .periodSeconds | int }}
+  timeoutSeconds: {{ .timeoutSeconds | int }}
+  failureThreshold: {{ .failureThreshold | int }}
+{{- end }}
+{{- end }}
+volumeMounts:
+  - name: progress-control-tmp
+    mountPath: /tmp
+  {{- if .Values.kafka.mountSecret }}
+  - name: progress-control-secrets
+    mountPath: /var/run/secrets/progress-control
+    readOnly: true
+  {{- end }}
+resources:
+  {{- toYaml $sidecar.resources | nindent 2 }}
+securityContext:
+  {{- toYaml $sidecar.securityContext | nindent 2 }}
+terminationMessagePolicy: FallbackToLogsOnError
+{{- end -}}
+
+{{/* The sidecar as a plain container: a list item for `containers`. */}}
+{{- define "progress-control.sidecar.container" -}}
+- {{ include "progress-control.sidecar.spec" . | nindent 2 | trim }}
+{{- end -}}
+
+{{/* The sidecar as a native sidecar (Kubernetes >= 1.29): a list item for `initContainers`. */}}
+{{- define "progress-control.sidecar.initContainer" -}}
+- {{ include "progress-control.sidecar.spec" . | nindent 2 | trim }}
+  restartPolicy: Always
+{{- end -}}
+
+{{/* For `initContainers`: the native sidecar when sidecar.native, else nothing. */}}
+{{- define "progress-control.sidecar.initContainers" -}}
+{{- if .Values.sidecar.native -}}
+{{- include "progress-control.sidecar.initContainer" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* For `containers`: the plain sidecar container unless sidecar.native, else nothing. */}}
+{{- define "progress-control.sidecar.containers" -}}
+{{- if not .Values.sidecar.native -}}
+{{- include "progress-control.sidecar.container" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Volumes the sidecar mounts: list items for the pod's `volumes`. */}}
+{{- define "progress-control.sidecar.volumes" -}}
+- name: progress-control-tmp
+  emptyDir:
+    sizeLimit: {{ .Values.sidecar.tmpSizeLimit }}
+{{- if .Values.kafka.mountSecret }}
+- name: progress-control-secrets
+  secret:
+    secretName: {{ .Values.kafka.existingSecret | quote }}
+    # 0444: readable by the sidecar's non-root user without an fsGroup.
+    defaultMode: 292
+{{- end }}
+{{- end -}}
+
+{{/* Env of an app container whose interceptor runs in report mode: list items for `env`. */}}
+{{- define "progress-control.app.env" -}}
+{{- if .Values.sidecar.report.enabled -}}
+- name: PROGRESS_CONTROL_MODE
+  value: report
+- name: PROGRESS_CONTROL_REPORT_ADDRESS
+  value: {{ include "progress-control.reportAddress" . | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod annotations: a checksum of the sidecar's settings (mapping entries). */}}
+{{- define "progress-control.podAnnotations" -}}
+checksum/progress-control-config: {{ include "progress-control.configData" . | sha256sum }}
+{{- end -}}

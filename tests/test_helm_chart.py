@@ -1,0 +1,687 @@
+"""The Helm chart in helm/progress-control, rendered by a real Helm and validated strictly.
+
+Helm comes from :func:`tools.helm.helm_binary` (built once from the Go module proxy and cached,
+or ``$PROGRESS_CONTROL_HELM``). Every rendered manifest is checked against the Kubernetes JSON
+schemas shipped with ``kubernetes-validate`` in strict mode (unknown fields are errors). Each
+values variant is rendered once per module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tools.helm import HELM_VERSION, helm_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "progress-control"
+FULL_VALUES = CHART / "ci" / "full-values.yaml"
+README = ROOT / "helm" / "README.md"
+
+KUBE_VERSION = "1.37.0"
+"""Cluster version for rendering and validation: the newest kubernetes-validate ships."""
+OLDEST_KUBE_VERSION = "1.25.0"
+"""The chart's kubeVersion floor (sidecar.native=false); kubernetes-validate's oldest schemas."""
+RELEASE = "rel"
+NAMESPACE = "streaming"
+
+Manifest = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+class Helm:
+    """Runs the helm binary with isolated config/cache/data dirs (no repositories, no plugins)."""
+
+    def __init__(self, binary: Path, home: Path) -> None:
+        self.binary = binary
+        self.env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(home),
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.binary), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=120,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            pytest.fail(f"helm {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+        return result
+
+    def template(
+        self, *args: str, chart: Path = CHART, kube_version: str = KUBE_VERSION
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run(
+            "template",
+            RELEASE,
+            str(chart),
+            "--namespace",
+            NAMESPACE,
+            "--kube-version",
+            kube_version,
+            *args,
+            check=False,
+        )
+
+    def render(self, *args: str, **kwargs: Any) -> list[Manifest]:
+        result = self.template(*args, **kwargs)
+        if result.returncode != 0:
+            pytest.fail(f"helm template {' '.join(args)} failed:\n{result.stderr}")
+        return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def one(manifests: list[Manifest], kind: str) -> Manifest:
+    found = [m for m in manifests if m["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {[m['metadata']['name'] for m in found]}"
+    return found[0]
+
+
+def pod_spec(manifests: list[Manifest]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+def sidecar_of(spec: dict[str, Any]) -> dict[str, Any]:
+    """The progress-control container, wherever it is; asserts there is exactly one."""
+    found = [
+        c
+        for c in [*(spec.get("initContainers") or []), *spec["containers"]]
+        if c["name"] == "progress-control"
+    ]
+    assert len(found) == 1
+    return found[0]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {item["name"]: item for item in container.get("env", [])}
+
+
+def validate_strictly(manifests: list[Manifest], kube_version: str) -> list[str]:
+    """Validate every manifest; return the kinds that were checked."""
+    checked = []
+    for manifest in manifests:
+        if manifest["apiVersion"].startswith("monitoring.coreos.com/"):
+            # A CRD of the Prometheus Operator: not in the Kubernetes schemas.
+            # test_service_monitor_selects_the_metrics_service checks it instead.
+            continue
+        problem = None
+        try:
+            kubernetes_validate.validate(manifest, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            # Only the message and where: the exception itself dumps the whole schema.
+            problem = f"at {'.'.join(str(p) for p in exc.path)}: {exc.message}"
+        if problem:
+            pytest.fail(
+                f"{manifest['kind']}/{manifest['metadata']['name']} is invalid for Kubernetes "
+                f"{kube_version} {problem}",
+                pytrace=False,
+            )
+        checked.append(manifest["kind"])
+    return checked
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures: one render per values variant
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(helm_binary(), tmp_path_factory.mktemp("helm-home"))
+
+
+@pytest.fixture(scope="module")
+def default_manifests(helm: Helm) -> list[Manifest]:
+    return helm.render()
+
+
+@pytest.fixture(scope="module")
+def full_manifests(helm: Helm) -> list[Manifest]:
+    return helm.render("-f", str(FULL_VALUES))
+
+
+@pytest.fixture(scope="module")
+def full_native_manifests(helm: Helm) -> list[Manifest]:
+    return helm.render("-f", str(FULL_VALUES), "--set", "sidecar.native=true")
+
+
+@pytest.fixture(scope="module")
+def parent_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's chart with this chart as a dependency, using the README's Deployment snippet."""
+    parent = tmp_path_factory.mktemp("parent") / "shop"
+    (parent / "templates").mkdir(parents=True)
+    shutil.copytree(CHART, parent / "charts" / "progress-control")
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    (parent / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "shop",
+                "version": "1.0.0",
+                "dependencies": [
+                    {
+                        "name": "progress-control",
+                        "version": version,
+                        "repository": "file://../progress-control",
+                    }
+                ],
+            }
+        )
+    )
+    (parent / "values.yaml").write_text(readme_block("progress-control:"))
+    (parent / "templates" / "deployment.yaml").write_text(readme_block('index .Subcharts "'))
+    return parent
+
+
+def readme_block(marker: str) -> str:
+    """The fenced yaml block of helm/README.md that contains ``marker``."""
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), re.DOTALL)
+    found = [b for b in blocks if marker in b]
+    assert len(found) == 1, f"expected one README yaml block with {marker!r}"
+    return found[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# helm lint and strict schema validation of everything rendered
+
+
+def test_helm_is_the_pinned_release(helm: Helm) -> None:
+    version = helm.run("version", "--template", "{{ .Version }}").stdout.strip()
+    if os.environ.get("PROGRESS_CONTROL_HELM"):
+        assert re.fullmatch(r"v[34]\.\d+\.\d+.*", version), version
+    else:
+        assert version == f"v{HELM_VERSION}"
+
+
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_helm_lint_strict(helm: Helm, values: Path | None) -> None:
+    args = ["lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION]
+    if values is not None:
+        args += ["-f", str(values)]
+    result = helm.run(*args, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_default_render_validates_strictly(default_manifests: list[Manifest]) -> None:
+    assert sorted(validate_strictly(default_manifests, KUBE_VERSION)) == [
+        "ConfigMap",
+        "Deployment",
+    ]
+
+
+def test_full_render_validates_strictly(full_manifests: list[Manifest]) -> None:
+    kinds = validate_strictly(full_manifests, KUBE_VERSION)
+    assert sorted(kinds) == ["ConfigMap", "Deployment", "Service"]
+    assert [m["kind"] for m in full_manifests].count("ServiceMonitor") == 1
+
+
+def test_full_native_render_validates_strictly(full_native_manifests: list[Manifest]) -> None:
+    validate_strictly(full_native_manifests, KUBE_VERSION)
+
+
+def test_fallback_renders_for_the_oldest_supported_cluster(helm: Helm) -> None:
+    manifests = helm.render("-f", str(FULL_VALUES), kube_version=OLDEST_KUBE_VERSION)
+    validate_strictly(manifests, OLDEST_KUBE_VERSION)
+    assert "initContainers" not in pod_spec(manifests)
+
+
+def test_native_sidecar_refuses_clusters_without_native_sidecars(helm: Helm) -> None:
+    result = helm.template(kube_version="1.28.9")
+    assert result.returncode != 0
+    assert "sidecar.native=true needs Kubernetes >= 1.29" in result.stderr
+    assert helm.template("--set", "sidecar.native=false", kube_version="1.28.9").returncode == 0
+
+
+def test_validation_catches_an_invalid_manifest(default_manifests: list[Manifest]) -> None:
+    # The strict validator really rejects unknown fields (so the checks above mean something).
+    broken = json.loads(json.dumps(one(default_manifests, "Deployment")))
+    sidecar_of(broken["spec"]["template"]["spec"])["restartPolicyy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# what renders
+
+
+def test_native_sidecar_is_an_init_container_restarting_always(
+    default_manifests: list[Manifest],
+) -> None:
+    spec = pod_spec(default_manifests)
+    [sidecar] = spec["initContainers"]
+    assert sidecar["name"] == "progress-control"
+    assert sidecar["restartPolicy"] == "Always"
+    assert [c["name"] for c in spec["containers"]] == ["producer"]
+    assert sidecar["command"] == ["progress-control"]
+    assert sidecar["args"] == ["sidecar"]
+
+
+def test_fallback_sidecar_is_a_plain_container(full_manifests: list[Manifest]) -> None:
+    spec = pod_spec(full_manifests)
+    assert "initContainers" not in spec
+    assert [c["name"] for c in spec["containers"]] == ["producer", "progress-control"]
+    assert "restartPolicy" not in sidecar_of(spec)
+
+
+def test_config_map_carries_kafka_and_schedule_settings(
+    default_manifests: list[Manifest], full_manifests: list[Manifest]
+) -> None:
+    default = one(default_manifests, "ConfigMap")["data"]
+    assert default["PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert default["PROGRESS_CONTROL_START_MS"] == "10000"
+    assert default["PROGRESS_CONTROL_BACKOFF_MS"] == "1000"
+    assert default["PROGRESS_CONTROL_BACKOFF_EXPONENTIAL"] == "true"
+    assert default["PROGRESS_CONTROL_MAX_RECORDS"] == "10"
+    assert "PROGRESS_CONTROL_END_MS" not in default
+    assert "PROGRESS_CONTROL_TOPICS_INCLUDE" not in default
+    assert default["PROGRESS_CONTROL_WATCH_ENABLED"] == "true"
+    assert default["PROGRESS_CONTROL_WATCH_INTERVAL_MS"] == "5000"
+    assert default["PROGRESS_CONTROL_REPORT_LISTEN"] == "127.0.0.1:7071"
+    assert default["PROGRESS_CONTROL_LOG_FORMAT"] == "json"
+    assert all(isinstance(v, str) for v in default.values())
+
+    full = one(full_manifests, "ConfigMap")["data"]
+    assert full["PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS"] == (
+        "broker-0.kafka:9093,broker-1.kafka:9093"
+    )
+    assert full["PROGRESS_CONTROL_KAFKA__SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert full["PROGRESS_CONTROL_KAFKA__SASL_MECHANISM"] == "SCRAM-SHA-512"
+    # Large integers keep their digits (Helm reads YAML numbers as floats).
+    assert full["PROGRESS_CONTROL_KAFKA__MESSAGE_MAX_BYTES"] == "2000000"
+    assert full["PROGRESS_CONTROL_END_MS"] == "3600000"
+    assert full["PROGRESS_CONTROL_MAX_RECORDS"] == "none"
+    assert full["PROGRESS_CONTROL_BACKOFF_EXPONENTIAL"] == "false"
+    assert full["PROGRESS_CONTROL_TOPICS_INCLUDE"] == r"orders,payments\..*"
+    assert full["PROGRESS_CONTROL_TOPICS_EXCLUDE"] == "_.*"
+    assert full["PROGRESS_CONTROL_WATCH_ENABLED"] == "false"
+    assert not any("PASSWORD" in key or "USERNAME" in key for key in full)
+
+
+@pytest.mark.parametrize("variant", ["default", "full"])
+def test_sidecar_env_wiring(
+    variant: str, default_manifests: list[Manifest], full_manifests: list[Manifest]
+) -> None:
+    manifests = default_manifests if variant == "default" else full_manifests
+    sidecar = sidecar_of(pod_spec(manifests))
+    config_map = one(manifests, "ConfigMap")["metadata"]["name"]
+    assert sidecar["envFrom"] == [{"configMapRef": {"name": config_map}}]
+    env = env_of(sidecar)
+    assert env["PROGRESS_CONTROL_HTTP_HOST"]["value"] == "0.0.0.0"  # noqa: S104
+    assert env["PROGRESS_CONTROL_HTTP_PORT"]["value"] == "8081"
+    if variant == "default":
+        assert env["PROGRESS_CONTROL_SHUTDOWN_TIMEOUT_S"]["value"] == "10"
+        assert not any("valueFrom" in item for item in env.values())
+        return
+    assert env["PROGRESS_CONTROL_SHUTDOWN_TIMEOUT_S"]["value"] == "20"
+    assert env["PROGRESS_CONTROL_KAFKA__SASL_USERNAME"]["valueFrom"] == {
+        "secretKeyRef": {"name": "kafka-credentials", "key": "sasl.username"}
+    }
+    assert env["PROGRESS_CONTROL_KAFKA__SASL_PASSWORD"]["valueFrom"] == {
+        "secretKeyRef": {"name": "kafka-credentials", "key": "sasl.password"}
+    }
+    assert env["PROGRESS_CONTROL_JITTER_MS"] == {
+        "name": "PROGRESS_CONTROL_JITTER_MS",
+        "value": "500",
+    }
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def _container_env(container: dict[str, Any], manifests: list[Manifest]) -> dict[str, str]:
+    """The env a container would see: envFrom ConfigMaps, then env (secrets as placeholders)."""
+    config_maps = {m["metadata"]["name"]: m["data"] for m in manifests if m["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        env.update(config_maps[source["configMapRef"]["name"]])
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        elif "secretKeyRef" in item["valueFrom"]:
+            env[item["name"]] = f"secret:{item['valueFrom']['secretKeyRef']['key']}"
+        else:
+            env[item["name"]] = "from-the-pod"
+    return env
+
+
+@pytest.mark.parametrize("variant", ["default", "full"])
+def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
+    variant: str,
+    default_manifests: list[Manifest],
+    full_manifests: list[Manifest],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # The contract with the Python side: what the chart renders is what the settings classes
+    # read (names, value formats, "none" for an unset bound, comma lists, empty = off).
+    from interceptor.settings import InterceptorSettings, Mode
+    from sidecar.settings import LogFormat, SidecarSettings
+
+    manifests = default_manifests if variant == "default" else full_manifests
+    spec = pod_spec(manifests)
+    for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PROGRESS_CONTROL_KAFKA_SECRETS_DIR", str(tmp_path / "no-secrets"))
+    for name, value in _container_env(sidecar_of(spec), manifests).items():
+        monkeypatch.setenv(name, value)
+    settings = SidecarSettings.from_config({})
+    assert settings.http_host == "0.0.0.0"  # noqa: S104
+    assert settings.http_port == 8081
+    assert settings.log_format is LogFormat.JSON
+    assert settings.report_listen == "127.0.0.1:7071"
+    if variant == "default":
+        assert settings.kafka == {"bootstrap.servers": "kafka:9092"}
+        assert (settings.start_ms, settings.max_records, settings.end_ms) == (10_000, 10, None)
+        assert settings.watch_enabled is True
+        assert settings.shutdown_timeout_s == 10
+    else:
+        assert settings.kafka["bootstrap.servers"] == "broker-0.kafka:9093,broker-1.kafka:9093"
+        assert settings.kafka["security.protocol"] == "SASL_SSL"
+        assert settings.kafka["message.max.bytes"] == "2000000"
+        assert settings.kafka["sasl.username"] == "secret:sasl.username"
+        assert settings.kafka["sasl.password"] == "secret:sasl.password"
+        assert (settings.max_records, settings.end_ms) == (None, 3_600_000)
+        assert settings.backoff_exponential is False
+        assert settings.topics_include == ("orders", r"payments\..*")
+        assert settings.topics_exclude == ("_.*",)
+        assert settings.watch_enabled is False
+        assert settings.log_level == "DEBUG"
+        assert settings.jitter_ms == 500
+        assert settings.shutdown_timeout_s == 20
+
+    [app] = [c for c in spec["containers"] if c["name"] != "progress-control"]
+    for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
+        monkeypatch.delenv(name)
+    for name, value in _container_env(app, manifests).items():
+        monkeypatch.setenv(name, value)
+    app_settings = InterceptorSettings.from_config({})
+    assert app_settings.mode is Mode.REPORT
+    assert app_settings.report_address == settings.report_listen
+
+
+def test_secret_mount(default_manifests: list[Manifest], full_manifests: list[Manifest]) -> None:
+    spec = pod_spec(full_manifests)
+    mounts = {m["name"]: m for m in sidecar_of(spec)["volumeMounts"]}
+    assert mounts["progress-control-secrets"] == {
+        "name": "progress-control-secrets",
+        "mountPath": "/var/run/secrets/progress-control",
+        "readOnly": True,
+    }
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["progress-control-secrets"]["secret"]["secretName"] == "kafka-credentials"
+    assert volumes["progress-control-secrets"]["secret"]["defaultMode"] == 0o444
+    default_spec = pod_spec(default_manifests)
+    assert [m["name"] for m in sidecar_of(default_spec)["volumeMounts"]] == ["progress-control-tmp"]
+    assert "progress-control-secrets" not in {v["name"] for v in default_spec["volumes"]}
+
+
+def test_app_container_reports_to_the_sidecar(default_manifests: list[Manifest]) -> None:
+    [app] = pod_spec(default_manifests)["containers"]
+    env = env_of(app)
+    assert env["PROGRESS_CONTROL_MODE"]["value"] == "report"
+    assert env["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == "127.0.0.1:7071"
+    assert app["command"] == ["progress-control", "run", "--"]
+
+
+def test_probes(default_manifests: list[Manifest]) -> None:
+    sidecar = sidecar_of(pod_spec(default_manifests))
+    [port] = sidecar["ports"]
+    assert port == {"name": "pc-http", "containerPort": 8081, "protocol": "TCP"}
+    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8081}
+    assert sidecar["startupProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
+
+
+def test_probes_follow_the_http_port(helm: Helm) -> None:
+    manifests = helm.render("--set", "sidecar.http.port=9100")
+    sidecar = sidecar_of(pod_spec(manifests))
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert sidecar[probe]["httpGet"]["port"] == 9100
+    assert env_of(sidecar)["PROGRESS_CONTROL_HTTP_PORT"]["value"] == "9100"
+
+
+@pytest.mark.parametrize("variant", ["default", "full"])
+def test_security_context_and_resources(
+    variant: str, default_manifests: list[Manifest], full_manifests: list[Manifest]
+) -> None:
+    spec = pod_spec(default_manifests if variant == "default" else full_manifests)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False
+    for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        context = container["securityContext"]
+        assert context["runAsNonRoot"] is True
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert container["resources"]["requests"]["memory"]
+        assert container["resources"]["limits"]["memory"]
+    sidecar = sidecar_of(spec)
+    assert sidecar["securityContext"]["runAsUser"] == 10001
+    assert sidecar["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sidecar["resources"] == {
+        "requests": {"cpu": "50m", "memory": "64Mi"},
+        "limits": {"memory": "128Mi"},
+    }
+    tmp = next(v for v in spec["volumes"] if v["name"] == "progress-control-tmp")
+    assert "emptyDir" in tmp
+    tmp_mount = {"name": "progress-control-tmp", "mountPath": "/tmp"}  # noqa: S108
+    assert tmp_mount in sidecar["volumeMounts"]
+
+
+def test_grace_period_exceeds_the_sidecar_shutdown_timeout(
+    helm: Helm, full_manifests: list[Manifest]
+) -> None:
+    spec = pod_spec(full_manifests)
+    timeout = int(env_of(sidecar_of(spec))["PROGRESS_CONTROL_SHUTDOWN_TIMEOUT_S"]["value"])
+    assert spec["terminationGracePeriodSeconds"] > timeout
+    result = helm.template("--set", "example.terminationGracePeriodSeconds=10")
+    assert result.returncode != 0
+    assert "must exceed sidecar.shutdownTimeoutSeconds" in result.stderr
+
+
+def test_config_changes_roll_the_pods(helm: Helm, default_manifests: list[Manifest]) -> None:
+    def checksum(manifests: list[Manifest]) -> str:
+        deployment = one(manifests, "Deployment")
+        value: str = deployment["spec"]["template"]["metadata"]["annotations"][
+            "checksum/progress-control-config"
+        ]
+        return value
+
+    changed = helm.render("--set", "schedule.startMs=20000")
+    assert checksum(changed) != checksum(default_manifests)
+    assert checksum(helm.render()) == checksum(default_manifests)  # deterministic
+
+
+def test_metrics_service_and_service_monitor(
+    default_manifests: list[Manifest], full_manifests: list[Manifest]
+) -> None:
+    assert {m["kind"] for m in default_manifests} == {"ConfigMap", "Deployment"}
+    service = one(full_manifests, "Service")
+    deployment = one(full_manifests, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    [port] = service["spec"]["ports"]
+    assert port["name"] == "http-metrics"
+    assert port["targetPort"] == 8081
+
+
+def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manifest]) -> None:
+    # Not in the Kubernetes schemas: checked against the ServiceMonitor fields we rely on.
+    monitor = one(full_manifests, "ServiceMonitor")
+    service = one(full_manifests, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    spec = monitor["spec"]
+    assert set(spec) == {"selector", "namespaceSelector", "endpoints"}
+    assert spec["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    [endpoint] = spec["endpoints"]
+    assert endpoint == {
+        "port": "http-metrics",
+        "path": "/metrics",
+        "scheme": "http",
+        "interval": "15s",
+        "scrapeTimeout": "10s",
+    }
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# values.schema.json and the template checks reject bad values
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "sidecar.bogus=1"], "bogus"),
+        (["--set", "bogus=1"], "bogus"),
+        (["--set", "metrics.serviceMonitor.bogus=1"], "bogus"),
+        (["--set", "sidecar.native=maybe"], "native"),
+        (["--set-string", "sidecar.http.port=8081"], "port"),
+        (["--set", "sidecar.http.port=70000"], "port"),
+        (["--set", "schedule.startMs=0"], "startMs"),
+        (["--set", "sidecar.logFormat=xml"], "logFormat"),
+        (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
+        (["--set", "kafka.bootstrapServers="], "bootstrapServers"),
+        (["--set-json", 'sidecar.extraEnv=[{"name":"X"}]'], "extraEnv"),
+    ],
+    ids=[
+        "unknown-sidecar-key",
+        "unknown-top-level-key",
+        "unknown-nested-key",
+        "bool-as-string",
+        "port-as-string",
+        "port-out-of-range",
+        "below-minimum",
+        "not-in-enum",
+        "pull-policy-enum",
+        "empty-bootstrap",
+        "env-without-value",
+    ],
+)
+def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
+    result = helm.template(*args)
+    assert result.returncode != 0, f"helm template {args} should fail"
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "kafka.secretEnv.SASL_PASSWORD=password"], "needs kafka.existingSecret"),
+        (["--set", "kafka.mountSecret=true"], "needs kafka.existingSecret"),
+        (["--set", "kafka.config.sasl\\.password=hunter2"], "looks like a credential"),
+        (["--set", "kafka.config.bootstrap\\.servers=x:9092"], "set kafka.bootstrapServers"),
+        (["--set", "schedule.maxRecords=null"], "set schedule.maxRecords or schedule.endMs"),
+        (["--set", "schedule.endMs=5"], "schedule.endMs must be >= schedule.startMs"),
+        (["--set", "sidecar.report.port=8081"], "must differ"),
+        (["--set", "example.enabled=false,metrics.service.enabled=true"], "metrics.service"),
+    ],
+    ids=[
+        "secret-env-without-secret",
+        "mount-without-secret",
+        "password-in-config-map",
+        "duplicate-bootstrap",
+        "unbounded-schedule",
+        "end-before-start",
+        "port-clash",
+        "service-without-selector",
+    ],
+)
+def test_template_checks_reject(helm: Helm, args: list[str], message: str) -> None:
+    result = helm.template(*args)
+    assert result.returncode != 0, f"helm template {args} should fail"
+    assert message in result.stderr
+
+
+def test_values_file_and_schema_agree() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+
+    def closed(node: dict[str, Any], where: str) -> None:
+        if node.get("type") == "object" and "properties" in node:
+            assert node.get("additionalProperties") is False, f"{where} is open"
+        for key, child in node.get("properties", {}).items():
+            closed(child, f"{where}.{key}")
+        for key, child in node.get("definitions", {}).items():
+            closed(child, f"#/definitions/{key}")
+
+    closed(schema, "values")
+
+
+# ---------------------------------------------------------------------------------------------
+# documentation
+
+
+def _leaf_paths(node: Any, prefix: str = "") -> Iterator[str]:
+    if isinstance(node, dict) and node:
+        for key, child in node.items():
+            yield from _leaf_paths(child, f"{prefix}.{key}" if prefix else key)
+    else:
+        yield prefix
+
+
+def test_every_value_is_documented() -> None:
+    text = (CHART / "values.yaml").read_text()
+    readme = README.read_text()
+    missing = [p for p in _leaf_paths(yaml.safe_load(text)) if f"| `{p}` |" not in readme]
+    assert not missing, f"values missing from the helm/README.md table: {missing}"
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
+        if re.match(r"^\s*[A-Za-z][\w.-]*:", line):
+            previous = lines[number - 1].strip()
+            assert previous.startswith("#"), f"values.yaml line {number + 1} has no comment"
+
+
+def test_readme_snippet_in_a_parent_chart(helm: Helm, parent_chart: Path) -> None:
+    lint = helm.run("lint", "--strict", str(parent_chart), "--kube-version", KUBE_VERSION)
+    assert "0 chart(s) failed" in lint.stdout
+    for native in ("true", "false"):
+        manifests = helm.render(
+            "--set", f"progress-control.sidecar.native={native}", chart=parent_chart
+        )
+        validate_strictly(manifests, KUBE_VERSION)
+        # The example is off: the only Deployment is the parent's, with our sidecar in it.
+        deployment = one(manifests, "Deployment")
+        assert deployment["metadata"]["name"] == f"{RELEASE}-producer"
+        spec = deployment["spec"]["template"]["spec"]
+        sidecar = sidecar_of(spec)
+        if native == "true":
+            assert spec["initContainers"] == [sidecar]
+            assert sidecar["restartPolicy"] == "Always"
+        else:
+            assert spec["initContainers"] is None
+            assert spec["containers"][-1] == sidecar
+        # The sidecar reads the ConfigMap our chart rendered, with the parent's values.
+        config_map = one(manifests, "ConfigMap")
+        assert sidecar["envFrom"] == [{"configMapRef": {"name": config_map["metadata"]["name"]}}]
+        data = config_map["data"]
+        assert data["PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS"] == "kafka.kafka:9092"
+        assert data["PROGRESS_CONTROL_KAFKA__SECURITY_PROTOCOL"] == "SASL_SSL"
+        assert env_of(sidecar)["PROGRESS_CONTROL_KAFKA__SASL_PASSWORD"]["valueFrom"] == {
+            "secretKeyRef": {"name": "kafka-credentials", "key": "password"}
+        }
+        assert sidecar["image"] == "registry.example.com/progress-control:0.1.0"
+        [app] = [c for c in spec["containers"] if c["name"] == "producer"]
+        assert env_of(app)["PROGRESS_CONTROL_MODE"]["value"] == "report"
+        assert {v["name"] for v in spec["volumes"]} == {"progress-control-tmp"}

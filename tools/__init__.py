@@ -1,0 +1,1 @@
+"""Developer tooling used by the test suite (not shipped in the wheel)."""
