@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer as PlainProducer
 
+from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
 from progress_control.protocol import parse_control_headers
 from progress_control.settings import ConfigurationError
 from sidecar.service import ProgressControlSidecar
@@ -191,10 +192,11 @@ def test_three_replicas_send_about_as_many_ticks_as_one(
     assert three <= 1.1 * one
 
 
-def test_http_endpoints_and_sigterm(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_http_endpoints_readiness_and_sigterm(tmp_path: Path) -> None:
     with socket.socket() as sock:  # a port with no broker behind it yet
         sock.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+        broker_port = int(sock.getsockname()[1])
+    dead = f"127.0.0.1:{broker_port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROGRESS_CONTROL_")}
     env |= {
         "PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS": dead,
@@ -220,8 +222,15 @@ def test_http_endpoints_and_sigterm(kafka_bootstrap: str, tmp_path: Path) -> Non
         assert "progress_control_ready 0.0" in metrics
         assert "progress_control_ticks_sent_total" in metrics
         assert process.poll() is None  # retrying, not crash-looping
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0
+        # The broker comes up on that port: the sidecar connects and becomes ready.
+        with EmbeddedKafkaBroker(BrokerSettings(port=broker_port)) as broker:
+            assert broker.bootstrap_servers == dead
+            wait_for(
+                lambda: get(port, "/readyz") == (200, "ready\n"), timeout_s=60, message="ready"
+            )
+            assert "progress_control_ready 1.0" in get(port, "/metrics")[1]
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0
     finally:
         if process.poll() is None:
             process.kill()
