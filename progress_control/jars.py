@@ -9,20 +9,16 @@ check (a deleted or truncated jar, a missing manifest) is fetched again.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 
+from progress_control.cache import fill_once
 from progress_control.settings import default_cache_dir
 
 __all__ = [
@@ -113,35 +109,16 @@ def find_maven() -> Path:
 
 def fetch_jars(jar_set: JarSet, cache_dir: Path | None = None, *, quiet: bool = False) -> Path:
     """Return the directory holding ``jar_set``'s jars, fetching them first when needed."""
-    root = (cache_dir or default_cache_dir()) / "jars"
-    target = root / jar_set.directory_name
-    if _is_complete(target):
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(root / f".{jar_set.directory_name}.lock"):
-        if _is_complete(target):  # another process fetched it while we waited
-            return target
-        if target.exists():
-            if not quiet:
-                print(
-                    f"jar cache {target} is incomplete or corrupt; fetching again", file=sys.stderr
-                )
-            shutil.rmtree(target)
-        if not quiet:
-            print(
-                f"Fetching {jar_set.description} jars from Maven Central into {target} "
-                "(first run only)...",
-                file=sys.stderr,
-                flush=True,
-            )
-        staging = Path(tempfile.mkdtemp(prefix=f".{jar_set.directory_name}-", dir=root))
-        try:
-            _copy_dependencies(jar_set, staging)
-            _write_manifest(staging)
-            staging.rename(target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    target = (cache_dir or default_cache_dir()) / "jars" / jar_set.directory_name
+
+    def build(staging: Path) -> None:
+        _copy_dependencies(jar_set, staging)
+        _write_manifest(staging)
+
+    announce = (
+        f"Fetching {jar_set.description} jars from Maven Central into {target} (first run only)..."
+    )
+    return fill_once(target, _is_complete, build, None if quiet else announce)
 
 
 def classpath(directory: Path) -> str:
@@ -205,13 +182,3 @@ def _digest(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             sha.update(chunk)
     return f"{path.stat().st_size}:{sha.hexdigest()}"
-
-
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from progress_control.broker import EmbeddedKafkaBroker
-from tests.helpers import unique_name
+from tests.helpers import TopicReader, unique_name
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 
@@ -76,3 +76,16 @@ def create_topic(kafka_admin: AdminClient) -> Callable[..., str]:
         return name
 
     return create
+
+
+@pytest.fixture
+def reader_for(kafka_bootstrap: str) -> Iterator[Callable[[str, int], TopicReader]]:
+    readers: list[TopicReader] = []
+
+    def make(topic: str, partitions: int) -> TopicReader:
+        readers.append(TopicReader(kafka_bootstrap, topic, partitions))
+        return readers[-1]
+
+    yield make
+    for reader in readers:
+        reader.close()

@@ -7,6 +7,10 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from progress_control.protocol import is_control_record
+
 T = TypeVar("T")
 
 
@@ -31,3 +35,42 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {message}")
         time.sleep(interval_s)
+
+
+class TopicReader:
+    """Reads every record of a topic from the beginning, incrementally."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": unique_name("reader"),
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.records: list[Message] = []
+
+    def read(self, quiet_s: float = 0.3, max_s: float = 1.0) -> list[Message]:
+        """Read until nothing arrived for ``quiet_s`` (at most ``max_s``, for busy topics)."""
+        give_up = time.monotonic() + max_s
+        while (msg := self._consumer.poll(quiet_s)) is not None:  # tombstones are falsy
+            if msg.error() is None:
+                self.records.append(msg)
+            if time.monotonic() > give_up:
+                break
+        return self.records
+
+    def ticks(self) -> list[Message]:
+        return [m for m in self.read() if is_control_record(m)]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def ticks_by_partition(ticks: list[Message]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for tick in ticks:
+        counts[tick.partition() or 0] = counts.get(tick.partition() or 0, 0) + 1
+    return counts

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ from progress_control.protocol import (
     parse_control_headers,
 )
 from progress_control.settings import ConfigurationError
-from tests.helpers import unique_name, wait_for
+from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
 
 APP = Path(__file__).parent / "apps" / "clicks_app.py"
 CLI = [sys.executable, "-m", "progress_control.cli"]
@@ -38,58 +38,6 @@ FAST = {
     "progress.control.backoff.exponential": False,
     "progress.control.max.records": 3,
 }
-
-
-class TopicReader:
-    """Reads every record of a topic from the beginning, incrementally."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": unique_name("reader"),
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
-        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        self.records: list[Message] = []
-
-    def read(self, quiet_s: float = 0.3, max_s: float = 1.0) -> list[Message]:
-        """Read until nothing arrived for ``quiet_s`` (at most ``max_s``, for busy topics)."""
-        give_up = time.monotonic() + max_s
-        while (msg := self._consumer.poll(quiet_s)) is not None:  # tombstones are falsy
-            if msg.error() is None:
-                self.records.append(msg)
-            if time.monotonic() > give_up:
-                break
-        return self.records
-
-    def ticks(self) -> list[Message]:
-        return [m for m in self.read() if is_control_record(m)]
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
-@pytest.fixture
-def reader_for(kafka_bootstrap: str) -> Iterator[Callable[[str, int], TopicReader]]:
-    readers: list[TopicReader] = []
-
-    def make(topic: str, partitions: int) -> TopicReader:
-        readers.append(TopicReader(kafka_bootstrap, topic, partitions))
-        return readers[-1]
-
-    yield make
-    for reader in readers:
-        reader.close()
-
-
-def ticks_by_partition(ticks: list[Message]) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for tick in ticks:
-        counts[tick.partition() or 0] = counts.get(tick.partition() or 0, 0) + 1
-    return counts
 
 
 def test_idle_partitions_get_capped_ticks_and_resume_after_data(

@@ -11,7 +11,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,8 @@ from progress_control.protocol import parse_control_headers
 from progress_control.settings import ConfigurationError
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
-from tests.helpers import wait_for
-from tests.test_interceptor_e2e import APP, CLI, TopicReader, ticks_by_partition
+from tests.helpers import TopicReader, ticks_by_partition, wait_for
+from tests.test_interceptor_e2e import APP, CLI
 
 FAST = {
     "start.ms": 600,
@@ -53,19 +53,6 @@ def get(port: int, path: str) -> tuple[int, str]:
             return int(response.status), response.read().decode()
     except urllib.error.HTTPError as error:
         return int(error.code), error.read().decode()
-
-
-@pytest.fixture
-def reader_for(kafka_bootstrap: str) -> Iterator[Callable[[str, int], TopicReader]]:
-    readers: list[TopicReader] = []
-
-    def make(topic: str, partitions: int) -> TopicReader:
-        readers.append(TopicReader(kafka_bootstrap, topic, partitions))
-        return readers[-1]
-
-    yield make
-    for reader in readers:
-        reader.close()
 
 
 def keep_writing(bootstrap: str, topic: str, partitions: tuple[int, ...]) -> Callable[[], None]:
@@ -104,8 +91,8 @@ def test_broker_watch_ticks_exactly_the_idle_partitions(
     first.flush(10)
     stop_writing = keep_writing(kafka_bootstrap, topic, (0, 1))
     try:
-        settings = sidecar_settings(
-            kafka_bootstrap, **{"topics.include": topic, "source.id": "watcher"}
+        settings = sidecar_settings(  # start.ms well above any stall of the busy writer
+            kafka_bootstrap, **{"topics.include": topic, "source.id": "watcher", "start.ms": 1500}
         )
         with ProgressControlSidecar(settings) as sidecar:
             wait_for(

@@ -14,18 +14,14 @@ not the 1.20 fallback compiled into the source.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
+from progress_control.cache import fill_once
 from progress_control.jars import MissingToolError
 from progress_control.settings import default_cache_dir
 
@@ -72,30 +68,13 @@ def helm_binary(cache_dir: Path | None = None) -> Path:
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise MissingToolError(f"PROGRESS_CONTROL_HELM={override} is not an executable file")
         return path
-    root = (cache_dir or default_cache_dir()) / "tools"
-    target = root / f"helm-{HELM_VERSION}"
-    binary = target / "helm"
-    if _is_executable(binary):
-        return binary
-    root.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(root / f".helm-{HELM_VERSION}.lock"):
-        if _is_executable(binary):  # another process built it while we waited
-            return binary
-        if target.exists():
-            shutil.rmtree(target)
-        print(
-            f"Building Helm v{HELM_VERSION} from the Go module proxy into {target} "
-            "(first run only; takes a few minutes)...",
-            file=sys.stderr,
-            flush=True,
-        )
-        staging = Path(tempfile.mkdtemp(prefix=f".helm-{HELM_VERSION}-", dir=root))
-        try:
-            _build(staging)
-            staging.rename(target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return binary
+    target = (cache_dir or default_cache_dir()) / "tools" / f"helm-{HELM_VERSION}"
+    announce = (
+        f"Building Helm v{HELM_VERSION} from the Go module proxy into {target} "
+        "(first run only; takes a few minutes)..."
+    )
+    fill_once(target, lambda directory: _is_executable(directory / "helm"), _build, announce)
+    return target / "helm"
 
 
 def _build(staging: Path) -> None:
@@ -175,13 +154,3 @@ def _run(command: list[str], env: dict[str, str], cwd: Path) -> str:
 
 def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
-
-
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
