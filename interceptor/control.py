@@ -77,6 +77,8 @@ class ProgressControl:
         if user_callback is None:
             return record
 
+        # The same lines as record(), inlined: calling record() here would add a Python call per
+        # ack, a quarter of the interceptor's whole per-record cost.
         def record_then_call(error: KafkaError | None, msg: Message) -> None:
             if error is None:
                 key = (msg.topic(), msg.partition())

@@ -26,6 +26,7 @@ from interceptor.settings import InterceptorSettings, split_config
 
 __all__ = ["Producer", "SerializingProducer"]
 
+_TICK_FLUSH_S = 10.0  # bound on waiting for ticks in flush() without a timeout
 _CLOSE_AT_EXIT_S = 2.0  # bound on flushing ticks when the process exits (the broker may be gone)
 
 Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None
@@ -54,10 +55,13 @@ class _ProgressControlled:
             # Stop the scheduler thread when the producer is collected or the process exits.
             weakref.finalize(self, self._progress.close, _CLOSE_AT_EXIT_S)
 
-    def flush(self, *args: Any, **kwargs: Any) -> int:
-        remaining: int = super().flush(*args, **kwargs)  # type: ignore[misc]
+    def flush(self, timeout: float = -1) -> int:
+        remaining: int = super().flush(timeout)  # type: ignore[misc]
         if self._progress is not None:
-            self._progress.flush()
+            # Ticks wait no longer than the caller agreed to (nor than a bound when it did not):
+            # an app flushing with a short timeout during an outage must not block on our ticks.
+            bound = _TICK_FLUSH_S if timeout < 0 else min(timeout, _TICK_FLUSH_S)
+            self._progress.flush(bound)
         return remaining
 
     def close(self, *args: Any, **kwargs: Any) -> Any:

@@ -30,6 +30,7 @@ __all__ = [
     "fetch_jars",
     "find_java",
     "find_maven",
+    "find_tool",
     "kafka_broker_jars",
     "spark_kafka_connector_jars",
 ]
@@ -94,17 +95,24 @@ def find_java() -> Path:
     return Path(found)
 
 
+def find_tool(command: str, override_env: str, missing: str) -> Path:
+    """``$override_env`` when it names a file, else ``command`` on ``PATH``; otherwise raise
+    :class:`MissingToolError` with ``missing`` (what it is for and how to install it)."""
+    override = os.environ.get(override_env)
+    found = override if override and Path(override).is_file() else shutil.which(command)
+    if found is None:
+        raise MissingToolError(f"{missing} (no `{command}` on PATH, {override_env} unset).")
+    return Path(found)
+
+
 def find_maven() -> Path:
     """The ``mvn`` launcher: ``$PROGRESS_CONTROL_MVN``, else ``mvn`` on ``PATH``."""
-    override = os.environ.get("PROGRESS_CONTROL_MVN")
-    found = override if override and Path(override).is_file() else shutil.which("mvn")
-    if found is None:
-        raise MissingToolError(
-            "Maven was not found (no `mvn` on PATH, PROGRESS_CONTROL_MVN unset). It is needed once "
-            "to fetch jars from Maven Central into the cache: install Maven (e.g. `apt-get install "
-            "maven`) or set PROGRESS_CONTROL_MVN to the mvn launcher."
-        )
-    return Path(found)
+    return find_tool(
+        "mvn",
+        "PROGRESS_CONTROL_MVN",
+        "Maven was not found. It is needed once to fetch jars from Maven Central into the cache: "
+        "install Maven (e.g. `apt-get install maven`) or set PROGRESS_CONTROL_MVN to the launcher",
+    )
 
 
 def fetch_jars(jar_set: JarSet, cache_dir: Path | None = None, *, quiet: bool = False) -> Path:

@@ -17,12 +17,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 from progress_control.cache import fill_once
-from progress_control.jars import MissingToolError
+from progress_control.jars import MissingToolError, find_tool
 from progress_control.settings import default_cache_dir
 
 __all__ = [
@@ -49,15 +48,12 @@ class HelmBuildError(RuntimeError):
 
 def find_go() -> Path:
     """The ``go`` command: ``$PROGRESS_CONTROL_GO``, else ``go`` on ``PATH``."""
-    override = os.environ.get("PROGRESS_CONTROL_GO")
-    found = override if override and Path(override).is_file() else shutil.which("go")
-    if found is None:
-        raise MissingToolError(
-            "Go was not found (no `go` on PATH, PROGRESS_CONTROL_GO unset). The Helm chart tests "
-            f"build Helm v{HELM_VERSION} from the Go module proxy once: install Go >= 1.26 "
-            "(https://go.dev/dl/), or point PROGRESS_CONTROL_HELM at an existing helm binary."
-        )
-    return Path(found)
+    return find_tool(
+        "go",
+        "PROGRESS_CONTROL_GO",
+        f"Go was not found. The Helm chart tests build Helm v{HELM_VERSION} from the Go module "
+        "proxy once: install Go >= 1.26, or point PROGRESS_CONTROL_HELM at a helm binary",
+    )
 
 
 def helm_binary(cache_dir: Path | None = None) -> Path:
