@@ -45,16 +45,15 @@ class ProgressControl:
                 self._metrics,
                 include_topic=include_topic,
             )
+            # Only the scheduler's thread is used: reports go out periodically, no ticks are due.
             self._scheduler = IdlePartitionScheduler(self._activity, lambda _: None)
             self._scheduler.add_interval_job(
                 self._reporter.send, settings.report_interval_ms / 1000
             )
-            self._arm: Callable[[float], None] = lambda _deadline: None
         else:
             self._sender = TickSender(settings, host_config, self._metrics)
             self._scheduler = IdlePartitionScheduler(self._activity, self._sender.send)
             self._scheduler.add_interval_job(self._sender.poll, _TICK_REPORT_POLL_S)
-            self._arm = self._scheduler.arm
         self._scheduler.start()
 
     def delivery_callback(self, user_callback: DeliveryCallback | None) -> DeliveryCallback:
@@ -91,10 +90,12 @@ class ProgressControl:
         return record_then_call
 
     def _new_partition(self, key: TopicPartition) -> None:
+        if self._sender is None:
+            return  # report mode: the sidecar schedules ticks, nothing to track here
         try:
             deadline = self._activity.track(key)
             if deadline is not None:
-                self._arm(deadline)
+                self._scheduler.arm(deadline)
         except Exception:
             # Never break the host's delivery callbacks; log a bounded amount.
             if self._errors_logged < 10:
