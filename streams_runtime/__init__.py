@@ -1,1 +1,54 @@
-"""A Kafka Streams-style stream-processing runtime that consumes control records."""
+"""A Kafka Streams-style stream-processing runtime on confluent-kafka that consumes control
+records: stream time keeps moving on idle inputs, so session windows close and suppressed
+results come out without new data.
+
+    from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
+    from streams_runtime.serdes import Json, String
+"""
+
+from streams_runtime.app import App
+from streams_runtime.errors import BadRecordError, StreamsError
+from streams_runtime.record import Record
+from streams_runtime.settings import (
+    BadRecordPolicy,
+    ProcessingGuarantee,
+    RuntimeSettings,
+    StateEngine,
+)
+from streams_runtime.topology import (
+    GroupedStream,
+    SessionWindowedStream,
+    Stream,
+    StreamsBuilder,
+    Suppressed,
+    Table,
+    Topology,
+    TopologyError,
+    WindowedTable,
+    until_window_closes,
+)
+from streams_runtime.windowed import Windowed
+from streams_runtime.windows import SessionWindows
+
+__all__ = [
+    "App",
+    "BadRecordError",
+    "BadRecordPolicy",
+    "GroupedStream",
+    "ProcessingGuarantee",
+    "Record",
+    "RuntimeSettings",
+    "SessionWindowedStream",
+    "SessionWindows",
+    "StateEngine",
+    "Stream",
+    "StreamsBuilder",
+    "StreamsError",
+    "Suppressed",
+    "Table",
+    "Topology",
+    "TopologyError",
+    "Windowed",
+    "WindowedTable",
+    "until_window_closes",
+]

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from progress_control.broker import EmbeddedKafkaBroker
+from streams_runtime import App, StreamsBuilder
 from tests.helpers import TopicReader, unique_name
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
@@ -89,3 +91,24 @@ def reader_for(kafka_bootstrap: str) -> Iterator[Callable[[str, int], TopicReade
     yield make
     for reader in readers:
         reader.close()
+
+
+@pytest.fixture
+def run_app(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., App]]:
+    """Start a streams runtime ``App`` in a background thread; ``run_app(builder, **settings)``.
+    Every app gets a unique application id and its own state dir, and is closed at teardown."""
+    apps: list[App] = []
+
+    def start(builder: StreamsBuilder, **settings: object) -> App:
+        settings.setdefault("application_id", unique_name("app"))
+        settings.setdefault("state_dir", tmp_path / f"state-{len(apps)}")
+        settings.setdefault("commit_interval_ms", 200)
+        app = App(builder, bootstrap_servers=kafka_bootstrap, **settings)
+        apps.append(app)
+        app.start()
+        assert app.wait_until("RUNNING", 60), f"app did not start: {app.error!r}"
+        return app
+
+    yield start
+    for app in apps:
+        app.close()

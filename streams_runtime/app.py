@@ -1,0 +1,143 @@
+"""``App``: runs a topology (Kafka Streams' ``KafkaStreams``)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import uuid
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from streams_runtime.internal_topics import prepare_topics
+from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.settings import RuntimeSettings
+from streams_runtime.stream_thread import StreamThread
+from streams_runtime.topology import StreamsBuilder, Topology
+from progress_control.settings import load_settings
+
+__all__ = ["App"]
+
+logger = logging.getLogger(__name__)
+
+
+class App:
+    """Runs the topology of ``builder`` with ``settings`` (or settings given as keywords, which
+    override ``PROGRESS_CONTROL_RUNTIME_*`` env variables)::
+
+        app = App(builder, application_id="sessions", bootstrap_servers="localhost:9092")
+        app.run()  # until SIGTERM / Ctrl-C, or app.close() from another thread
+    """
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        settings: RuntimeSettings | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.settings = settings or load_settings(RuntimeSettings, **overrides)
+        self.topology: Topology = builder.build(self.settings.application_id)
+        self.metrics = RuntimeMetrics(self.settings.application_id)
+        self.state = "CREATED"
+        self._state_changed = threading.Condition()
+        self._thread: StreamThread | None = None
+        self._runner: threading.Thread | None = None
+        self._stop_requested = threading.Event()
+        self.error: BaseException | None = None
+
+    @property
+    def instance_id(self) -> str:
+        """This instance's id, kept in the state directory across restarts (it names the
+        transactional id, so a restarted instance fences and aborts its predecessor's open
+        transaction at once)."""
+        directory = Path(self.settings.state_dir) / self.settings.application_id
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "instance.id"
+        if not path.exists():
+            path.write_text(uuid.uuid4().hex[:12])
+        return path.read_text().strip()
+
+    def run(self) -> None:
+        """Process until :meth:`close` (or SIGTERM/SIGINT on the main thread); raises the error
+        that stopped the app, if any."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        self._set_state("STARTING")
+        server = None
+        try:
+            if self.settings.metrics_port is not None:
+                from prometheus_client import start_http_server
+
+                server, _ = start_http_server(
+                    self.settings.metrics_port,
+                    addr=self.settings.metrics_host,
+                    registry=self.metrics.registry,
+                )
+            partition_counts = prepare_topics(self.topology, self.settings)
+            self._thread = StreamThread(
+                self.topology,
+                self.settings,
+                instance_id=self.instance_id,
+                metrics=self.metrics,
+                partition_counts=partition_counts,
+                on_state=self._set_state,
+            )
+            if self._stop_requested.is_set():
+                self._thread.stop()
+            self._thread.run()
+        except BaseException as exc:
+            self.error = exc
+            self._set_state("ERROR")
+            raise
+        finally:
+            if server is not None:
+                server.shutdown()
+            if self.state != "ERROR":
+                self._set_state("NOT_RUNNING")
+
+    def start(self) -> None:
+        """Run in a background thread (errors end up in :attr:`error`)."""
+
+        def target() -> None:
+            try:
+                self.run()
+            except BaseException:
+                logger.exception("streams app stopped with an error")
+
+        self._runner = threading.Thread(target=target, name="streams-app", daemon=True)
+        self._runner.start()
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop processing, commit, and release every resource."""
+        self._stop_requested.set()
+        if self._thread is not None:
+            self._thread.stop()
+        if self._runner is not None and self._runner is not threading.current_thread():
+            self._runner.join(timeout_s)
+
+    def wait_until(self, state: str, timeout_s: float = 60.0) -> bool:
+        """Block until the app reaches ``state`` (e.g. "RUNNING"); False on timeout or error."""
+        with self._state_changed:
+            return (
+                self._state_changed.wait_for(lambda: self.state in {state, "ERROR"}, timeout_s)
+                and self.state == state
+            )
+
+    def _set_state(self, state: str) -> None:
+        with self._state_changed:
+            self.state = state
+            self._state_changed.notify_all()
+        logger.info("streams app %s: %s", self.settings.application_id, state)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        logger.info("signal %d: stopping", signum)
+        self.close()
+
+    def __enter__(self) -> App:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

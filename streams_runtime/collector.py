@@ -1,0 +1,155 @@
+"""The runtime's producer: outputs, repartition records, changelog writes, dead letters and
+progress ticks, in one producer transaction per commit interval under exactly-once.
+
+It is our instrumented :class:`interceptor.Producer` (progress control attached by configuration),
+so partitions the runtime stops writing to keep receiving control records, and repartition topics
+carry stream time across sub-topologies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from interceptor import Producer
+from progress_control.protocol import ControlMarker, ControlRecord
+from streams_runtime.errors import StreamsError
+from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.record import Headers, TopicPartitionId
+from streams_runtime.settings import RuntimeSettings
+
+__all__ = ["RecordCollector"]
+
+logger = logging.getLogger(__name__)
+
+_TRANSACTION_TIMEOUT_S = 60.0
+
+
+class RecordCollector:
+    """Sends the runtime's records; raises :class:`StreamsError` on a failed delivery at the next
+    flush or commit, so offsets are never committed past output that did not arrive."""
+
+    def __init__(
+        self, settings: RuntimeSettings, instance_id: str, metrics: RuntimeMetrics
+    ) -> None:
+        self._metrics = metrics
+        self._eos = settings.exactly_once
+        config: dict[str, object] = {
+            # Java clients' partitioner, so keys land where Kafka Streams and Java producers
+            # would put them (and where interactive-query routing looks for them).
+            "partitioner": "murmur2_random",
+            "linger.ms": "5",
+            "enable.idempotence": "true",
+            "acks": "all",
+            **settings.client_config(),
+            **settings.progress_control_config(),
+            "on_delivery": self._on_delivery,
+        }
+        if self._eos:
+            config.setdefault("transactional.id", f"{settings.application_id}-{instance_id}")
+            config.setdefault("transaction.timeout.ms", "10000")
+        self.producer = Producer(config)
+        self._source = f"streams:{settings.application_id}:{socket.gethostname()}:{os.getpid()}"
+        self._sequence = 0
+        self._in_transaction = False
+        self._error: KafkaError | None = None
+        self._sends = 0
+        # Highest timestamp acknowledged per output partition (data or tick), for propagation.
+        self.written: dict[TopicPartitionId, int] = {}
+        if self._eos:
+            self.producer.init_transactions(_TRANSACTION_TIMEOUT_S)
+
+    def _on_delivery(self, error: KafkaError | None, msg: Message) -> None:
+        if error is not None:
+            if self._error is None:
+                self._error = error
+            logger.error("delivery to %s[%s] failed: %s", msg.topic(), msg.partition(), error)
+            return
+        tp = TopicPartitionId(msg.topic() or "", msg.partition() or 0)
+        timestamp = msg.timestamp()[1]
+        if timestamp > self.written.get(tp, -1):
+            self.written[tp] = timestamp
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+        partition: int = -1,
+    ) -> None:
+        """Queue one record (blocking while the local queue is full)."""
+        if self._eos and not self._in_transaction:
+            self.producer.begin_transaction()
+            self._in_transaction = True
+        while True:
+            try:
+                self.producer.produce(
+                    topic, value, key, partition, timestamp=timestamp, headers=headers
+                )
+                break
+            except BufferError:
+                self.producer.poll(0.05)  # back-pressure: the runtime waits, nothing is dropped
+        self._sends += 1
+        if self._sends & 1023 == 0:
+            self.producer.poll(0)
+
+    def tick(self, topic: str, partition: int, timestamp: int) -> None:
+        """Send a control record at ``timestamp`` to one output partition."""
+        marker = ControlMarker(source_id=self._source, sequence=self._sequence)
+        self._sequence += 1
+        record = ControlRecord(topic, partition, timestamp, marker)
+        self.send(topic, record.key, None, timestamp, list(record.headers), partition)  # type: ignore[arg-type]
+        self._metrics.progress_ticks.inc()
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+
+    def flush(self) -> None:
+        """Wait for every queued record; raise if any delivery failed."""
+        remaining = self.producer.flush(30.0)
+        self._raise_delivery_error()
+        if remaining:
+            raise StreamsError(f"{remaining} records not delivered within 30s")
+
+    def commit(self, offsets: Sequence[TopicPartition], group_metadata: object | None) -> None:
+        """Exactly-once: commit the transaction with ``offsets`` in it."""
+        if not self._in_transaction:
+            self.producer.begin_transaction()
+            self._in_transaction = True
+        if offsets:
+            self.producer.send_offsets_to_transaction(
+                list(offsets), group_metadata, _TRANSACTION_TIMEOUT_S
+            )
+        self.producer.commit_transaction(_TRANSACTION_TIMEOUT_S)
+        self._in_transaction = False
+        self._raise_delivery_error()
+
+    def abort(self) -> None:
+        """Exactly-once: abort the open transaction (if any); its records are never read."""
+        if self._in_transaction:
+            try:
+                self.producer.abort_transaction(_TRANSACTION_TIMEOUT_S)
+            except KafkaException as exc:
+                logger.warning("aborting the transaction failed: %s", exc)
+            self._in_transaction = False
+        self._error = None
+
+    def _raise_delivery_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise StreamsError(f"a record could not be delivered: {error}")
+
+    def close(self) -> None:
+        try:
+            if self._in_transaction:
+                self.abort()
+            else:
+                self.producer.flush(10.0)
+        finally:
+            self.producer.close()

@@ -1,0 +1,88 @@
+"""Bad input: records that cannot be deserialized, carry a negative timestamp, or make user code
+raise. One policy for all (``bad_record_policy``): fail, log and skip, or dead-letter."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable
+
+from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.record import Headers, SourceRecord
+from streams_runtime.settings import BadRecordPolicy
+
+__all__ = ["DLQ_HEADERS", "BadRecordError", "BadRecordHandler", "StreamsError"]
+
+logger = logging.getLogger(__name__)
+
+DLQ_HEADERS = (
+    "pc-dlq-reason",
+    "pc-dlq-error",
+    "pc-dlq-topic",
+    "pc-dlq-partition",
+    "pc-dlq-offset",
+    "pc-dlq-timestamp",
+)
+
+Send = Callable[[str, bytes | None, bytes | None, int, Headers | None], None]
+
+
+class StreamsError(RuntimeError):
+    """The runtime stopped; the cause is chained."""
+
+
+class BadRecordError(StreamsError):
+    """A bad record under the ``fail`` policy. Offsets of the records before it are committed;
+    the record itself is not, so nothing is lost."""
+
+    def __init__(self, record: SourceRecord, reason: str) -> None:
+        super().__init__(
+            f"{reason} at {record.topic}[{record.partition}]@{record.offset} "
+            f"(bad_record_policy=fail)"
+        )
+        self.record = record
+        self.reason = reason
+
+
+class BadRecordHandler:
+    """Applies the bad-record policy to one record."""
+
+    def __init__(
+        self,
+        policy: BadRecordPolicy,
+        dead_letter_topic: str,
+        send: Send,
+        metrics: RuntimeMetrics,
+    ) -> None:
+        self.policy = policy
+        self.dead_letter_topic = dead_letter_topic
+        self._send = send
+        self._metrics = metrics
+
+    def handle(self, record: SourceRecord, reason: str, error: BaseException) -> None:
+        """Skip, dead-letter, or raise :class:`BadRecordError` (chained to ``error``)."""
+        where = f"{record.topic}[{record.partition}]@{record.offset}"
+        if self.policy is BadRecordPolicy.FAIL:
+            self._metrics.bad_records(reason, "failed").inc()
+            raise BadRecordError(record, reason) from error
+        if self.policy is BadRecordPolicy.LOG_AND_SKIP:
+            logger.warning("skipping bad record %s: %s: %s", where, reason, error)
+            self._metrics.bad_records(reason, "skipped").inc()
+            return
+        detail = "".join(traceback.format_exception_only(error)).strip()
+        headers: Headers = [
+            *(record.headers or []),
+            ("pc-dlq-reason", reason.encode()),
+            ("pc-dlq-error", detail.encode()[:4096]),
+            ("pc-dlq-topic", record.topic.encode()),
+            ("pc-dlq-partition", str(record.partition).encode()),
+            ("pc-dlq-offset", str(record.offset).encode()),
+            ("pc-dlq-timestamp", str(record.timestamp).encode()),
+        ]
+        # A negative timestamp cannot be produced: 0 lets the producer stamp it; the original is
+        # kept in a header.
+        self._send(
+            self.dead_letter_topic, record.key, record.value, max(record.timestamp, 0), headers
+        )
+        logger.warning("dead-lettered bad record %s: %s: %s", where, reason, error)
+        self._metrics.bad_records(reason, "dead-lettered").inc()

@@ -1,0 +1,68 @@
+"""Prometheus metrics of one runtime instance, in a registry of its own (so several apps in one
+process, as in tests, never collide)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["RuntimeMetrics"]
+
+
+class RuntimeMetrics:
+    """The runtime's counters and gauges; label ``task`` is ``<subtopology>_<partition>``."""
+
+    def __init__(self, application_id: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"application_id": application_id}
+        r = self.registry
+        self.records_processed = Counter(
+            "streams_records_processed", "Data records processed.", ["task"], registry=r
+        ).labels
+        self.control_records = Counter(
+            "streams_control_records", "Control records that advanced time.", ["task"], registry=r
+        ).labels
+        self.stream_time = Gauge(
+            "streams_stream_time_ms", "Task stream time (epoch ms).", ["task"], registry=r
+        ).labels
+        self.enforced_processing = Counter(
+            "streams_enforced_processing",
+            "Records processed while a caught-up input was empty past max.task.idle.ms.",
+            ["task"],
+            registry=r,
+        ).labels
+        self.dropped_records = Counter(
+            "streams_dropped_records",
+            "Records dropped by an operator (late, null key).",
+            ["store", "reason"],
+            registry=r,
+        ).labels
+        self.bad_records = Counter(
+            "streams_bad_records",
+            "Records that failed deserialization, had a negative timestamp, or made user code raise.",
+            ["reason", "action"],
+            registry=r,
+        ).labels
+        self.suppress_buffer = Gauge(
+            "streams_suppress_buffer_records",
+            "Sessions waiting in a suppress buffer.",
+            ["store"],
+            registry=r,
+        ).labels
+        self.commit_latency = Histogram(
+            "streams_commit_latency_seconds", "Duration of one commit.", registry=r
+        )
+        self.progress_ticks = Counter(
+            "streams_progress_ticks", "Control records sent to propagate stream time.", registry=r
+        )
+        self.rebalances = Counter(
+            "streams_rebalances", "Partitions assigned or revoked.", ["kind"], registry=r
+        ).labels
+        self.tasks = Gauge("streams_active_tasks", "Tasks owned by this instance.", registry=r)
+        self.info = Gauge(
+            "streams_info", "Constant 1 with the application id.", list(labels), registry=r
+        )
+        self.info.labels(**labels).set(1)
+
+    def exposition(self) -> bytes:
+        """The metrics in Prometheus text format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,134 @@
+"""Runtime settings: ``App(..., **settings)`` keyword arguments or ``PROGRESS_CONTROL_RUNTIME_*``
+env variables (``__`` nests, e.g. ``PROGRESS_CONTROL_RUNTIME_KAFKA__SECURITY_PROTOCOL``).
+
+Kafka client properties in ``kafka`` are passed to every client untouched; ``progress.control.*``
+keys among them configure the interceptor on the runtime's own producer.
+"""
+
+from __future__ import annotations
+
+import enum
+import tempfile
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings
+
+from progress_control.settings import KafkaProperties, component_config
+
+__all__ = ["BadRecordPolicy", "ProcessingGuarantee", "RuntimeSettings", "StateEngine"]
+
+
+class ProcessingGuarantee(enum.StrEnum):
+    AT_LEAST_ONCE = "at_least_once"
+    EXACTLY_ONCE = "exactly_once"
+    """One producer transaction per commit interval: outputs, changelog writes and input offsets."""
+
+
+class StateEngine(enum.StrEnum):
+    MEMORY = "memory"
+    """Dicts in memory; restored from the changelog on every start."""
+    SQLITE = "sqlite"
+    """SQLite files in ``state_dir``; reused after a clean commit, restored from a checkpoint."""
+
+
+class BadRecordPolicy(enum.StrEnum):
+    FAIL = "fail"
+    """Stop the app (offsets of earlier records are committed first; nothing is lost)."""
+    LOG_AND_SKIP = "log-and-skip"
+    DEAD_LETTER = "dead-letter"
+    """Send the original bytes with error headers to ``dead_letter_topic``, then skip."""
+
+
+class RuntimeSettings(BaseSettings):
+    """Settings of a streams runtime :class:`~streams_runtime.App`."""
+
+    model_config = component_config("PROGRESS_CONTROL_RUNTIME_")
+
+    application_id: str = Field(
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="Consumer group id and prefix of internal topics and state directories.",
+    )
+    bootstrap_servers: str = Field(min_length=1, description="Kafka bootstrap servers.")
+    kafka: KafkaProperties = Field(
+        default_factory=dict, description="Kafka client properties, passed through untouched."
+    )
+    processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE
+    commit_interval_ms: int | None = Field(
+        None, ge=1, description="Commit period; default 30000, or 100 with exactly_once."
+    )
+    max_task_idle_ms: int = Field(
+        0,
+        ge=-1,
+        description="KIP-695: -1 never wait for empty inputs; 0 wait only while data is known to "
+        "be on the broker; > 0 also wait this long on caught-up empty inputs.",
+    )
+    buffered_records_per_partition: int = Field(
+        1000, ge=1, description="Pause a partition's fetching above this many buffered records."
+    )
+    state_dir: Path = Field(
+        Path(tempfile.gettempdir()) / "progress-control-streams",
+        description="Local state directory (one subdirectory per application and task).",
+    )
+    state_engine: StateEngine = StateEngine.MEMORY
+    num_repartition_partitions: int | None = Field(
+        None, ge=1, description="Partitions of repartition topics (default: the source's)."
+    )
+    replication_factor: int = Field(
+        -1, description="Replication factor of internal topics (-1: the broker's default)."
+    )
+    bad_record_policy: BadRecordPolicy = BadRecordPolicy.FAIL
+    dead_letter_topic: str | None = Field(
+        None, description="Dead-letter topic (default '<application_id>-dlq')."
+    )
+    progress_propagation: bool = Field(
+        True, description="Tick output partitions when stream time advances with nothing written."
+    )
+    progress_interval_ms: int = Field(
+        1000, ge=10, description="How often progress propagation runs."
+    )
+    poll_timeout_ms: int = Field(100, ge=1, description="Longest wait in one consumer poll.")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Serve Prometheus /metrics on this port (0: any)."
+    )
+    metrics_host: str = "127.0.0.1"
+    restore_timeout_s: float = Field(300.0, gt=0, description="Bound on restoring one task.")
+
+    @field_validator("processing_guarantee", mode="before")
+    @classmethod
+    def _kafka_spelling(cls, value: object) -> object:
+        # Accept Kafka Streams' spellings too.
+        if isinstance(value, str):
+            return {"exactly_once_v2": "exactly_once", "exactly_once_beta": "exactly_once"}.get(
+                value, value
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _defaults(self) -> Self:
+        if self.commit_interval_ms is None:
+            eos = self.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE
+            self.commit_interval_ms = 100 if eos else 30_000
+        if self.dead_letter_topic is None:
+            self.dead_letter_topic = f"{self.application_id}-dlq"
+        return self
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE
+
+    @property
+    def commit_interval_s(self) -> float:
+        return (self.commit_interval_ms or 30_000) / 1000
+
+    def client_config(self) -> dict[str, str]:
+        """Kafka properties shared by every client (without the interceptor's keys)."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **{k: v for k, v in self.kafka.items() if not k.startswith("progress.control.")},
+        }
+
+    def progress_control_config(self) -> dict[str, str]:
+        """``progress.control.*`` keys for the runtime's instrumented producer."""
+        return {k: v for k, v in self.kafka.items() if k.startswith("progress.control.")}

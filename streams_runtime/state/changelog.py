@@ -1,0 +1,164 @@
+"""Changelog topics: naming, record keys, the source header, and the writer stores log through.
+
+Every changelog record carries, in the ``pc-source`` header, the input record (topic, partition,
+offset) whose processing caused it. Restore uses it to keep a store from ever getting ahead of the
+committed input position (DESIGN §5, emit-on-change after a crash): a changelog record caused by
+input that was not committed yet is skipped, and that input is processed again.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Protocol
+
+from streams_runtime.record import Headers, TopicPartitionId
+
+__all__ = [
+    "SOURCE_HEADER",
+    "ChangelogWriter",
+    "RecordSink",
+    "SourcePosition",
+    "changelog_topic",
+    "decode_source",
+    "encode_source",
+    "session_changelog_key",
+    "split_session_changelog_key",
+]
+
+SOURCE_HEADER = "pc-source"
+
+# Source header layout, big-endian: version (u8), topic length (u16), topic (UTF-8),
+# partition (i32), offset (i64).
+_SOURCE_VERSION = 1
+_SOURCE_PREFIX = struct.Struct(">BH")
+_SOURCE_SUFFIX = struct.Struct(">iq")
+
+# Session changelog key: the record key, then start and end as 8-byte big-endian signed integers.
+_SESSION_WINDOW = struct.Struct(">qq")
+
+
+class RecordSink(Protocol):
+    """Where changelog records go; implemented by the runtime's record collector (its producer
+    wrapper), so changelog writes share the producer, its error handling and, under exactly-once,
+    its transaction with the outputs and input offsets."""
+
+    def send(  # noqa: PLR0917 (the collector's signature)
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> None:
+        """Send one record to an explicit partition."""
+        ...
+
+
+@dataclass
+class SourcePosition:
+    """The input record a task is processing; shared by all of the task's stores.
+
+    The task sets it before processing each record, so every changelog write can say which input
+    caused it. ``tp is None`` (nothing being processed, e.g. a wall-clock punctuation) means
+    changelog writes carry no source and are always applied on restore.
+    """
+
+    tp: TopicPartitionId | None = None
+    offset: int = -1  # offset of the input record being processed, -1 when none
+
+    def set(self, tp: TopicPartitionId, offset: int) -> None:
+        """Record that the input record at ``tp``/``offset`` is being processed."""
+        self.tp = tp
+        self.offset = offset
+
+    def clear(self) -> None:
+        """Record that no input record is being processed."""
+        self.tp = None
+        self.offset = -1
+
+
+def encode_source(tp: TopicPartitionId, offset: int) -> bytes:
+    """The ``pc-source`` header value for input ``tp``/``offset``."""
+    topic = tp.topic.encode("utf-8")
+    if len(topic) > 0xFFFF:
+        raise ValueError(f"topic name too long for the source header: {len(topic)} bytes")
+    return (
+        _SOURCE_PREFIX.pack(_SOURCE_VERSION, len(topic))
+        + topic
+        + _SOURCE_SUFFIX.pack(tp.partition, offset)
+    )
+
+
+def decode_source(raw: bytes) -> tuple[TopicPartitionId, int]:
+    """Parse a ``pc-source`` header value; ``ValueError`` when it is not one."""
+    if len(raw) < _SOURCE_PREFIX.size:
+        raise ValueError(f"source header too short ({len(raw)} bytes)")
+    version, topic_length = _SOURCE_PREFIX.unpack_from(raw)
+    if version != _SOURCE_VERSION:
+        raise ValueError(f"unsupported source header version {version}")
+    expected = _SOURCE_PREFIX.size + topic_length + _SOURCE_SUFFIX.size
+    if len(raw) != expected:
+        raise ValueError(f"source header is {len(raw)} bytes, expected {expected}")
+    try:
+        topic = raw[_SOURCE_PREFIX.size : _SOURCE_PREFIX.size + topic_length].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError("source header topic is not UTF-8") from exc
+    partition, offset = _SOURCE_SUFFIX.unpack_from(raw, _SOURCE_PREFIX.size + topic_length)
+    if not topic or partition < 0 or offset < -1:
+        raise ValueError(f"invalid source in header: {topic!r}/{partition}@{offset}")
+    return TopicPartitionId(topic, partition), offset
+
+
+def changelog_topic(application_id: str, store_name: str) -> str:
+    """The changelog topic of a store (Kafka Streams' naming)."""
+    return f"{application_id}-{store_name}-changelog"
+
+
+def session_changelog_key(key: bytes, start: int, end: int) -> bytes:
+    """The changelog key of a session: key bytes, start and end (8-byte big-endian signed)."""
+    return key + _SESSION_WINDOW.pack(start, end)
+
+
+def split_session_changelog_key(raw: bytes) -> tuple[bytes, int, int]:
+    """Inverse of :func:`session_changelog_key`; ``ValueError`` when ``raw`` is too short."""
+    if len(raw) < _SESSION_WINDOW.size:
+        raise ValueError(f"session changelog key too short ({len(raw)} bytes)")
+    split = len(raw) - _SESSION_WINDOW.size
+    start, end = _SESSION_WINDOW.unpack_from(raw, split)
+    return raw[:split], start, end
+
+
+class ChangelogWriter:
+    """Logs one store partition's writes to its changelog partition through the task's sink."""
+
+    def __init__(
+        self, sink: RecordSink, topic: str, partition: int, position: SourcePosition
+    ) -> None:
+        self.sink = sink
+        self.topic = topic
+        self.partition = partition
+        self.position = position
+
+    @property
+    def tp(self) -> TopicPartitionId:
+        """The changelog partition written to."""
+        return TopicPartitionId(self.topic, self.partition)
+
+    def log(
+        self,
+        key: bytes,
+        value: bytes | None,
+        timestamp: int,
+        *,
+        source: tuple[TopicPartitionId, int] | None = None,
+    ) -> None:
+        """Send ``key``/``value`` (``None``: a tombstone) with the source header of the current
+        :class:`SourcePosition`, or of ``source`` when given (restore corrections)."""
+        if source is None and self.position.tp is not None:
+            source = (self.position.tp, self.position.offset)
+        headers: Headers | None = None
+        if source is not None:
+            headers = [(SOURCE_HEADER, encode_source(*source))]
+        self.sink.send(self.topic, self.partition, key, value, timestamp, headers)

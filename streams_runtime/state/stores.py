@@ -1,0 +1,135 @@
+"""The stores processors use: an engine for local reads and writes, plus an optional changelog.
+
+Every write goes to the engine and, when the store is logged, to its changelog partition, with
+the source header of the task's current input record and the given timestamp. ``restore``
+applies a changelog record without logging it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from streams_runtime.state.changelog import (
+    ChangelogWriter,
+    session_changelog_key,
+    split_session_changelog_key,
+)
+from streams_runtime.state.engines import KeyValueEngine, SessionEngine
+
+__all__ = ["KeyValueStore", "SessionStore"]
+
+
+class KeyValueStore:
+    """One partition of a key-value store (bytes to bytes)."""
+
+    def __init__(
+        self,
+        name: str,
+        partition: int,
+        engine: KeyValueEngine,
+        changelog: ChangelogWriter | None,
+    ) -> None:
+        self.name = name
+        self.partition = partition
+        self.engine = engine
+        self.changelog = changelog
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or ``None``."""
+        return self.engine.get(key)
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
+        """Write ``key``; ``None`` deletes it (a tombstone in the changelog)."""
+        if value is None:
+            self.engine.delete(key)
+        else:
+            self.engine.put(key, value)
+        if self.changelog is not None:
+            self.changelog.log(key, value, timestamp)
+
+    def delete(self, key: bytes, timestamp: int) -> None:
+        """Same as ``put(key, None, timestamp)``."""
+        self.put(key, None, timestamp)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """All entries, sorted by key."""
+        return self.engine.items()
+
+    def __len__(self) -> int:
+        return len(self.engine)
+
+    def restore(self, key: bytes, value: bytes | None) -> None:
+        """Apply one changelog record (no logging)."""
+        if value is None:
+            self.engine.delete(key)
+        else:
+            self.engine.put(key, value)
+
+    def __repr__(self) -> str:
+        return f"KeyValueStore({self.name!r}, partition={self.partition})"
+
+
+class SessionStore:
+    """One partition of a session store: ``(key, start, end) -> value``, bounds inclusive."""
+
+    def __init__(
+        self,
+        name: str,
+        partition: int,
+        engine: SessionEngine,
+        changelog: ChangelogWriter | None,
+    ) -> None:
+        self.name = name
+        self.partition = partition
+        self.engine = engine
+        self.changelog = changelog
+
+    def find_sessions(
+        self, key: bytes, earliest_end: int, latest_start: int
+    ) -> list[tuple[int, int, bytes]]:
+        """Sessions ``(start, end, value)`` of ``key`` with ``end >= earliest_end`` and
+        ``start <= latest_start``, sorted by ``(start, end)``."""
+        return self.engine.find(key, earliest_end, latest_start)
+
+    def fetch(self, key: bytes, start: int, end: int) -> bytes | None:
+        """The value of exactly the session ``(key, start, end)``, or ``None``."""
+        for found_start, found_end, value in self.engine.find(key, end, start):
+            if found_start == start and found_end == end:
+                return value
+        return None
+
+    def put(self, key: bytes, start: int, end: int, value: bytes | None, timestamp: int) -> None:
+        """Write the session ``(key, start, end)``; ``None`` removes it (a tombstone)."""
+        if value is None:
+            self.engine.remove(key, start, end)
+        else:
+            self.engine.put(key, start, end, value)
+        if self.changelog is not None:
+            self.changelog.log(session_changelog_key(key, start, end), value, timestamp)
+
+    def remove(self, key: bytes, start: int, end: int, timestamp: int) -> None:
+        """Same as ``put(key, start, end, None, timestamp)``."""
+        self.put(key, start, end, None, timestamp)
+
+    def items(self) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """All sessions ``(key, start, end, value)``, sorted by ``(key, end, start)``."""
+        return self.engine.items()
+
+    def purge_ended_before(self, end: int) -> int:
+        """Local retention: drop sessions ending before ``end`` (not logged: the changelog
+        topic's time retention removes them there); returns how many were dropped."""
+        return self.engine.purge_ended_before(end)
+
+    def __len__(self) -> int:
+        return len(self.engine)
+
+    def restore(self, changelog_key: bytes, value: bytes | None) -> None:
+        """Apply one changelog record (no logging); ``ValueError`` on a malformed key."""
+        key, start, end = split_session_changelog_key(changelog_key)
+        if value is None:
+            self.engine.remove(key, start, end)
+        else:
+            self.engine.put(key, start, end, value)
+
+    def __repr__(self) -> str:
+        return f"SessionStore({self.name!r}, partition={self.partition})"

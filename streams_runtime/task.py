@@ -1,0 +1,254 @@
+"""``StreamTask``: one partition of a sub-topology's co-partitioned inputs, its processors and
+its state. Records are taken across inputs in timestamp order (``PartitionGroup``), with
+KIP-695 lag-gated idling deciding when an empty input may be passed over."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from streams_runtime.collector import RecordCollector
+from streams_runtime.errors import BadRecordHandler
+from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.partition_group import LagProvider, PartitionGroup
+from streams_runtime.processors import Processor, SourceProcessor
+from streams_runtime.record import Headers, Record, SourceRecord, TopicPartitionId
+from streams_runtime.serdes import SerializationError
+from streams_runtime.settings import RuntimeSettings
+from streams_runtime.state import KeyValueStore, SessionStore, SourcePosition, TaskStateManager
+from streams_runtime.topology import Subtopology
+
+__all__ = ["StreamTask", "TaskId", "decode_partition_time", "encode_partition_time"]
+
+_METADATA_PREFIX = "pc1:"
+
+
+def encode_partition_time(partition_time: int) -> str:
+    """Commit metadata carrying a partition's time, so it survives restarts and rebalances."""
+    return f"{_METADATA_PREFIX}{partition_time}"
+
+
+def decode_partition_time(metadata: str | None) -> int:
+    """The partition time in commit metadata; -1 when absent or foreign."""
+    if metadata and metadata.startswith(_METADATA_PREFIX):
+        try:
+            return int(metadata[len(_METADATA_PREFIX) :])
+        except ValueError:
+            return -1
+    return -1
+
+
+@dataclass(frozen=True, order=True)
+class TaskId:
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+
+class _ChangelogSink:
+    """Adapts the collector to the state layer's ``RecordSink``."""
+
+    def __init__(self, collector: RecordCollector) -> None:
+        self._collector = collector
+
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> None:
+        self._collector.send(topic, key, value, timestamp, headers, partition)
+
+
+class StreamTask:
+    """Processes one task's records; the stream thread feeds, commits and closes it."""
+
+    def __init__(
+        self,
+        task_id: TaskId,
+        subtopology: Subtopology,
+        *,
+        settings: RuntimeSettings,
+        collector: RecordCollector,
+        metrics: RuntimeMetrics,
+        bad_records: BadRecordHandler,
+        lag: LagProvider,
+    ) -> None:
+        self.id = task_id
+        self.subtopology = subtopology
+        self.inputs = tuple(
+            TopicPartitionId(t, task_id.partition) for t in subtopology.source_topics
+        )
+        self.sink_topics = subtopology.sink_topics
+        self._settings = settings
+        self._collector = collector
+        self._metrics = metrics
+        self._bad_records = bad_records
+        self.group = PartitionGroup(
+            self.inputs, max_task_idle_ms=settings.max_task_idle_ms, lag=lag
+        )
+        self.position = SourcePosition()
+        self.state = TaskStateManager(
+            application_id=settings.application_id,
+            task_id=str(task_id),
+            partition=task_id.partition,
+            specs=subtopology.stores,
+            engine=settings.state_engine.value,
+            state_dir=settings.state_dir,
+            sink=_ChangelogSink(collector),
+            position=self.position,
+            consumer_config=settings.client_config(),
+        )
+        self._sources: dict[str, SourceProcessor] = {}
+        self._processors: list[Processor] = []
+        self.committed: dict[TopicPartitionId, int] = {}
+        self._consumed: dict[TopicPartitionId, int] = {}
+        self._skipped_to: dict[TopicPartitionId, int] = {}
+        self._mark_processing = True
+        label = str(task_id)
+        self._processed_metric = metrics.records_processed(label)
+        self._control_metric = metrics.control_records(label)
+        self._stream_time_metric = metrics.stream_time(label)
+        self._enforced_metric = metrics.enforced_processing(label)
+        self._enforced_seen = 0
+
+    # -- ProcessorContext -------------------------------------------------------------------
+
+    @property
+    def application_id(self) -> str:
+        return self._settings.application_id
+
+    @property
+    def stream_time(self) -> int:
+        return self.group.stream_time
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> None:
+        self._collector.send(topic, key, value, timestamp, headers)
+
+    def kv_store(self, name: str) -> KeyValueStore:
+        return self.state.kv_store(name)
+
+    def session_store(self, name: str) -> SessionStore:
+        return self.state.session_store(name)
+
+    def record_dropped(self, processor: str, reason: str) -> None:
+        self._metrics.dropped_records(processor, reason).inc()
+
+    def suppress_buffer_size(self, processor: str, size: int) -> None:
+        self._metrics.suppress_buffer(processor).set(size)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def initialize(self, committed: Mapping[TopicPartitionId, tuple[int, str | None]]) -> None:
+        """Restore partition times from commit metadata and stores from their changelogs (never
+        beyond the committed input position), then create the processors."""
+        for tp in self.inputs:
+            offset, metadata = committed.get(tp, (-1, None))
+            if offset >= 0:
+                self.committed[tp] = offset
+            partition_time = decode_partition_time(metadata)
+            if partition_time >= 0:
+                self.group.set_partition_time(tp, partition_time)
+        self.state.restore(self.committed, timeout_s=self._settings.restore_timeout_s)
+        self._sources, self._processors = self.subtopology.instantiate()
+        for processor in self._processors:
+            processor.init(self)
+
+    def add_records(self, tp: TopicPartitionId, records: Iterable[SourceRecord]) -> int:
+        """Buffer fetched records; negative timestamps go to the bad-record policy here."""
+        good = []
+        for record in records:
+            if record.timestamp < 0 and not record.is_control:
+                self._bad_records.handle(
+                    record, "negative-timestamp", ValueError(f"timestamp {record.timestamp}")
+                )
+                self._skipped_to[tp] = record.offset + 1
+            else:
+                good.append(record)
+        return self.group.add_records(tp, good)
+
+    def process(self, budget: int) -> int:
+        """Process up to ``budget`` records while the task is ready; returns how many."""
+        group = self.group
+        done = 0
+        while done < budget and group.ready_to_process():
+            record = group.next_record()
+            if record is None:
+                break
+            if self._mark_processing:
+                self.state.mark_processing()
+                self._mark_processing = False
+            self._process_one(record)
+            done += 1
+        if done:
+            self._stream_time_metric.set(group.stream_time)
+            enforced = group.enforced_processing_total
+            if enforced != self._enforced_seen:
+                self._enforced_metric.inc(enforced - self._enforced_seen)
+                self._enforced_seen = enforced
+        return done
+
+    def _process_one(self, record: SourceRecord) -> None:
+        tp = record.tp
+        self.position.tp = tp
+        self.position.offset = record.offset
+        source = self._sources[record.topic]
+        if record.is_control:
+            source.advance(record.timestamp)
+            self._control_metric.inc()
+        else:
+            try:
+                data: Record[Any, Any] = source.deserialize(record)
+            except SerializationError as exc:
+                self._bad_records.handle(record, "deserialization", exc)
+            else:
+                try:
+                    source.forward(data)
+                except Exception as exc:
+                    self._bad_records.handle(record, "processing", exc)
+            self._processed_metric.inc()
+        self._consumed[tp] = record.offset + 1
+
+    def flush(self) -> None:
+        """Before a commit: let processors do periodic work (retention, gauges)."""
+        for processor in self._processors:
+            processor.flush()
+
+    def offsets_to_commit(self) -> list[TopicPartition]:
+        """Next offsets to commit (with partition time in the metadata), for inputs that moved."""
+        offsets = []
+        for tp in self.inputs:
+            offset = self._consumed.get(tp, -1)
+            if self.group.buffered(tp) == 0:
+                offset = max(offset, self._skipped_to.get(tp, -1))
+            if offset < 0 or offset == self.committed.get(tp):
+                continue
+            metadata = encode_partition_time(self.group.partition_time(tp))
+            offsets.append(TopicPartition(tp.topic, tp.partition, offset, metadata))
+        return offsets
+
+    def committed_offsets(self, offsets: Iterable[TopicPartition]) -> None:
+        """After a successful commit: remember the position and checkpoint local state."""
+        for tp in offsets:
+            self.committed[TopicPartitionId(tp.topic, tp.partition)] = tp.offset
+        self.state.commit(self.committed)
+        self._mark_processing = True
+
+    def close(self) -> None:
+        self.group.clear()
+        self.state.close()
