@@ -45,8 +45,7 @@ class RecordCollector:
             "linger.ms": "5",
             "enable.idempotence": "true",
             "acks": "all",
-            **settings.client_config(),
-            **settings.progress_control_config(),
+            **settings.producer_config(),
             "on_delivery": self._on_delivery,
         }
         if self._eos:

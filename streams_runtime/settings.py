@@ -54,6 +54,12 @@ class RuntimeSettings(BaseSettings):
     kafka: KafkaProperties = Field(
         default_factory=dict, description="Kafka client properties, passed through untouched."
     )
+    consumer: KafkaProperties = Field(
+        default_factory=dict, description="Properties for the consumers only (over kafka)."
+    )
+    producer: KafkaProperties = Field(
+        default_factory=dict, description="Properties for the producer only (over kafka)."
+    )
     processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE
     commit_interval_ms: int | None = Field(
         None, ge=1, description="Commit period; default 30000, or 100 with exactly_once."
@@ -129,6 +135,12 @@ class RuntimeSettings(BaseSettings):
             **{k: v for k, v in self.kafka.items() if not k.startswith("progress.control.")},
         }
 
-    def progress_control_config(self) -> dict[str, str]:
-        """``progress.control.*`` keys for the runtime's instrumented producer."""
-        return {k: v for k, v in self.kafka.items() if k.startswith("progress.control.")}
+    def consumer_config(self) -> dict[str, str]:
+        """Properties of the runtime's consumers (main and restore)."""
+        return {**self.client_config(), **self.consumer}
+
+    def producer_config(self) -> dict[str, str]:
+        """Properties of the runtime's producer, ``progress.control.*`` keys included (they
+        configure the interceptor attached to it)."""
+        pc = {k: v for k, v in self.kafka.items() if k.startswith("progress.control.")}
+        return {**self.client_config(), **pc, **self.producer}

@@ -69,7 +69,7 @@ class StreamThread:
             # equally partitioned topic to the same member, cooperative-sticky does not.
             "partition.assignment.strategy": "range" if multi_input else "cooperative-sticky",
             "auto.offset.reset": "earliest",
-            **settings.client_config(),
+            **settings.consumer_config(),
             "group.id": settings.application_id,
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",

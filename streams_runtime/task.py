@@ -105,7 +105,7 @@ class StreamTask:
             state_dir=settings.state_dir,
             sink=_ChangelogSink(collector),
             position=self.position,
-            consumer_config=settings.client_config(),
+            consumer_config=settings.consumer_config(),
         )
         self._sources: dict[str, SourceProcessor] = {}
         self._processors: list[Processor] = []

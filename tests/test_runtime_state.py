@@ -811,6 +811,12 @@ def test_restore_reads_committed_transactions_only_and_terminates(
     # short of the high watermark, and restore must still finish.
     with manager(tmp_path / "r", [KV, SESSIONS], "memory", ListSink(), None, kafka_bootstrap, app) as r:
         result = r.restore({source: 100}, timeout_s=30)
+        print("DEBUG", result)
+        from confluent_kafka import Consumer, TopicPartition
+        for iso in ("read_committed", "read_uncommitted"):
+            c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "g", "isolation.level": iso})
+            print("DEBUG", iso, c.get_watermark_offsets(TopicPartition(kv_topic, 0), timeout=10, cached=False))
+            c.close()
         assert r.kv_store("counts").get(b"k") == b"committed"
         assert r.kv_store("counts").get(b"other") is None
         assert len(r.session_store("sessions")) == 0
