@@ -8,6 +8,7 @@ import importlib
 BENCHMARKS = {
     "broker-startup": "bench.broker_startup",
     "producer-throughput": "bench.producer_throughput",
+    "runtime-throughput": "bench.runtime_throughput",
     "tick-volume": "bench.tick_volume",
     "sidecar": "bench.sidecar",
 }

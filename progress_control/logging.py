@@ -57,3 +57,5 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # APScheduler (inside the interceptor) logs every job run at INFO.
+    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))

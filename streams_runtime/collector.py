@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from collections.abc import Sequence
 
@@ -48,6 +49,12 @@ class RecordCollector:
             **settings.producer_config(),
             "on_delivery": self._on_delivery,
         }
+        # Ticks belong on outputs and repartition topics, not on changelogs or dead letters.
+        config.setdefault(
+            "progress.control.topics.exclude",
+            f"{re.escape(settings.application_id)}-.*-changelog,"
+            f"{re.escape(settings.dead_letter_topic or '')}",
+        )
         if self._eos:
             config.setdefault("transactional.id", f"{settings.application_id}-{instance_id}")
             config.setdefault("transaction.timeout.ms", "10000")
@@ -57,8 +64,10 @@ class RecordCollector:
         self._in_transaction = False
         self._error: KafkaError | None = None
         self._sends = 0
-        # Highest timestamp acknowledged per output partition (data or tick), for propagation.
+        # Highest timestamp acknowledged per output partition (data or tick), for propagation,
+        # and the offset after the last acknowledged record (changelog checkpoints).
         self.written: dict[TopicPartitionId, int] = {}
+        self.next_offsets: dict[TopicPartitionId, int] = {}
         if self._eos:
             self.producer.init_transactions(_TRANSACTION_TIMEOUT_S)
 
@@ -72,6 +81,7 @@ class RecordCollector:
         timestamp = msg.timestamp()[1]
         if timestamp > self.written.get(tp, -1):
             self.written[tp] = timestamp
+        self.next_offsets[tp] = (msg.offset() or 0) + 1
 
     def send(
         self,

@@ -9,6 +9,7 @@ what reached them, as Kafka Streams' processors do.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -34,6 +35,8 @@ __all__ = [
     "SuppressProcessor",
     "TableSourceProcessor",
 ]
+
+_PURGE_INTERVAL_S = 30.0  # expired sessions are removed at most this often (a full scan)
 
 
 class ProcessorContext(Protocol):
@@ -296,6 +299,7 @@ class SessionAggregateProcessor(Processor):
         self._store: SessionStore | None = None
         self._context: ProcessorContext | None = None
         self.observed_stream_time = -1
+        self._next_purge = time.monotonic() + _PURGE_INTERVAL_S
 
     def init(self, context: ProcessorContext) -> None:
         self._context = context
@@ -335,10 +339,17 @@ class SessionAggregateProcessor(Processor):
         super().advance(timestamp)
 
     def flush(self) -> None:
-        # Local retention: sessions that can no longer merge with any accepted record.
+        # Retention: remove sessions no accepted record can merge with any more, with
+        # tombstones, so the compacted changelog forgets them too.
         assert self._store is not None
-        if self.observed_stream_time >= 0:
-            self._store.purge_ended_before(self.observed_stream_time - self._windows.retention_ms)
+        now = time.monotonic()
+        if self.observed_stream_time < 0 or now < self._next_purge:
+            return
+        self._next_purge = now + _PURGE_INTERVAL_S
+        cutoff = self.observed_stream_time - self._windows.retention_ms
+        expired = [(k, s, e) for k, s, e, _ in self._store.items() if e < cutoff]
+        for key, start, end in expired:
+            self._store.put(key, start, end, None, self.observed_stream_time)
 
 
 class SuppressProcessor(Processor):

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 _FETCH_BATCH = 1000
 _PROCESS_BUDGET = 1000  # records per task per loop turn, so one busy task cannot starve the rest
 _SHORT_POLL_S = 0.005  # while tasks hold records but wait (idling), poll briefly
+_WAIT_LOG_S = 10.0  # how often to report tasks that hold records but wait
 
 
 class StreamThread:
@@ -126,6 +127,7 @@ class StreamThread:
         progress_every = self._settings.progress_interval_ms / 1000
         next_commit = time.monotonic() + interval
         next_progress = time.monotonic() + progress_every
+        next_wait_log = time.monotonic() + _WAIT_LOG_S
         poll_s = self._settings.poll_timeout_ms / 1000
         failure: BaseException | None = None
         try:
@@ -145,11 +147,27 @@ class StreamThread:
                 if now >= next_commit:
                     self.commit()
                     next_commit = time.monotonic() + interval
+                if now >= next_wait_log:
+                    self._log_waiting_tasks()
+                    next_wait_log = now + _WAIT_LOG_S
         except BaseException as exc:
             failure = exc
             raise
         finally:
             self._shutdown(failure)
+
+    def _log_waiting_tasks(self) -> None:
+        for task in self.tasks.values():
+            decision = task.group.last_decision
+            if task.group.buffered() and not decision.ready:
+                logger.info(
+                    "task %s holds %d records but waits: %s on %s (lag %s)",
+                    task.id,
+                    task.group.buffered(),
+                    decision.reason.value,
+                    decision.partition,
+                    decision.lag,
+                )
 
     def _shutdown(self, failure: BaseException | None) -> None:
         self._on_state("PENDING_SHUTDOWN")

@@ -65,7 +65,10 @@ class _ChangelogSink:
         timestamp: int,
         headers: Headers | None,
     ) -> None:
-        self._collector.send(topic, key, value, timestamp, headers, partition)
+        # Wall-clock time (0 lets the producer stamp it), not event time: the broker's
+        # min.compaction.lag.ms acts on record timestamps, and replayed old data must not make
+        # the changelog compactable at once.
+        self._collector.send(topic, key, value, 0, headers, partition)
 
 
 class StreamTask:
@@ -246,7 +249,11 @@ class StreamTask:
         """After a successful commit: remember the position and checkpoint local state."""
         for tp in offsets:
             self.committed[TopicPartitionId(tp.topic, tp.partition)] = tp.offset
-        self.state.commit(self.committed)
+        written = self._collector.next_offsets
+        self.state.commit(
+            self.committed,
+            {tp: written[tp] for tp in self.state.changelog_partitions() if tp in written},
+        )
         self._mark_processing = True
 
     def close(self) -> None:

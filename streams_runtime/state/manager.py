@@ -18,6 +18,10 @@ ahead of the committed input position.
   would apply them. So for every key with a skipped record, the restored value is logged again as
   a *correction*, attributed to the committed position, when processing starts: it follows the
   skipped records in the changelog and wins over them in every later restore.
+- Restore reads with a read_committed consumer until every changelog partition's EOF event
+  reaches the *high* watermark captured at the start (see ``_RestoreProgress``): the last stable
+  offset alone can trail a just-committed transaction whose markers are not written yet, and the
+  consumer position can stop one short of the end on a transaction marker.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import IO, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from progress_control.protocol import is_control_record
 from streams_runtime.record import TopicPartitionId
 from streams_runtime.state.changelog import (
     SOURCE_HEADER,
@@ -75,7 +80,6 @@ CHECKPOINT_FILE = ".checkpoint"
 _LOCK_FILE = ".lock"
 _CHECKPOINT_VERSION = 1
 _RESTORE_BATCH = 1000
-_DAY_MS = 24 * 60 * 60 * 1000
 # Changelog records newer than this are never compacted away (see changelog_topic_config).
 _MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
 # Consumer errors after which waiting cannot help: the changelog cannot be read at all.
@@ -95,8 +99,7 @@ _FATAL_RESTORE_ERRORS = frozenset(
 class StoreSpec:
     """What a processor asks for: a named key-value or session store, logged by default.
 
-    ``retention_ms`` (session stores) is how long a session is kept after its end; the changelog
-    topic keeps records a day longer.
+    ``retention_ms`` (session stores) is how long a session is kept after its end.
     """
 
     name: str
@@ -119,18 +122,13 @@ class StoreSpec:
 def changelog_topic_config(spec: StoreSpec) -> dict[str, str]:
     """Topic configuration for the changelog of ``spec`` (the runtime creates the topic).
 
-    Key-value stores: compacted. Session stores: compacted and deleted after the store's
-    retention plus one day (old sessions are purged locally without tombstones).
+    Compacted, for both kinds: expired sessions are removed with tombstones. Not time-based
+    deletion, which acts on record timestamps and would drop the changelog of live sessions when
+    old data is replayed.
     """
-    if spec.kind == "key_value":
-        config = {"cleanup.policy": "compact"}
-    else:
-        if spec.retention_ms is None:
-            raise ValueError(f"session store {spec.name!r} needs retention_ms for its changelog")
-        config = {
-            "cleanup.policy": "compact,delete",
-            "retention.ms": str(spec.retention_ms + _DAY_MS),
-        }
+    if spec.kind == "session" and spec.retention_ms is None:
+        raise ValueError(f"session store {spec.name!r} needs retention_ms for its changelog")
+    config = {"cleanup.policy": "compact"}
     # Restore skips records caused by input that was not committed. If the cleaner compacted a
     # key while such a newer, uncommitted version sits in the log, it would delete the committed
     # older version, and a restarted task would restore neither. Keeping the last hour out of
@@ -276,6 +274,46 @@ class _Slot:
     path: Path | None
 
 
+@dataclass
+class _RestoreProgress:
+    """Where a restore stands, per changelog partition.
+
+    A partition is caught up when its partition-EOF event (which librdkafka reports at the last
+    stable offset, past transaction markers and aborted batches) reaches the high watermark
+    captured before reading. Comparing the consumer position with the high watermark instead
+    can stall one short of the end on a trailing marker (the "lag stuck at 1" hazard). An EOF
+    below the end means a transaction in the captured range is still open: we wait for its
+    outcome (bounded by the producer's transaction timeout) rather than miss its records.
+    """
+
+    ends: dict[TopicPartitionId, int]
+    next_offsets: dict[TopicPartitionId, int]
+    remaining: set[TopicPartitionId] = field(default_factory=set)
+    early_eof: set[TopicPartitionId] = field(default_factory=set)
+    # Skipped records per (store, changelog key): source partition -> newest timestamp.
+    skipped: dict[tuple[str, bytes], dict[TopicPartitionId, int]] = field(default_factory=dict)
+
+    def eof(self, tp: TopicPartitionId, offset: int) -> None:
+        if tp not in self.remaining:
+            return
+        if offset >= self.ends[tp]:
+            self.reached(tp, offset)
+        else:
+            self.next_offsets[tp] = max(self.next_offsets[tp], offset)
+            self.early_eof.add(tp)
+
+    def reached(self, tp: TopicPartitionId, offset: int) -> None:
+        self.next_offsets[tp] = max(self.next_offsets[tp], offset)
+        self.remaining.discard(tp)
+        self.early_eof.discard(tp)
+
+    def behind(self) -> str:
+        return ", ".join(
+            f"{tp.topic}[{tp.partition}] (at {self.next_offsets[tp]}, end {self.ends[tp]})"
+            for tp in sorted(self.remaining)
+        )
+
+
 @dataclass(frozen=True)
 class _Correction:
     slot: _Slot
@@ -405,7 +443,7 @@ class TaskStateManager:
         logged = {slot.changelog_tp: slot for slot in self._slots.values() if slot.changelog_tp}
         consumer = self._new_consumer("restore") if logged else None
         try:
-            watermarks = {tp: self._watermarks(consumer, tp, deadline) for tp in logged if consumer}
+            watermarks = self._watermarks(list(logged), deadline) if logged else {}
             checkpoint = self._usable_checkpoint(committed_inputs, watermarks)
             reused = {
                 name
@@ -480,50 +518,58 @@ class TaskStateManager:
         deadline: float,
         result: RestoreResult,
     ) -> None:
-        next_offsets = dict(starts)
-        # A partition whose start is at its captured end has nothing to read. The others are done
-        # at their partition-EOF event: under read_committed the position can stop one short of
-        # the high watermark (a transaction marker), so "position >= end" may never become true.
-        remaining = {tp for tp, start in starts.items() if start < watermarks[tp][1]}
-        # Skipped records per (store, changelog key): source partition -> newest timestamp.
-        skipped: dict[tuple[str, bytes], dict[TopicPartitionId, int]] = {}
-        if remaining:
+        progress = _RestoreProgress(
+            ends={tp: high for tp, (_low, high) in watermarks.items()}, next_offsets=dict(starts)
+        )
+        progress.remaining = {tp for tp, start in starts.items() if start < progress.ends[tp]}
+        if progress.remaining:
             consumer.assign(
-                [TopicPartition(tp.topic, tp.partition, starts[tp]) for tp in remaining]
+                [TopicPartition(tp.topic, tp.partition, starts[tp]) for tp in progress.remaining]
             )
-        while remaining:
+        while progress.remaining:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RestoreTimeoutError(
-                    f"task {self.task_id}: restore did not reach the end of "
-                    + ", ".join(
-                        f"{tp.topic}[{tp.partition}] (at {next_offsets[tp]},"
-                        f" end {watermarks[tp][1]})"
-                        for tp in sorted(remaining)
-                    )
+                    f"task {self.task_id}: restore did not reach the end of {progress.behind()}"
                 )
-            for msg in consumer.consume(num_messages=_RESTORE_BATCH, timeout=min(left, 1.0)):
-                topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-                error = msg.error()
-                if topic is None or partition is None or offset is None:
-                    if error is not None:
-                        self._restore_error(error)
-                    continue
-                tp = TopicPartitionId(topic, partition)
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        next_offsets[tp] = max(next_offsets.get(tp, offset), offset)
-                        remaining.discard(tp)
-                    else:
-                        self._restore_error(error)
-                    continue
-                slot = logged.get(tp)
-                if slot is None:
-                    continue
-                self._apply(slot, msg, committed_inputs, result, skipped)
-                next_offsets[tp] = offset + 1
-        result.end_offsets = next_offsets
-        self._queue_corrections(skipped, committed_inputs)
+            messages = consumer.consume(num_messages=_RESTORE_BATCH, timeout=min(left, 0.1))
+            for msg in messages:
+                self._handle(msg, progress, logged, committed_inputs, result)
+            if progress.early_eof and not messages:
+                # Belt and braces for an EOF that is not reported again once the open
+                # transaction ends: the fetch position reaching the end is as good.
+                for position in consumer.position(
+                    [TopicPartition(tp.topic, tp.partition) for tp in progress.early_eof]
+                ):
+                    tp = TopicPartitionId(position.topic, position.partition)
+                    if position.offset >= progress.ends[tp]:
+                        progress.reached(tp, position.offset)
+        result.end_offsets = progress.next_offsets
+        self._queue_corrections(progress.skipped, committed_inputs)
+
+    def _handle(
+        self,
+        msg: Message,
+        progress: _RestoreProgress,
+        logged: Mapping[TopicPartitionId, _Slot],
+        committed_inputs: Mapping[TopicPartitionId, int],
+        result: RestoreResult,
+    ) -> None:
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        error = msg.error()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            self._restore_error(error)
+            return
+        if topic is None or partition is None or offset is None:
+            return
+        tp = TopicPartitionId(topic, partition)
+        if error is not None:
+            progress.eof(tp, offset)
+            return
+        slot = logged.get(tp)
+        if slot is not None and not is_control_record(msg):
+            self._apply(slot, msg, committed_inputs, result, progress.skipped)
+            progress.next_offsets[tp] = max(progress.next_offsets[tp], offset + 1)
 
     def _apply(
         self,
@@ -596,20 +642,34 @@ class TaskStateManager:
         logger.warning("task %s: changelog consumer: %s", self.task_id, error)
 
     def _watermarks(
-        self, consumer: Consumer, tp: TopicPartitionId, deadline: float
-    ) -> tuple[int, int]:
+        self, partitions: Sequence[TopicPartitionId], deadline: float
+    ) -> dict[TopicPartitionId, tuple[int, int]]:
+        """Low and *high* watermark per changelog partition.
+
+        Asked with read_uncommitted on purpose: a read_committed client gets the last stable
+        offset instead, which right after a transaction commit (its markers are written
+        asynchronously) can still be before that transaction's records, so restore would stop
+        short of committed data.
+        """
+        consumer = self._new_consumer("watermarks", isolation="read_uncommitted")
         try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition),
-                timeout=max(deadline - time.monotonic(), 0.1),
-                cached=False,
-            )
-        except KafkaException as exc:
-            raise RestoreError(
-                f"task {self.task_id}: cannot read the offsets of changelog"
-                f" {tp.topic}[{tp.partition}] (the runtime creates changelog topics): {exc}"
-            ) from exc
-        return low, high
+            marks = {}
+            for tp in partitions:
+                try:
+                    marks[tp] = consumer.get_watermark_offsets(
+                        TopicPartition(tp.topic, tp.partition),
+                        timeout=max(deadline - time.monotonic(), 0.1),
+                        cached=False,
+                    )
+                except KafkaException as exc:
+                    raise RestoreError(
+                        f"task {self.task_id}: cannot read the offsets of changelog"
+                        f" {tp.topic}[{tp.partition}] (the runtime creates changelog topics):"
+                        f" {exc}"
+                    ) from exc
+            return marks
+        finally:
+            consumer.close()
 
     def _usable_checkpoint(
         self,
@@ -717,6 +777,9 @@ class TaskStateManager:
                 self._changelog_next[tp] = max(self._changelog_next.get(tp, 0), offsets[tp])
 
     def _query_end_offsets(self) -> dict[TopicPartitionId, int]:
+        # read_committed: the last stable offset, never past committed (hence locally applied)
+        # records. Right after a transaction commit it may still trail our own records, which
+        # only means re-reading them when the checkpoint is reused.
         partitions = self.changelog_partitions()
         if not partitions:
             return {}
@@ -827,16 +890,19 @@ class TaskStateManager:
             spec.name, self.partition, make_session_engine(self.engine, path), writer
         )
 
-    def _new_consumer(self, purpose: str) -> Consumer:
+    def _new_consumer(self, purpose: str, isolation: str = "read_committed") -> Consumer:
         group_id = f"{self.application_id}-{purpose}-{self.task_id}-{uuid.uuid4().hex[:8]}"
         config: dict[str, str | bool] = dict(self._consumer_config)
+        config.pop("group.instance.id", None)  # a static member id belongs to the app's group
         config.update(
             {
                 # Assigned partitions only; the group is never joined nor committed to.
                 "group.id": group_id,
+                # Restore waits for end-of-partition events: don't let each empty fetch idle.
+                "fetch.wait.max.ms": "10",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
+                "isolation.level": isolation,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
             }

@@ -1,0 +1,302 @@
+"""Streams runtime throughput on a real broker: session windows vs a plain consume->produce loop.
+
+The input topic (4 partitions) is pre-loaded, off the clock, with ``BENCH_EVENTS`` (default
+1,000,000) click events: key ``user-<i % 10,000>``, a small JSON value, timestamps 1 ms apart
+(each user clicks every 10 s), with a 120 s pause after every block of ``BENCH_SESSION_CLICKS``
+(default 10) clicks per user, so each user's session closes once the next block starts (gap 60 s).
+
+Three variants, each reading all the events from a fresh consumer group:
+
+(a) plain ``confluent_kafka`` loop: one ``Consumer``, ``consume(1000)`` batches, every record's key
+    and value produced to an output topic, ``flush()`` at the end;
+(b) the runtime, at_least_once (commit interval 1 s): ``group_by_key().windowed_by(SessionWindows(
+    gap_ms=60_000)).count().suppress(until_window_closes()).to_stream().map(...).to(out)``;
+(c) the same topology, exactly_once (commit interval 100 ms, the default).
+
+(a) is timed from ``subscribe()`` until ``flush()`` returns; (b) and (c) from ``app.start()`` until
+the runtime's ``streams_records_processed_total`` reaches the event count (group join and task
+creation included in all three). The runtime's output (sessions emitted, ticks excluded) is counted
+after ``close()`` as a sanity check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Producer as KafkaProducer
+
+from bench._kafka import create_topic, end_offsets, unique_name
+from progress_control.broker import EmbeddedKafkaBroker
+from progress_control.protocol import is_control_record
+from streams_runtime import App, SessionWindows, StreamsBuilder, Windowed, until_window_closes
+from streams_runtime.serdes import Json, String
+
+PARTITIONS = 4
+USERS = 10_000
+SESSION_CLICKS = int(os.environ.get("BENCH_SESSION_CLICKS", "10"))  # per user per session
+GAP_MS = 60_000
+STEP_MS = 1  # between consecutive events: a user clicks every USERS * STEP_MS = 10 s
+PAUSE_MS = 2 * GAP_MS  # between blocks of sessions
+BASE_TS_MS = 1_700_000_000_000
+FETCH_BATCH = 1_000
+POLL_EVERY = 1_000
+TIMEOUT_S = 1_800.0  # per variant
+
+VARIANTS = {
+    "a": "plain consume->produce loop",
+    "b": "runtime, at_least_once",
+    "c": "runtime, exactly_once",
+}
+
+
+def _producer_config(bootstrap_servers: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "batch.num.messages": 10_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    }
+
+
+def _produce_all(producer: KafkaProducer, records: Callable[[], Any]) -> None:
+    """Produce every ``(topic, key, value, timestamp)`` of ``records()``, retrying on a full
+    queue, then flush."""
+    produce, poll = producer.produce, producer.poll
+    for n, (topic, key, value, timestamp) in enumerate(records()):
+        while True:
+            try:
+                produce(topic, value, key, timestamp=timestamp)
+                break
+            except BufferError:
+                poll(0.01)
+        if n % POLL_EVERY == 0:
+            poll(0)
+    if producer.flush(120):
+        raise RuntimeError("records still queued after flush")
+
+
+def _preload(bootstrap_servers: str, topic: str, events: int) -> None:
+    block = USERS * SESSION_CLICKS
+
+    def records() -> Any:
+        for i in range(events):
+            timestamp = BASE_TS_MS + i * STEP_MS + (i // block) * PAUSE_MS
+            value = b'{"page":"/p/%d"}' % (i % 100)
+            yield topic, b"user-%d" % (i % USERS), value, timestamp
+
+    _produce_all(KafkaProducer(_producer_config(bootstrap_servers)), records)
+    on_broker = sum(end_offsets(bootstrap_servers, topic, PARTITIONS))
+    if on_broker != events:
+        raise RuntimeError(f"{on_broker} events on the broker, expected {events}")
+
+
+def _plain_loop(bootstrap_servers: str, source: str, events: int) -> float:
+    """(a): consume every event and produce its key and value; returns records per second."""
+    sink = create_topic(bootstrap_servers, unique_name("bench-runtime-plain-out"), PARTITIONS)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": unique_name("bench-runtime-plain"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    producer = KafkaProducer({**_producer_config(bootstrap_servers), "acks": "all"})
+    producer.list_topics(sink, timeout=30)  # connect and fetch metadata off the clock
+    try:
+        started = time.perf_counter()
+        consumer.subscribe([source])
+        seen = 0
+        produce, poll = producer.produce, producer.poll
+        while seen < events:
+            if time.perf_counter() - started > TIMEOUT_S:
+                raise RuntimeError(f"(a) only {seen} of {events} records in {TIMEOUT_S} s")
+            for msg in consumer.consume(FETCH_BATCH, 1.0):
+                if msg.error() is not None:
+                    continue
+                while True:
+                    try:
+                        produce(sink, msg.value(), msg.key())
+                        break
+                    except BufferError:
+                        poll(0.01)
+                seen += 1
+            poll(0)
+        if producer.flush(120):
+            raise RuntimeError("(a) records still queued after flush")
+        elapsed = time.perf_counter() - started
+    finally:
+        consumer.close()
+    on_broker = sum(end_offsets(bootstrap_servers, sink, PARTITIONS))
+    if on_broker != events:
+        raise RuntimeError(f"(a) {on_broker} records in the output, expected {events}")
+    return events / elapsed
+
+
+def _session_topology(source: str, sink: str) -> StreamsBuilder:
+    def to_output(window: Windowed[str], count: int) -> tuple[str | None, dict[str, int]]:
+        return window.key, {"start": window.start, "end": window.end, "clicks": count}
+
+    builder = StreamsBuilder()
+    (
+        builder.stream(source, key_serde=String(), value_serde=Json())
+        .group_by_key()
+        .windowed_by(SessionWindows(gap_ms=GAP_MS))
+        .count()
+        .suppress(until_window_closes())
+        .to_stream()
+        .map(to_output)
+        .to(sink, key_serde=String(), value_serde=Json())
+    )
+    return builder
+
+
+def _processed(app: App) -> int:
+    total = 0.0
+    for metric in app.metrics.registry.collect():
+        if metric.name == "streams_records_processed":
+            total += sum(s.value for s in metric.samples if s.name.endswith("_total"))
+    return int(total)
+
+
+def _count_output(bootstrap_servers: str, topic: str) -> tuple[int, int]:
+    """Data records (sessions) and their summed click counts in ``topic``, committed only."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": unique_name("bench-runtime-count"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    sessions = clicks = 0
+    done: set[int] = set()
+    try:
+        while len(done) < PARTITIONS:
+            for msg in consumer.consume(FETCH_BATCH, 1.0):
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        done.add(msg.partition() or 0)
+                    continue
+                if msg.headers() and is_control_record(msg):
+                    continue
+                sessions += 1
+                clicks += json.loads(msg.value() or b"{}")["clicks"]
+    finally:
+        consumer.close()
+    return sessions, clicks
+
+
+class StartupError(RuntimeError):
+    """The app stopped before processing any record."""
+
+
+def _runtime(
+    variant: str, bootstrap_servers: str, source: str, events: int, state_dir: Path
+) -> tuple[float, float, int, int]:
+    """(b) or (c): returns records per second from start, records per second from the first
+    processed record, sessions emitted and the clicks they count."""
+    sink = create_topic(bootstrap_servers, unique_name(f"bench-runtime-{variant}-out"), PARTITIONS)
+    settings: dict[str, Any] = (
+        {"processing_guarantee": "at_least_once", "commit_interval_ms": 1_000}
+        if variant == "b"
+        else {"processing_guarantee": "exactly_once"}
+    )
+    app_id = unique_name(f"bench-runtime-{variant}")
+    app = App(
+        _session_topology(source, sink),
+        application_id=app_id,
+        bootstrap_servers=bootstrap_servers,
+        state_dir=state_dir / app_id,
+        **settings,
+    )
+    try:
+        started = time.perf_counter()
+        first: float | None = None
+        app.start()
+        while True:
+            processed = _processed(app)
+            now = time.perf_counter()
+            if first is None and processed:
+                first = now
+            if processed >= events:
+                break
+            if app.error is not None or app.state in {"ERROR", "NOT_RUNNING"}:
+                error = f"({variant}) app stopped: {app.state} {app.error!r}"
+                raise (RuntimeError if processed else StartupError)(error)
+            if now - started > TIMEOUT_S:
+                raise RuntimeError(f"({variant}) only {processed} of {events} in {TIMEOUT_S} s")
+            time.sleep(0.05)
+        elapsed = now - started
+    finally:
+        app.close()
+    if app.error is not None:
+        raise RuntimeError(f"({variant}) app failed: {app.error!r}")
+    steady = events / (now - first) if first is not None and now > first else float("nan")
+    sessions, clicks = _count_output(bootstrap_servers, sink)
+    return events / elapsed, steady, sessions, clicks
+
+
+def main() -> None:
+    events = int(os.environ.get("BENCH_EVENTS", "1000000"))
+    block = USERS * SESSION_CLICKS
+    # Every block's sessions close when the next block starts; the last block's stay open.
+    expected_sessions = max(0, -(-events // block) - 1) * USERS
+    rates: dict[str, float] = {}
+    steady: dict[str, float] = {}
+    outputs: dict[str, tuple[int, int]] = {}
+    with (
+        EmbeddedKafkaBroker() as broker,
+        tempfile.TemporaryDirectory(prefix="bench-runtime-") as tmp,
+    ):
+        bootstrap = broker.bootstrap_servers
+        source = create_topic(bootstrap, unique_name("bench-runtime-clicks"), PARTITIONS)
+        started = time.perf_counter()
+        _preload(bootstrap, source, events)
+        print(f"pre-loaded {events:,} events in {time.perf_counter() - started:.1f} s", flush=True)
+        rates["a"] = _plain_loop(bootstrap, source, events)
+        print(f"(a) done: {rates['a']:,.0f} records/s", flush=True)
+        for variant in ("b", "c"):
+            try:
+                result = _runtime(variant, bootstrap, source, events, Path(tmp))
+            except StartupError as exc:
+                # A start-up race in the runtime (e.g. a fresh changelog topic without a leader
+                # yet); a fresh application id gets fresh internal topics.
+                print(f"{exc}; retrying once with a fresh application id", flush=True)
+                result = _runtime(variant, bootstrap, source, events, Path(tmp))
+            rate, steady_rate, sessions, clicks = result
+            rates[variant], steady[variant] = rate, steady_rate
+            outputs[variant] = (sessions, clicks)
+            print(f"({variant}) done: {rate:,.0f} records/s", flush=True)
+    print(
+        f"{events:,} events, {PARTITIONS} partitions, {USERS:,} users, sessions of "
+        f"{SESSION_CLICKS} clicks (gap {GAP_MS // 1000} s); expected {expected_sessions:,} "
+        "closed sessions"
+    )
+    for name, label in VARIANTS.items():
+        line = f"({name}) {label:<28} {rates[name]:>11,.0f} records/s"
+        if name in steady:
+            sessions, clicks = outputs[name]
+            line += (
+                f"  (from first record: {steady[name]:,.0f}/s; "
+                f"emitted {sessions:,} sessions, {clicks:,} clicks)"
+            )
+        print(line)
+    print(f"(b)/(a) runtime ALOS / plain loop: {rates['b'] / rates['a']:.3f}")
+    print(f"(c)/(b) EOS / ALOS:                {rates['c'] / rates['b']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""A streams runtime app for the restart tests: session-window counts, suppressed until the
+windows close, written as JSON. Every setting comes from PROGRESS_CONTROL_RUNTIME_* env vars.
+
+    python sessions_app.py INPUT OUTPUT GAP_MS
+"""
+
+import faulthandler
+import signal
+import sys
+
+from progress_control.logging import configure_logging
+
+from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
+from streams_runtime.serdes import Integer, Json, String
+
+
+def main() -> None:
+    source, sink, gap_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    builder = StreamsBuilder()
+    (
+        builder.stream(source, key_serde=String(), value_serde=Integer())
+        .group_by_key()
+        .windowed_by(SessionWindows(gap_ms=gap_ms))
+        .count()
+        .suppress(until_window_closes())
+        .to_stream()
+        .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
+        .to(sink, key_serde=String(), value_serde=Json())
+    )
+    configure_logging("INFO", json=False)
+    faulthandler.register(signal.SIGUSR1)  # stack dump on demand, for debugging hangs
+    App(builder).run()
+
+
+if __name__ == "__main__":
+    main()

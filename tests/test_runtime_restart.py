@@ -1,0 +1,194 @@
+"""Crash safety against the real broker: the app process is SIGKILLed mid-stream several times.
+With exactly_once the output equals the ground truth; with at_least_once nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from progress_control.protocol import ControlMarker, ControlRecord
+from tests.helpers import TopicReader, unique_name, wait_for
+
+pytestmark = pytest.mark.broker
+
+APP = Path(__file__).parent / "apps" / "sessions_app.py"
+GAP_MS = 1000
+BASE = 1_700_000_000_000
+PARTITIONS = 2
+KEYS = [f"user-{i}" for i in range(12)]
+
+Session = tuple[str, int, int, int]  # key, start, end, count
+
+
+def generate_events(n: int, seed: int) -> list[tuple[str, int]]:
+    """(key, timestamp) in timestamp order, one event every 20 ms; now and then a key goes quiet
+    for longer than the gap, so every key has several sessions."""
+    rng = random.Random(seed)
+    quiet_until = dict.fromkeys(KEYS, 0)
+    events = []
+    now = BASE
+    while len(events) < n:
+        now += 20
+        awake = [k for k in KEYS if quiet_until[k] <= now]
+        if not awake:
+            continue
+        key = rng.choice(awake)
+        events.append((key, now))
+        if rng.random() < 0.03:
+            quiet_until[key] = now + 3 * GAP_MS
+    return events
+
+
+def expected_sessions(events: list[tuple[str, int]]) -> Counter[Session]:
+    by_key: dict[str, list[int]] = {}
+    for key, ts in events:
+        by_key.setdefault(key, []).append(ts)
+    sessions: Counter[Session] = Counter()
+    for key, stamps in by_key.items():
+        start = prev = stamps[0]
+        count = 1
+        for ts in stamps[1:]:
+            if ts - prev > GAP_MS:
+                sessions[(key, start, prev, count)] += 1
+                start, count = ts, 0
+            prev = ts
+            count += 1
+        sessions[(key, start, prev, count)] += 1
+    return sessions
+
+
+class KilledRepeatedly:
+    """Runs the app process, SIGKILLs it ``kills`` times at random points, then keeps it up."""
+
+    def __init__(self, env: dict[str, str], args: list[str]) -> None:
+        self._env, self._args = env, args
+        self.log = open(os.environ.get("RESTART_TEST_LOG", os.devnull), "ab")  # noqa: SIM115
+        self.process: subprocess.Popen[bytes] | None = None
+        self.kills = 0
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(APP), *self._args],
+            env=self._env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+        )
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        self.kills += 1
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@pytest.fixture
+def app_env(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[[str], dict[str, str]]]:
+    def make(guarantee: str) -> dict[str, str]:
+        root = Path(__file__).resolve().parent.parent
+        return {
+            **os.environ,
+            "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "PROGRESS_CONTROL_RUNTIME_APPLICATION_ID": unique_name("restart"),
+            "PROGRESS_CONTROL_RUNTIME_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "PROGRESS_CONTROL_RUNTIME_PROCESSING_GUARANTEE": guarantee,
+            "PROGRESS_CONTROL_RUNTIME_COMMIT_INTERVAL_MS": "100",
+            "PROGRESS_CONTROL_RUNTIME_STATE_DIR": str(tmp_path / "state"),
+            # A restarted process takes over its predecessor's membership at once.
+            "PROGRESS_CONTROL_RUNTIME_CONSUMER__GROUP_INSTANCE_ID": "restart-test-instance",
+            "PROGRESS_CONTROL_RUNTIME_CONSUMER__SESSION_TIMEOUT_MS": "6000",
+        }
+
+    yield make
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_sigkill_mid_stream(
+    guarantee: str,
+    create_topic: Callable[..., str],
+    kafka_bootstrap: str,
+    app_env: Callable[[str], dict[str, str]],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    source, sink = create_topic("events", partitions=PARTITIONS), create_topic("sessions")
+    events = generate_events(6000, seed=7)
+    runner = KilledRepeatedly(app_env(guarantee), [source, sink, str(GAP_MS)])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    done = threading.Event()
+
+    def produce() -> None:
+        for i, (key, ts) in enumerate(events):
+            producer.produce(source, key=key, value=i.to_bytes(8, "big"), timestamp=ts)
+            if i % 200 == 199:
+                producer.flush(10)
+                time.sleep(0.05)
+        producer.flush(30)
+        done.set()
+
+    writer = threading.Thread(target=produce)
+    runner.start()
+    writer.start()
+    rng = random.Random(11)
+    try:
+        for _ in range(4):
+            time.sleep(rng.uniform(1.0, 2.5))
+            runner.kill()
+            runner.start()
+        done.wait(60)
+        writer.join()
+        # Close every session: a control record far past the last event on each partition.
+        last = max(ts for _, ts in events)
+        for partition in range(PARTITIONS):
+            tick = ControlRecord(source, partition, last + 10 * GAP_MS, ControlMarker("test", 0))
+            producer.produce(**tick.produce_kwargs())  # type: ignore[arg-type]
+        producer.flush(10)
+
+        expected = expected_sessions(events)
+        reader = reader_for(sink, 1)
+
+        def output() -> Counter[Session]:
+            found: Counter[Session] = Counter()
+            for m in reader.read(max_s=3):
+                if m.value() is None:
+                    continue
+                v = json.loads(m.value() or b"")
+                found[((m.key() or b"").decode(), v["start"], v["end"], v["count"])] += 1
+            return found
+
+        try:
+            wait_for(lambda: set(output()) >= set(expected), timeout_s=60, interval_s=0.5)
+        finally:
+            if os.environ.get("RESTART_TEST_LOG") and runner.process:
+                runner.process.send_signal(signal.SIGUSR1)
+                time.sleep(1)
+                got = output()
+                print("missing", len(set(expected) - set(got)), "of", len(expected))
+                print("missing sample", sorted(set(expected) - set(got))[:5])
+                print("unexpected sample", sorted(set(got) - set(expected))[:5], len(got))
+    finally:
+        runner.stop()
+    found = output()
+    assert runner.kills == 4
+    if guarantee == "exactly_once":
+        assert found == expected  # no loss, no duplicates
+    else:
+        assert set(found) == set(expected)  # no loss; duplicates allowed
