@@ -44,7 +44,6 @@ SESSION_CLICKS = int(os.environ.get("BENCH_SESSION_CLICKS", "10"))  # per user p
 GAP_MS = 60_000
 STEP_MS = 1  # between consecutive events: a user clicks every USERS * STEP_MS = 10 s
 PAUSE_MS = 2 * GAP_MS  # between blocks of sessions
-BASE_TS_MS = 1_700_000_000_000
 FETCH_BATCH = 1_000
 POLL_EVERY = 1_000
 TIMEOUT_S = 1_800.0  # per variant
@@ -86,10 +85,14 @@ def _produce_all(producer: KafkaProducer, records: Callable[[], Any]) -> None:
 
 def _preload(bootstrap_servers: str, topic: str, events: int) -> None:
     block = USERS * SESSION_CLICKS
+    # Event time ends a minute before now: far older timestamps would fall out of the topics'
+    # time-based retention (and their segments be deleted under the consumers).
+    span_ms = events * STEP_MS + (events // block) * PAUSE_MS
+    base_ms = int(time.time() * 1000) - span_ms - 60_000
 
     def records() -> Any:
         for i in range(events):
-            timestamp = BASE_TS_MS + i * STEP_MS + (i // block) * PAUSE_MS
+            timestamp = base_ms + i * STEP_MS + (i // block) * PAUSE_MS
             value = b'{"page":"/p/%d"}' % (i % 100)
             yield topic, b"user-%d" % (i % USERS), value, timestamp
 

@@ -17,7 +17,7 @@ from streams_runtime.partition_group import LagProvider, PartitionGroup
 from streams_runtime.processors import Processor, SourceProcessor
 from streams_runtime.record import Headers, Record, SourceRecord, TopicPartitionId
 from streams_runtime.serdes import SerializationError
-from streams_runtime.settings import RuntimeSettings
+from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
 from streams_runtime.state import KeyValueStore, SessionStore, SourcePosition, TaskStateManager
 from streams_runtime.topology import Subtopology
 
@@ -115,6 +115,7 @@ class StreamTask:
         self.committed: dict[TopicPartitionId, int] = {}
         self._consumed: dict[TopicPartitionId, int] = {}
         self._skipped_to: dict[TopicPartitionId, int] = {}
+        self._poisoned: dict[TopicPartitionId, SourceRecord] = {}
         self._mark_processing = True
         label = str(task_id)
         self._processed_metric = metrics.records_processed(label)
@@ -173,10 +174,16 @@ class StreamTask:
             processor.init(self)
 
     def add_records(self, tp: TopicPartitionId, records: Iterable[SourceRecord]) -> int:
-        """Buffer fetched records; negative timestamps go to the bad-record policy here."""
+        """Buffer fetched records; negative timestamps go to the bad-record policy here (under
+        ``fail``, once every record before it was processed)."""
+        if tp in self._poisoned:
+            return self.group.buffered(tp)  # fetched past a failing record: read again later
         good = []
         for record in records:
             if record.timestamp < 0 and not record.is_control:
+                if self._bad_records.policy is BadRecordPolicy.FAIL:
+                    self._poisoned[tp] = record
+                    break
                 self._bad_records.handle(
                     record, "negative-timestamp", ValueError(f"timestamp {record.timestamp}")
                 )
@@ -189,6 +196,11 @@ class StreamTask:
         """Process up to ``budget`` records while the task is ready; returns how many."""
         group = self.group
         done = 0
+        for tp, record in self._poisoned.items():
+            if group.buffered(tp) == 0:
+                self._bad_records.handle(
+                    record, "negative-timestamp", ValueError(f"timestamp {record.timestamp}")
+                )
         while done < budget and group.ready_to_process():
             record = group.next_record()
             if record is None:
