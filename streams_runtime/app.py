@@ -10,12 +10,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from progress_control.settings import load_settings
 from streams_runtime.internal_topics import prepare_topics
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.stream_thread import StreamThread
 from streams_runtime.topology import StreamsBuilder, Topology
-from progress_control.settings import load_settings
 
 __all__ = ["App"]
 

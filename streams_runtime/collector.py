@@ -13,6 +13,7 @@ import os
 import re
 import socket
 from collections.abc import Sequence
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -90,6 +91,7 @@ class RecordCollector:
         value: bytes | None,
         timestamp: int,
         headers: Headers | None,
+        *,
         partition: int = -1,
     ) -> None:
         """Queue one record (blocking while the local queue is full)."""
@@ -99,7 +101,7 @@ class RecordCollector:
         while True:
             try:
                 self.producer.produce(
-                    topic, value, key, partition, timestamp=timestamp, headers=headers
+                    topic, value, key, partition, timestamp=timestamp, headers=cast(Any, headers)
                 )
                 break
             except BufferError:
@@ -113,7 +115,11 @@ class RecordCollector:
         marker = ControlMarker(source_id=self._source, sequence=self._sequence)
         self._sequence += 1
         record = ControlRecord(topic, partition, timestamp, marker)
-        self.send(topic, record.key, None, timestamp, list(record.headers), partition)  # type: ignore[arg-type]
+        headers: Headers = [
+            (name, value.encode() if isinstance(value, str) else value)
+            for name, value in record.headers
+        ]
+        self.send(topic, record.key, None, timestamp, headers, partition=partition)
         self._metrics.progress_ticks.inc()
 
     def poll(self) -> None:

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
 from streams_runtime.state import changelog_topic, changelog_topic_config
-from streams_runtime.topology import Topology, TopologyError
+from streams_runtime.topology import Subtopology, Topology, TopologyError
 
 __all__ = ["prepare_topics"]
 
@@ -19,97 +19,103 @@ logger = logging.getLogger(__name__)
 _TIMEOUT_S = 30.0
 
 
+class _TopicPlan:
+    """Partition counts of existing and wanted topics, and the topics to create."""
+
+    def __init__(self, existing: dict[str, int], settings: RuntimeSettings) -> None:
+        self.existing = existing
+        self.settings = settings
+        self.counts: dict[str, int] = {}
+        self.create: list[NewTopic] = []
+
+    def internal(self, topic: str, partitions: int, config: dict[str, str]) -> None:
+        """Want ``topic`` with ``partitions``: create it, or check the existing one."""
+        if topic not in self.existing:
+            self.create.append(
+                NewTopic(
+                    topic,
+                    num_partitions=partitions,
+                    replication_factor=self.settings.replication_factor,
+                    config=config,
+                )
+            )
+        elif self.existing[topic] != partitions:
+            raise TopologyError(
+                f"internal topic {topic} has {self.existing[topic]} partitions, "
+                f"the topology needs {partitions}"
+            )
+        self.counts[topic] = partitions
+
+
 def prepare_topics(topology: Topology, settings: RuntimeSettings) -> dict[str, int]:
     """Create missing internal topics; return the partition count of every topic involved.
 
     Raises :class:`TopologyError` for a missing input topic, inputs of one task that are not
     co-partitioned, or an existing internal topic with the wrong partition count.
     """
-    admin = AdminClient(settings.client_config())
-    existing = {
-        name: len(meta.partitions)
-        for name, meta in admin.list_topics(timeout=_TIMEOUT_S).topics.items()
-        if meta.error is None
-    }
-    counts: dict[str, int] = {}
-    wanted: list[NewTopic] = []
-    pending = list(topology.subtopologies)
-    # Repartition topics take their upstream sub-topology's partition count: resolve in order.
-    while pending:
-        progressed = False
-        for sub in list(pending):
-            inputs: dict[str, int] = {}
-            for topic in sub.source_topics:
-                if topic in topology.repartition_topics:
-                    upstream = next(s for s in topology.subtopologies if topic in s.sink_topics)
-                    base = counts.get(upstream.source_topics[0])
-                    fixed = (
-                        topology.repartition_topics[topic] or settings.num_repartition_partitions
-                    )
-                    if fixed is None and base is None:
-                        break
-                    count = fixed or base or 1
-                    if topic not in existing:
-                        wanted.append(_new_topic(topic, count, settings, {}))
-                    elif existing[topic] != count:
-                        raise TopologyError(
-                            f"repartition topic {topic} has {existing[topic]} partitions, "
-                            f"the topology needs {count}"
-                        )
-                    inputs[topic] = count
-                else:
-                    if topic not in existing:
-                        raise TopologyError(f"input topic {topic!r} does not exist")
-                    inputs[topic] = existing[topic]
-            else:
-                if len(set(inputs.values())) > 1:
-                    raise TopologyError(
-                        f"inputs of sub-topology {sub.id} are not co-partitioned: {inputs}"
-                    )
-                counts.update(inputs)
-                partitions = next(iter(inputs.values()))
-                for spec in sub.stores:
-                    topic = changelog_topic(settings.application_id, spec.name)
-                    if topic not in existing:
-                        wanted.append(
-                            _new_topic(topic, partitions, settings, changelog_topic_config(spec))
-                        )
-                    elif existing[topic] != partitions:
-                        raise TopologyError(
-                            f"changelog {topic} has {existing[topic]} partitions, "
-                            f"the store needs {partitions}"
-                        )
-                    counts[topic] = partitions
-                pending.remove(sub)
-                progressed = True
-        if not progressed:
-            raise TopologyError("repartition topics form a cycle")
-    if settings.bad_record_policy is BadRecordPolicy.DEAD_LETTER and settings.dead_letter_topic:
-        if settings.dead_letter_topic not in existing:
-            wanted.append(_new_topic(settings.dead_letter_topic, 1, settings, {}))
-    for topic in {t for s in topology.subtopologies for t in s.sink_topics}:
-        if topic in existing:
-            counts.setdefault(topic, existing[topic])
-    if wanted:
-        futures = admin.create_topics(wanted, operation_timeout=_TIMEOUT_S)
-        for name, future in futures.items():
-            try:
-                future.result(timeout=_TIMEOUT_S)
-                logger.info("created internal topic %s", name)
-            except KafkaException as exc:
-                if "TOPIC_ALREADY_EXISTS" not in str(exc):  # another instance was first
-                    raise
-        for topic in wanted:
-            counts[topic.topic] = topic.num_partitions
-    return counts
-
-
-def _new_topic(
-    name: str, partitions: int, settings: RuntimeSettings, config: dict[str, str]
-) -> NewTopic:
-    return NewTopic(
-        name,
-        num_partitions=partitions,
-        replication_factor=settings.replication_factor,
-        config=config,
+    admin = AdminClient({**settings.client_config()})
+    plan = _TopicPlan(
+        {
+            name: len(meta.partitions)
+            for name, meta in admin.list_topics(timeout=_TIMEOUT_S).topics.items()
+            if meta.error is None
+        },
+        settings,
     )
+    # A repartition topic takes its upstream sub-topology's partition count: resolve in order.
+    pending = list(topology.subtopologies)
+    while pending:
+        ready = [s for s in pending if _plan_subtopology(s, topology, plan)]
+        if not ready:
+            raise TopologyError("repartition topics form a cycle")
+        pending = [s for s in pending if s not in ready]
+    if settings.bad_record_policy is BadRecordPolicy.DEAD_LETTER and settings.dead_letter_topic:
+        dlq = settings.dead_letter_topic
+        plan.internal(dlq, plan.existing.get(dlq, 1), {})
+    for sub in topology.subtopologies:
+        for topic in sub.sink_topics:
+            if topic in plan.existing:
+                plan.counts.setdefault(topic, plan.existing[topic])
+    _create(admin, plan.create)
+    return plan.counts
+
+
+def _plan_subtopology(sub: Subtopology, topology: Topology, plan: _TopicPlan) -> bool:
+    """Plan the repartition inputs and changelogs of ``sub``; False while an upstream
+    sub-topology's partition count is still unknown."""
+    inputs: dict[str, int] = {}
+    for topic in sub.source_topics:
+        if topic in topology.repartition_topics:
+            upstream = next(s for s in topology.subtopologies if topic in s.sink_topics)
+            count = topology.repartition_topics[topic] or plan.settings.num_repartition_partitions
+            count = count or plan.counts.get(upstream.source_topics[0])
+            if count is None:
+                return False
+            inputs[topic] = count
+        elif topic in plan.existing:
+            inputs[topic] = plan.existing[topic]
+        else:
+            raise TopologyError(f"input topic {topic!r} does not exist")
+    if len(set(inputs.values())) > 1:
+        raise TopologyError(f"inputs of sub-topology {sub.id} are not co-partitioned: {inputs}")
+    for topic, count in inputs.items():
+        if topic in topology.repartition_topics:
+            plan.internal(topic, count, {})
+        plan.counts[topic] = count
+    partitions = next(iter(inputs.values()))
+    for spec in sub.stores:
+        topic = changelog_topic(plan.settings.application_id, spec.name)
+        plan.internal(topic, partitions, changelog_topic_config(spec))
+    return True
+
+
+def _create(admin: AdminClient, topics: list[NewTopic]) -> None:
+    if not topics:
+        return
+    for name, future in admin.create_topics(topics, operation_timeout=_TIMEOUT_S).items():
+        try:
+            future.result(timeout=_TIMEOUT_S)
+            logger.info("created internal topic %s", name)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):  # another instance was first
+                raise

@@ -38,7 +38,7 @@ class RuntimeMetrics:
         ).labels
         self.bad_records = Counter(
             "streams_bad_records",
-            "Records that failed deserialization, had a negative timestamp, or made user code raise.",
+            "Bad records: undeserializable, negative timestamp, user code raised.",
             ["reason", "action"],
             registry=r,
         ).labels

@@ -215,7 +215,8 @@ class TableSourceProcessor(Processor):
         self._store = context.kv_store(self._store_name)
 
     def process(self, record: Record[Any, Any]) -> None:
-        assert self._store is not None and self._context is not None
+        assert self._store is not None
+        assert self._context is not None
         if record.key is None:
             self._context.record_dropped(self._store_name, "null-key")
             return
@@ -255,7 +256,8 @@ class StreamTableJoinProcessor(Processor):
         self._store = context.kv_store(self._store_name)
 
     def process(self, record: Record[Any, Any]) -> None:
-        assert self._store is not None and self._context is not None
+        assert self._store is not None
+        assert self._context is not None
         if record.key is None:
             self._context.record_dropped(self._store_name, "null-key")
             return
@@ -284,6 +286,7 @@ class SessionAggregateProcessor(Processor):
         windows: SessionWindows,
         key_serde: Serde[Any],
         value_serde: Serde[Any],
+        *,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
         merger: Callable[[Any, Any, Any], Any],
@@ -307,13 +310,13 @@ class SessionAggregateProcessor(Processor):
         self.observed_stream_time = max(self.observed_stream_time, context.stream_time)
 
     def process(self, record: Record[Any, Any]) -> None:
-        assert self._store is not None and self._context is not None
+        assert self._store is not None
+        assert self._context is not None
         if record.key is None:
             self._context.record_dropped(self._store_name, "null-key")
             return
         t = record.timestamp
-        if t > self.observed_stream_time:
-            self.observed_stream_time = t
+        self.observed_stream_time = max(self.observed_stream_time, t)
         gap = self._windows.gap_ms
         key_bytes = self._key_serde.serialize(record.key) or b""
         found = self._store.find_sessions(key_bytes, t - gap, t + gap)
@@ -334,8 +337,7 @@ class SessionAggregateProcessor(Processor):
         self.forward(Record(Windowed(record.key, merged.start, merged.end), aggregate, merged.end))
 
     def advance(self, timestamp: int) -> None:
-        if timestamp > self.observed_stream_time:
-            self.observed_stream_time = timestamp
+        self.observed_stream_time = max(self.observed_stream_time, timestamp)
         super().advance(timestamp)
 
     def flush(self) -> None:
@@ -392,13 +394,13 @@ class SuppressProcessor(Processor):
         context.suppress_buffer_size(self._store_name, len(self._pending))
 
     def process(self, record: Record[Any, Any]) -> None:
-        assert self._store is not None and self._context is not None
+        assert self._store is not None
+        assert self._context is not None
         windowed: Windowed[Any] = record.key
         buffer_key = session_changelog_key(
             self._key_serde.serialize(windowed.key) or b"", windowed.start, windowed.end
         )
-        if record.timestamp > self.observed_stream_time:
-            self.observed_stream_time = record.timestamp
+        self.observed_stream_time = max(self.observed_stream_time, record.timestamp)
         if record.value is None:
             if self._pending.pop(buffer_key, None) is not None:
                 self._store.put(buffer_key, None, record.timestamp)
@@ -410,13 +412,13 @@ class SuppressProcessor(Processor):
         self._emit_closed()
 
     def advance(self, timestamp: int) -> None:
-        if timestamp > self.observed_stream_time:
-            self.observed_stream_time = timestamp
+        self.observed_stream_time = max(self.observed_stream_time, timestamp)
         self._emit_closed()
         super().advance(timestamp)
 
     def _emit_closed(self) -> None:
-        assert self._store is not None and self._context is not None
+        assert self._store is not None
+        assert self._context is not None
         heap, windows, now = self._by_end, self._windows, self.observed_stream_time
         emitted = False
         while heap and windows.is_final(heap[0][0], now):

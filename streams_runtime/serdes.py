@@ -24,7 +24,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-T_co = TypeVar("T_co")
 
 
 class SerializationError(ValueError):

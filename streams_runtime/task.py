@@ -56,7 +56,7 @@ class _ChangelogSink:
     def __init__(self, collector: RecordCollector) -> None:
         self._collector = collector
 
-    def send(
+    def send(  # noqa: PLR0917 - the state layer's RecordSink signature
         self,
         topic: str,
         partition: int,
@@ -68,7 +68,7 @@ class _ChangelogSink:
         # Wall-clock time (0 lets the producer stamp it), not event time: the broker's
         # min.compaction.lag.ms acts on record timestamps, and replayed old data must not make
         # the changelog compactable at once.
-        self._collector.send(topic, key, value, 0, headers, partition)
+        self._collector.send(topic, key, value, 0, headers, partition=partition)
 
 
 class StreamTask:
@@ -196,10 +196,10 @@ class StreamTask:
         """Process up to ``budget`` records while the task is ready; returns how many."""
         group = self.group
         done = 0
-        for tp, record in self._poisoned.items():
+        for tp, poisoned in self._poisoned.items():
             if group.buffered(tp) == 0:
                 self._bad_records.handle(
-                    record, "negative-timestamp", ValueError(f"timestamp {record.timestamp}")
+                    poisoned, "negative-timestamp", ValueError(f"timestamp {poisoned.timestamp}")
                 )
         while done < budget and group.ready_to_process():
             record = group.next_record()

@@ -553,7 +553,13 @@ class SessionWindowedStream(Generic[K, V]):
         node = builder._add(
             "KSTREAM-SESSION-AGGREGATE",
             lambda: p.SessionAggregateProcessor(
-                store, windows, ks, vs, initializer, aggregator, merger
+                store,
+                windows,
+                ks,
+                vs,
+                initializer=initializer,
+                aggregator=aggregator,
+                merger=merger,
             ),
             [self._grouped._stream._node],
             stores=(spec,),

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,7 @@ Session = tuple[str, int, int, int]  # key, start, end, count
 def generate_events(n: int, seed: int) -> list[tuple[str, int]]:
     """(key, timestamp) in timestamp order, one event every 20 ms; now and then a key goes quiet
     for longer than the gap, so every key has several sessions."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - reproducible test data
     quiet_until = dict.fromkeys(KEYS, 0)
     events = []
     now = BASE
@@ -102,7 +102,7 @@ class KilledRepeatedly:
 
 
 @pytest.fixture
-def app_env(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[[str], dict[str, str]]]:
+def app_env(kafka_bootstrap: str, tmp_path: Path) -> Callable[[str], dict[str, str]]:
     def make(guarantee: str) -> dict[str, str]:
         root = Path(__file__).resolve().parent.parent
         return {
@@ -118,7 +118,40 @@ def app_env(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[[str], di
             "PROGRESS_CONTROL_RUNTIME_CONSUMER__SESSION_TIMEOUT_MS": "6000",
         }
 
-    yield make
+    return make
+
+
+def produce_in_background(
+    bootstrap: str, topic: str, events: list[tuple[str, int]]
+) -> threading.Thread:
+    """Write ``events`` in small bursts (so the app is killed mid-stream), then close every
+    session with a control record far past the last event on each partition."""
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for i, (key, ts) in enumerate(events):
+            producer.produce(topic, key=key, value=i.to_bytes(8, "big"), timestamp=ts)
+            if i % 200 == 199:
+                producer.flush(10)
+                time.sleep(0.05)
+        end = max(ts for _, ts in events) + 10 * GAP_MS
+        for partition in range(PARTITIONS):
+            tick = ControlRecord(topic, partition, end, ControlMarker("test", partition))
+            producer.produce(**tick.produce_kwargs())  # type: ignore[arg-type]
+        producer.flush(30)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    return writer
+
+
+def read_sessions(reader: TopicReader) -> Counter[Session]:
+    found: Counter[Session] = Counter()
+    for m in reader.read(max_s=3):
+        if m.value() is not None:
+            v = json.loads(m.value() or b"")
+            found[((m.key() or b"").decode(), v["start"], v["end"], v["count"])] += 1
+    return found
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
@@ -131,62 +164,27 @@ def test_sigkill_mid_stream(
 ) -> None:
     source, sink = create_topic("events", partitions=PARTITIONS), create_topic("sessions")
     events = generate_events(6000, seed=7)
+    expected = expected_sessions(events)
     runner = KilledRepeatedly(app_env(guarantee), [source, sink, str(GAP_MS)])
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
-    done = threading.Event()
-
-    def produce() -> None:
-        for i, (key, ts) in enumerate(events):
-            producer.produce(source, key=key, value=i.to_bytes(8, "big"), timestamp=ts)
-            if i % 200 == 199:
-                producer.flush(10)
-                time.sleep(0.05)
-        producer.flush(30)
-        done.set()
-
-    writer = threading.Thread(target=produce)
     runner.start()
-    writer.start()
-    rng = random.Random(11)
+    writer = produce_in_background(kafka_bootstrap, source, events)
+    rng = random.Random(11)  # noqa: S311 - reproducible kill times
+    reader = reader_for(sink, 1)
     try:
         for _ in range(4):
             time.sleep(rng.uniform(1.0, 2.5))
             runner.kill()
             runner.start()
-        done.wait(60)
-        writer.join()
-        # Close every session: a control record far past the last event on each partition.
-        last = max(ts for _, ts in events)
-        for partition in range(PARTITIONS):
-            tick = ControlRecord(source, partition, last + 10 * GAP_MS, ControlMarker("test", 0))
-            producer.produce(**tick.produce_kwargs())  # type: ignore[arg-type]
-        producer.flush(10)
-
-        expected = expected_sessions(events)
-        reader = reader_for(sink, 1)
-
-        def output() -> Counter[Session]:
-            found: Counter[Session] = Counter()
-            for m in reader.read(max_s=3):
-                if m.value() is None:
-                    continue
-                v = json.loads(m.value() or b"")
-                found[((m.key() or b"").decode(), v["start"], v["end"], v["count"])] += 1
-            return found
-
-        try:
-            wait_for(lambda: set(output()) >= set(expected), timeout_s=60, interval_s=0.5)
-        finally:
-            if os.environ.get("RESTART_TEST_LOG") and runner.process:
-                runner.process.send_signal(signal.SIGUSR1)
-                time.sleep(1)
-                got = output()
-                print("missing", len(set(expected) - set(got)), "of", len(expected))
-                print("missing sample", sorted(set(expected) - set(got))[:5])
-                print("unexpected sample", sorted(set(got) - set(expected))[:5], len(got))
+        writer.join(60)
+        wait_for(
+            lambda: set(read_sessions(reader)) >= set(expected),
+            timeout_s=90,
+            interval_s=0.5,
+            message="every session in the output",
+        )
     finally:
         runner.stop()
-    found = output()
+    found = read_sessions(reader)
     assert runner.kills == 4
     if guarantee == "exactly_once":
         assert found == expected  # no loss, no duplicates

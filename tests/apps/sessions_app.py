@@ -9,7 +9,6 @@ import signal
 import sys
 
 from progress_control.logging import configure_logging
-
 from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
 from streams_runtime.serdes import Integer, Json, String
 
