@@ -102,8 +102,8 @@ class KilledRepeatedly:
 
 
 @pytest.fixture
-def app_env(kafka_bootstrap: str, tmp_path: Path) -> Callable[[str], dict[str, str]]:
-    def make(guarantee: str) -> dict[str, str]:
+def app_env(kafka_bootstrap: str, tmp_path: Path) -> Callable[[str, str], dict[str, str]]:
+    def make(guarantee: str, engine: str) -> dict[str, str]:
         root = Path(__file__).resolve().parent.parent
         return {
             **os.environ,
@@ -111,6 +111,7 @@ def app_env(kafka_bootstrap: str, tmp_path: Path) -> Callable[[str], dict[str, s
             "PROGRESS_CONTROL_RUNTIME_APPLICATION_ID": unique_name("restart"),
             "PROGRESS_CONTROL_RUNTIME_BOOTSTRAP_SERVERS": kafka_bootstrap,
             "PROGRESS_CONTROL_RUNTIME_PROCESSING_GUARANTEE": guarantee,
+            "PROGRESS_CONTROL_RUNTIME_STATE_ENGINE": engine,
             "PROGRESS_CONTROL_RUNTIME_COMMIT_INTERVAL_MS": "100",
             "PROGRESS_CONTROL_RUNTIME_STATE_DIR": str(tmp_path / "state"),
             # A restarted process takes over its predecessor's membership at once.
@@ -154,18 +155,22 @@ def read_sessions(reader: TopicReader) -> Counter[Session]:
     return found
 
 
-@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+@pytest.mark.parametrize(
+    ("guarantee", "engine"),
+    [("exactly_once", "memory"), ("at_least_once", "memory"), ("exactly_once", "sqlite")],
+)
 def test_sigkill_mid_stream(
     guarantee: str,
+    engine: str,
     create_topic: Callable[..., str],
     kafka_bootstrap: str,
-    app_env: Callable[[str], dict[str, str]],
+    app_env: Callable[[str, str], dict[str, str]],
     reader_for: Callable[[str, int], TopicReader],
 ) -> None:
     source, sink = create_topic("events", partitions=PARTITIONS), create_topic("sessions")
     events = generate_events(6000, seed=7)
     expected = expected_sessions(events)
-    runner = KilledRepeatedly(app_env(guarantee), [source, sink, str(GAP_MS)])
+    runner = KilledRepeatedly(app_env(guarantee, engine), [source, sink, str(GAP_MS)])
     runner.start()
     writer = produce_in_background(kafka_bootstrap, source, events)
     rng = random.Random(11)  # noqa: S311 - reproducible kill times

@@ -13,8 +13,8 @@ from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_cl
 from streams_runtime.serdes import Integer, Json, String
 
 
-def main() -> None:
-    source, sink, gap_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def session_counts(source: str, sink: str, gap_ms: int) -> StreamsBuilder:
+    """Per-key session counts, final results only, as JSON ``{start, end, count}``."""
     builder = StreamsBuilder()
     (
         builder.stream(source, key_serde=String(), value_serde=Integer())
@@ -26,9 +26,14 @@ def main() -> None:
         .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
         .to(sink, key_serde=String(), value_serde=Json())
     )
+    return builder
+
+
+def main() -> None:
+    source, sink, gap_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
     configure_logging("INFO", json=False)
     faulthandler.register(signal.SIGUSR1)  # stack dump on demand, for debugging hangs
-    App(builder).run()
+    App(session_counts(source, sink, gap_ms)).run()
 
 
 if __name__ == "__main__":
