@@ -156,17 +156,16 @@ def read_sessions(reader: TopicReader) -> Counter[Session]:
 
 
 @pytest.mark.parametrize(
-    ("guarantee", "engine"),
-    [("exactly_once", "memory"), ("at_least_once", "memory"), ("exactly_once", "sqlite")],
+    "mode", ["exactly_once/memory", "at_least_once/memory", "exactly_once/sqlite"]
 )
 def test_sigkill_mid_stream(
-    guarantee: str,
-    engine: str,
+    mode: str,
     create_topic: Callable[..., str],
     kafka_bootstrap: str,
     app_env: Callable[[str, str], dict[str, str]],
     reader_for: Callable[[str, int], TopicReader],
 ) -> None:
+    guarantee, engine = mode.split("/")
     source, sink = create_topic("events", partitions=PARTITIONS), create_topic("sessions")
     events = generate_events(6000, seed=7)
     expected = expected_sessions(events)
