@@ -45,6 +45,8 @@ class App:
         self._runner: threading.Thread | None = None
         self._stop_requested = threading.Event()
         self.error: BaseException | None = None
+        self.metrics_port: int | None = None
+        """The port ``/metrics`` is served on (set once running, with ``metrics_port`` set)."""
 
     @property
     def instance_id(self) -> str:
@@ -75,6 +77,7 @@ class App:
                     addr=self.settings.metrics_host,
                     registry=self.metrics.registry,
                 )
+                self.metrics_port = server.server_port
             partition_counts = prepare_topics(self.topology, self.settings)
             self._thread = StreamThread(
                 self.topology,

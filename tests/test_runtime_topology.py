@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 
 import pytest
@@ -184,7 +185,7 @@ def test_control_records_never_reach_user_code(
     seen: list[object] = []
     builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
     builder.stream(source).peek(lambda k, v: seen.append((k, v))).to(sink)
-    app = run_app(builder, progress_propagation=False)
+    app = run_app(builder, progress_propagation=False, metrics_port=0)
     producer = InstrumentedProducer(
         {
             "bootstrap.servers": kafka_bootstrap,
@@ -200,3 +201,7 @@ def test_control_records_never_reach_user_code(
     assert seen == [("a", {"n": 1})]
     assert not any(is_control_record(m) for m in reader_for(sink, 1).read())
     producer.close()
+    with urllib.request.urlopen(f"http://127.0.0.1:{app.metrics_port}/metrics") as response:
+        text = response.read().decode()
+    assert 'streams_records_processed_total{task="0_0"} 1.0' in text
+    assert "streams_control_records_total" in text
