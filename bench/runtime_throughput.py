@@ -8,7 +8,8 @@ The input topic (4 partitions) is pre-loaded, off the clock, with ``BENCH_EVENTS
 Three variants, each reading all the events from a fresh consumer group:
 
 (a) plain ``confluent_kafka`` loop: one ``Consumer``, ``consume(1000)`` batches, every record's key
-    and value produced to an output topic, ``flush()`` at the end;
+    and value produced (idempotent, acks=all, as the runtime's producer) to an output topic,
+    ``flush()`` at the end;
 (b) the runtime, at_least_once (commit interval 1 s): ``group_by_key().windowed_by(SessionWindows(
     gap_ms=60_000)).count().suppress(until_window_closes()).to_stream().map(...).to(out)``;
 (c) the same topology, exactly_once (commit interval 100 ms, the default).
@@ -16,7 +17,8 @@ Three variants, each reading all the events from a fresh consumer group:
 (a) is timed from ``subscribe()`` until ``flush()`` returns; (b) and (c) from ``app.start()`` until
 the runtime's ``streams_records_processed_total`` reaches the event count (group join and task
 creation included in all three). The runtime's output (sessions emitted, ticks excluded) is counted
-after ``close()`` as a sanity check.
+after ``close()`` and checked against the expected sessions. A runtime variant whose app stops
+before processing anything (a start-up race) is retried once with a fresh application id.
 """
 
 from __future__ import annotations

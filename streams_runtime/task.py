@@ -240,9 +240,11 @@ class StreamTask:
         self._consumed[tp] = record.offset + 1
 
     def flush(self) -> None:
-        """Before a commit: let processors do periodic work (retention, gauges)."""
+        """Before a commit: let processors do periodic work (retention, gauges), then send the
+        buffered changelog writes."""
         for processor in self._processors:
             processor.flush()
+        self.state.flush()
 
     def offsets_to_commit(self) -> list[TopicPartition]:
         """Next offsets to commit (with partition time in the metadata), for inputs that moved."""

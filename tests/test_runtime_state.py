@@ -663,9 +663,11 @@ def test_restore_skips_records_of_uncommitted_input(
     store = writer.kv_store("counts")
     position.set(source, 5)
     store.put(b"k", b"v1", 1000)
+    writer.flush()  # a commit interval ends between the two writes
     position.set(source, 10)
     store.put(b"k", b"v2", 2000)
     position.clear()
+    writer.flush()
     sink.flush()
     writer.close()
 
@@ -720,8 +722,10 @@ def test_restore_logs_corrections_for_skipped_records(
         first.restore({})
         position.set(source, 5)
         first.kv_store("counts").put(b"k", b"v1", 1000)
+        first.flush()  # committed with input offset 8
         position.set(source, 10)
         first.kv_store("counts").put(b"k", b"v2", 2000)  # the crashed run's write
+        first.flush()
         sink.flush()
     with manager(tmp_path / "b", [KV], "memory", sink, position, kafka_bootstrap, app) as second:
         result = second.restore({source: 8})
@@ -729,6 +733,7 @@ def test_restore_logs_corrections_for_skipped_records(
         assert second.kv_store("counts").get(b"k") == b"v1"
         second.mark_processing()  # logs the correction: k = v1, as of the committed position
         # Re-processing offsets 8..11 yields v1 again for k: emit-on-change writes nothing.
+        second.flush()
         sink.flush()
     with manager(tmp_path / "c", [KV], "memory", sink, position, kafka_bootstrap, app) as third:
         result = third.restore({source: 12})
@@ -770,6 +775,7 @@ def test_session_store_restore_round_trip(
         store.remove(b"carol", 100, 200, 200)
         # Not a session key (compacted topics refuse null keys, so this is the malformed case).
         w.session_store("sessions").changelog.log(b"short", b"x", 200)  # type: ignore[union-attr]
+        w.flush()
         sink.flush()
         expected = list(store.items())
     assert expected == [(b"alice", 10, 25, b"2"), (b"bob", -5, 3, b"3")]
@@ -779,7 +785,9 @@ def test_session_store_restore_round_trip(
         ) as state:
             result = state.restore({source: 5}, timeout_s=60)
             assert list(state.session_store("sessions").items()) == expected
-            assert result.records_applied == 6
+            # Writes to one key within a commit interval are sent once (alice@10..10 and carol
+            # were put and removed): 4 of the 6 writes reach the changelog.
+            assert result.records_applied == 4
             assert result.records_malformed == 1
             assert result.records_skipped_uncommitted == 0
 
@@ -807,12 +815,14 @@ def test_restore_reads_committed_transactions_only_and_terminates(
         sink.producer.begin_transaction()
         position.set(source, 1)
         kv.put(b"k", b"committed", 1000)
+        w.flush()
         sink.producer.commit_transaction(30)
         sink.producer.begin_transaction()
         position.set(source, 2)
         kv.put(b"k", b"aborted", 2000)
         kv.put(b"other", b"aborted", 2000)
         sessions.put(b"s", 1, 2, b"aborted", 2000)  # this changelog gets only an aborted txn
+        w.flush()
         sink.flush()  # on the broker, not purged from the queue by the abort
         sink.producer.abort_transaction(30)
     # Each changelog now ends with a transaction marker: a read_committed position can stop
@@ -859,6 +869,7 @@ def test_sqlite_checkpoint_reuse_restores_only_the_tail(
     for offset in range(3):
         position.set(source, offset)
         first.kv_store("counts").put(f"k{offset}".encode(), b"v", 1000 + offset)
+    first.flush()
     sink.flush()
     first.commit({source: 3})  # changelog end offsets asked from the broker
     assert read_checkpoint(checkpoint_path) == Checkpoint(
@@ -896,6 +907,7 @@ def test_sqlite_checkpoint_reuse_restores_only_the_tail(
     assert result.corrections == 1
     assert not checkpoint_path.exists()
     third.mark_processing()
+    third.flush()
     sink.flush()
     third.commit({source: 3}, {changelog_tp: 5})  # offsets as the collector reports them
     assert read_checkpoint(checkpoint_path) == Checkpoint(
@@ -913,3 +925,30 @@ def test_restore_fails_clearly_without_changelog_topic(
     with pytest.raises(RestoreError, match="changelog"):
         state.restore({}, timeout_s=15)
     state.close()
+
+
+def test_buffered_changelog_writer_sends_the_latest_write_per_key() -> None:
+    sink = ListSink()
+    position = SourcePosition()
+    writer = ChangelogWriter(sink, "cl", 0, position, buffered=True, max_buffered=3)
+    source = TopicPartitionId("in", 0)
+    for offset, (key, value) in enumerate([(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"a", None)]):
+        position.set(source, offset)
+        writer.log(key, value, offset)
+    assert sink.sent == []
+    assert writer.flush() == 2
+    # The latest write per key, with the newest source offset of the writes it stands for.
+    assert [
+        (key, value, decode_source(headers[0][1])[1])
+        for _, _, key, value, _, headers in sink.sent
+        if headers
+    ] == [
+        (b"a", None, 3),
+        (b"b", b"1", 1),
+    ]
+    for key in (b"x", b"y", b"z"):  # reaching max_buffered flushes early
+        writer.log(key, b"v", 9)
+    assert len(sink.sent) == 5
+    writer.log(b"gone", b"v", 10)
+    writer.discard()
+    assert writer.flush() == 0

@@ -131,15 +131,33 @@ def split_session_changelog_key(raw: bytes) -> tuple[bytes, int, int]:
 
 
 class ChangelogWriter:
-    """Logs one store partition's writes to its changelog partition through the task's sink."""
+    """Logs one store partition's writes to its changelog partition through the task's sink.
+
+    With ``buffered`` (as the runtime uses it), writes are held until :meth:`flush`, which the
+    runtime calls before every commit, and only the latest write per key is sent (Kafka Streams'
+    record cache does the same). That is safe for restore: a write superseded within one
+    commit interval came from input that is not committed before the interval ends either, so
+    the record that is sent carries the newest source offset of all of them.
+    """
 
     def __init__(
-        self, sink: RecordSink, topic: str, partition: int, position: SourcePosition
+        self,
+        sink: RecordSink,
+        topic: str,
+        partition: int,
+        position: SourcePosition,
+        *,
+        buffered: bool = False,
+        max_buffered: int = 10_000,
     ) -> None:
         self.sink = sink
         self.topic = topic
         self.partition = partition
         self.position = position
+        self._buffered = buffered
+        self._max_buffered = max_buffered
+        self._pending: dict[bytes, tuple[bytes | None, int, tuple[TopicPartitionId, int] | None]]
+        self._pending = {}
 
     @property
     def tp(self) -> TopicPartitionId:
@@ -154,10 +172,35 @@ class ChangelogWriter:
         *,
         source: tuple[TopicPartitionId, int] | None = None,
     ) -> None:
-        """Send ``key``/``value`` (``None``: a tombstone) with the source header of the current
+        """Log ``key``/``value`` (``None``: a tombstone) with the source header of the current
         :class:`SourcePosition`, or of ``source`` when given (restore corrections)."""
         if source is None and self.position.tp is not None:
             source = (self.position.tp, self.position.offset)
+        if not self._buffered:
+            self._send(key, value, timestamp, source)
+            return
+        self._pending[key] = (value, timestamp, source)
+        if len(self._pending) >= self._max_buffered:
+            self.flush()
+
+    def flush(self) -> int:
+        """Send the buffered writes; returns how many were sent."""
+        pending, self._pending = self._pending, {}
+        for key, (value, timestamp, source) in pending.items():
+            self._send(key, value, timestamp, source)
+        return len(pending)
+
+    def discard(self) -> None:
+        """Drop the buffered writes (the task is closed without a commit)."""
+        self._pending.clear()
+
+    def _send(
+        self,
+        key: bytes,
+        value: bytes | None,
+        timestamp: int,
+        source: tuple[TopicPartitionId, int] | None,
+    ) -> None:
         headers: Headers | None = None
         if source is not None:
             headers = [(SOURCE_HEADER, encode_source(*source))]

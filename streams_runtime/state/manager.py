@@ -272,6 +272,7 @@ class _Slot:
     store: KeyValueStore | SessionStore
     changelog_tp: TopicPartitionId | None
     path: Path | None
+    writer: ChangelogWriter | None = None
 
 
 @dataclass
@@ -413,6 +414,10 @@ class TaskStateManager:
     def restored(self) -> bool:
         """Whether :meth:`restore` completed."""
         return self._restored
+
+    def flush(self) -> int:
+        """Send the buffered changelog writes (before every commit); returns how many."""
+        return sum(slot.writer.flush() for slot in self._slots.values() if slot.writer)
 
     def changelog_partitions(self) -> list[TopicPartitionId]:
         """The changelog partitions of the task's logged stores."""
@@ -827,6 +832,8 @@ class TaskStateManager:
             return
         self._closed = True
         for slot in self._slots.values():
+            if slot.writer is not None:
+                slot.writer.discard()
             try:
                 slot.store.engine.close()
             except sqlite3.Error as exc:
@@ -861,7 +868,13 @@ class TaskStateManager:
             else None
         )
         writer = (
-            ChangelogWriter(self._sink, changelog_tp.topic, changelog_tp.partition, self.position)
+            ChangelogWriter(
+                self._sink,
+                changelog_tp.topic,
+                changelog_tp.partition,
+                self.position,
+                buffered=True,
+            )
             if changelog_tp is not None
             else None
         )
@@ -877,7 +890,7 @@ class TaskStateManager:
             _remove_files(path)
             self._damaged.add(spec.name)
             store = self._make_store(spec, path, writer)
-        return _Slot(spec, store, changelog_tp, path)
+        return _Slot(spec, store, changelog_tp, path, writer)
 
     def _make_store(
         self, spec: StoreSpec, path: Path | None, writer: ChangelogWriter | None

@@ -1,0 +1,101 @@
+"""A SparkSession with Spark's Kafka connector on the classpath, from the project's jar cache.
+
+The connector (``org.apache.spark:spark-sql-kafka-0-10_2.13`` at the installed pyspark version)
+and its dependencies are fetched once by :mod:`progress_control.jars`; Spark gets the local jar
+files through ``spark.jars``, so it never resolves packages over the network itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from progress_control.jars import fetch_jars, spark_kafka_connector_jars
+
+__all__ = ["DEFAULT_APP_NAME", "connector_jars", "spark_jars_dir", "spark_session"]
+
+DEFAULT_APP_NAME = "kafka-progress-control"
+
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[^/]*\.jar$")
+_LOCAL_MASTER = re.compile(r"^local(\[(?P<threads>\*|\d+)(,\d+)?\])?$")
+
+
+def spark_jars_dir() -> Path:
+    """The jars Spark itself runs with: ``$SPARK_HOME/jars``, else the pyspark package's."""
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home and (Path(spark_home) / "jars").is_dir():
+        return Path(spark_home) / "jars"
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def connector_jars(cache_dir: Path | None = None) -> list[Path]:
+    """Local paths of the Kafka connector jars Spark lacks, fetched into the cache when needed.
+
+    Maven resolves the connector's dependencies independently of Spark's own classpath, so the
+    set also holds artifacts Spark already ships (scala-library, hadoop-client, lz4, ...) at other
+    versions. Those are left out: two versions of one library on a classpath is how
+    ``NoSuchMethodError`` happens, and Spark's own version is the one it was built against.
+    """
+    directory = fetch_jars(spark_kafka_connector_jars(), cache_dir, quiet=True)
+    shipped = {_artifact(jar.name) for jar in spark_jars_dir().glob("*.jar")}
+    return [jar for jar in sorted(directory.glob("*.jar")) if _artifact(jar.name) not in shipped]
+
+
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = DEFAULT_APP_NAME,
+    conf: Mapping[str, str] | None = None,
+    *,
+    cache_dir: Path | None = None,
+) -> SparkSession:
+    """Get or create a SparkSession that can read and write Kafka.
+
+    ``master`` is any Spark master URL (``local[2]``, ``spark://host:7077``, ``k8s://...``,
+    ``yarn``). Defaults: UTC session time zone, no-data micro-batches on (a watermark advanced by
+    control records must be able to close sessions without new data), WARN logging; for local
+    masters also few shuffle partitions (one per core: the default 200 tiny tasks per micro-batch
+    dominate a laptop-sized job) and no UI. Every entry of ``conf`` is passed through and wins.
+
+    Static settings (master, jars, driver memory) only apply when this call starts the JVM; a
+    session already running in this process is returned with the runtime settings of ``conf``
+    applied.
+    """
+    settings: dict[str, str] = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        "spark.log.level": "WARN",
+    }
+    local = _LOCAL_MASTER.match(master)
+    if local is not None:
+        threads = local["threads"]
+        cores = (os.cpu_count() or 1) if threads in (None, "*") else int(threads)
+        settings |= {
+            "spark.sql.shuffle.partitions": str(max(1, cores)),
+            "spark.default.parallelism": str(max(1, cores)),
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.memory": "2g",
+        }
+    extra = dict(conf or {})
+    jars = [str(jar) for jar in connector_jars(cache_dir)]
+    if extra.get("spark.jars"):
+        jars.append(extra.pop("spark.jars"))
+    settings["spark.jars"] = ",".join(jars)
+    settings |= extra
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark: SparkSession = builder.getOrCreate()
+    return spark
+
+
+def _artifact(jar_name: str) -> str:
+    match = _VERSIONED_JAR.match(jar_name)
+    return match["artifact"] if match else jar_name

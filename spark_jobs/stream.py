@@ -1,0 +1,496 @@
+"""The streaming sessionization job: Kafka → session windows → Parquet (and optionally Kafka).
+
+Plan of the sessions query::
+
+    Kafka source (includeHeaders) → parse_records → withWatermark(event_time)   ← every row
+      → observe(counts)       ← metrics over every row; also a barrier for the optimizer
+      → drop control and malformed rows → session_window(event_time, gap) per user
+      → Parquet, append mode, checkpointed
+
+Control records' timestamps advance the watermark because they pass through ``withWatermark``
+before being dropped. The order matters and Spark's optimizer would otherwise undo it: it pushes
+filters that do not reference the event-time column *below* ``EventTimeWatermark``, so a plain
+``where(not is_control)`` would drop the ticks before the watermark saw them. ``observe`` sits
+in between: its metrics must see every row, so no filter may move past it. With no-data
+micro-batches on, a watermark moved by ticks alone evicts (emits) the closed sessions.
+
+Malformed records go to a second query writing Parquet to the errors path; all counts come from
+the observed metrics, collected per batch by a query listener (:meth:`SessionizationStream.metrics`).
+The optional Kafka sink is a third query with its own state, writing each session as JSON in the
+streams runtime's format ``{"user", "start", "end", "count"}``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_jobs.durations import format_interval
+from spark_jobs.sessionize import Session, collect_sessions, sessionize_events
+from spark_jobs.source import (
+    KafkaSource,
+    MalformedRecord,
+    collect_errors,
+    error_rows,
+    parse_records,
+    read_kafka,
+)
+
+__all__ = [
+    "ERRORS_SCHEMA",
+    "SESSIONS_SCHEMA",
+    "SessionizationStream",
+    "StreamConfig",
+    "StreamFailedError",
+    "StreamMetrics",
+    "StreamResult",
+    "read_errors",
+    "read_sessions",
+    "run_stream",
+    "sessions_to_kafka",
+]
+
+SESSIONS_SCHEMA = StructType(
+    [
+        StructField("user", StringType()),
+        StructField("session_start", TimestampType()),
+        StructField("session_end", TimestampType()),
+        StructField("window_start", TimestampType()),
+        StructField("window_end", TimestampType()),
+        StructField("events", LongType()),
+    ]
+)
+"""Schema of the sessions output (batch and streaming)."""
+
+ERRORS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("event_time", TimestampType()),
+        StructField("error", StringType()),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+    ]
+)
+"""Schema of the errors output (batch and streaming)."""
+
+
+class StreamFailedError(RuntimeError):
+    """A query of the streaming job terminated with an exception."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """Settings of one streaming sessionization job.
+
+    Outputs go to ``{output_dir}/sessions`` and ``{output_dir}/errors`` unless ``sessions_path``
+    / ``errors_path`` say otherwise; checkpoints to ``{checkpoint_dir}/sessions``, ``/errors``
+    and ``/kafka``. Paths may be any Hadoop URI (``s3a://``, ``hdfs://``) on a cluster. Restarting
+    with the same checkpoints resumes where the job stopped; a checkpoint fixes the number of
+    state partitions (``spark.sql.shuffle.partitions`` at its creation).
+    """
+
+    source: KafkaSource
+    gap_ms: int
+    output_dir: str
+    checkpoint_dir: str
+    watermark_delay_ms: int = 0
+    """How far behind the latest timestamp (data or control) the watermark trails: the allowed
+    lateness. Rows older than the watermark are dropped as late."""
+    trigger_interval_ms: int = 1000
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    output_topic: str | None = None
+    """Also write sessions to this Kafka topic (same cluster), as JSON."""
+    sessions_path: str | None = None
+    errors_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gap_ms <= 0:
+            raise ValueError(f"gap_ms must be positive, got {self.gap_ms}")
+        if self.watermark_delay_ms < 0:
+            raise ValueError(f"watermark_delay_ms must be >= 0, got {self.watermark_delay_ms}")
+        if self.trigger_interval_ms <= 0:
+            raise ValueError(f"trigger_interval_ms must be positive, got {self.trigger_interval_ms}")
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
+            raise ValueError("max_offsets_per_trigger must be positive")
+
+    @property
+    def sessions_location(self) -> str:
+        return self.sessions_path or _join(self.output_dir, "sessions")
+
+    @property
+    def errors_location(self) -> str:
+        return self.errors_path or _join(self.output_dir, "errors")
+
+    def checkpoint(self, query: str) -> str:
+        """Checkpoint location of one of the job's queries."""
+        return _join(self.checkpoint_dir, query)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMetrics:
+    """Counts over the records the sessions query processed in this run (all micro-batches)."""
+
+    batches: int = 0
+    data_records: int = 0
+    control_records: int = 0
+    malformed_records: int = 0
+    max_event_time_ms: int | None = None
+    """Latest record timestamp seen, control records included."""
+    watermark_ms: int | None = None
+    """The watermark after the latest micro-batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResult:
+    """What :func:`run_stream` saw when it stopped the job."""
+
+    sessions: list[Session]
+    errors: list[MalformedRecord]
+    metrics: StreamMetrics
+
+
+@dataclass(slots=True)
+class _BatchCounts:
+    data: int = 0
+    control: int = 0
+    malformed: int = 0
+    max_event_time_ms: int | None = None
+
+
+@dataclass(slots=True)
+class _Progress:
+    """Per-batch counts of one observation, keyed by batch id: a batch re-run after a failure
+    reports again under the same id and must not be counted twice."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    batches: dict[int, _BatchCounts] = field(default_factory=dict)
+    watermark_ms: int | None = None
+
+
+class _ProgressListener(StreamingQueryListener):
+    """Collects the observed metrics named ``name`` from query progress events."""
+
+    def __init__(self, name: str, progress: _Progress) -> None:
+        self._name = name
+        self._progress = progress
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        """Nothing to record at start."""
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        """Record one micro-batch's counts and the watermark after it."""
+        progress = event.progress
+        row = progress.observedMetrics.get(self._name)
+        if row is None:  # another query's progress
+            return
+        max_time = row["max_event_time"]
+        counts = _BatchCounts(
+            data=int(row["data"] or 0),
+            control=int(row["control"] or 0),
+            malformed=int(row["malformed"] or 0),
+            max_event_time_ms=None if max_time is None else int(max_time),
+        )
+        watermark = progress.eventTime.get("watermark")
+        with self._progress.lock:
+            self._progress.batches[progress.batchId] = counts
+            if watermark:
+                self._progress.watermark_ms = _iso_to_ms(watermark)
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        """Idle triggers carry no metrics."""
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        """Failures are read from the queries themselves."""
+
+
+class SessionizationStream:
+    """The streaming sessionization job: start it, watch its outputs, stop it.
+
+    >>> with SessionizationStream(spark, config) as job:   # doctest: +SKIP
+    ...     sessions = job.wait_for_sessions(lambda s: len(s) >= 2, timeout_s=60)
+    """
+
+    def __init__(self, spark: SparkSession, config: StreamConfig) -> None:
+        self.spark = spark
+        self.config = config
+        self._id = uuid.uuid4().hex[:8]
+        self._metrics_name = f"sessionization_{self._id}"
+        self._progress = _Progress()
+        self._listener: _ProgressListener | None = None
+        self._queries: dict[str, StreamingQuery] = {}
+
+    def __enter__(self) -> SessionizationStream:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> SessionizationStream:
+        """Start the sessions, errors and (if configured) Kafka queries; returns ``self``."""
+        if self._queries:
+            raise RuntimeError("the stream is already started")
+        config = self.config
+        self._listener = _ProgressListener(self._metrics_name, self._progress)
+        self.spark.streams.addListener(self._listener)
+        trigger = format_interval(config.trigger_interval_ms)
+        try:
+            sessions = self.sessions_frame()
+            self._queries["sessions"] = (
+                sessions.writeStream.format("parquet")
+                .outputMode("append")
+                .option("path", config.sessions_location)
+                .option("checkpointLocation", config.checkpoint("sessions"))
+                .trigger(processingTime=trigger)
+                .queryName(f"sessions-{self._id}")
+                .start()
+            )
+            self._queries["errors"] = (
+                error_rows(parse_records(self._read()))
+                .writeStream.format("parquet")
+                .outputMode("append")
+                .option("path", config.errors_location)
+                .option("checkpointLocation", config.checkpoint("errors"))
+                .trigger(processingTime=trigger)
+                .queryName(f"errors-{self._id}")
+                .start()
+            )
+            if config.output_topic:
+                self._queries["kafka"] = (
+                    sessions_to_kafka(self.sessions_frame(f"{self._metrics_name}_kafka"))
+                    .writeStream.format("kafka")
+                    .outputMode("append")
+                    .option("kafka.bootstrap.servers", config.source.bootstrap_servers)
+                    .options(**_kafka_client_options(config.source))
+                    .option("topic", config.output_topic)
+                    .option("checkpointLocation", config.checkpoint("kafka"))
+                    .trigger(processingTime=trigger)
+                    .queryName(f"sessions-kafka-{self._id}")
+                    .start()
+                )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def sessions_frame(self, observation: str | None = None) -> DataFrame:
+        """The sessions query's streaming DataFrame (columns :data:`SESSIONS_SCHEMA`), with the
+        record counts observed under ``observation`` (default: the name the listener collects)."""
+        config = self.config
+        parsed = parse_records(self._read()).withWatermark(
+            "event_time", format_interval(config.watermark_delay_ms)
+        )
+        observed = parsed.observe(
+            observation or self._metrics_name,
+            F.count_if(~F.col("is_control") & F.col("error").isNull()).alias("data"),
+            F.count_if(F.col("is_control")).alias("control"),
+            F.count_if(F.col("error").isNotNull()).alias("malformed"),
+            F.max(F.unix_millis("event_time")).alias("max_event_time"),
+        )
+        return sessionize_events(observed, config.gap_ms)
+
+    @property
+    def queries(self) -> dict[str, StreamingQuery]:
+        """The running queries by role: ``sessions``, ``errors``, optionally ``kafka``."""
+        return dict(self._queries)
+
+    @property
+    def is_active(self) -> bool:
+        """Whether every query of the job is running."""
+        return bool(self._queries) and all(q.isActive for q in self._queries.values())
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`StreamFailedError` if any query terminated with an exception."""
+        for role, query in self._queries.items():
+            failure = query.exception()
+            if failure is not None:
+                raise StreamFailedError(f"the {role} query failed: {failure}")
+
+    def process_all_available(self) -> None:
+        """Block until every query has processed all data available in Kafka right now.
+
+        Sessions closed by that data appear one micro-batch later at most: eviction by an
+        advanced watermark happens in the batch after the one that saw the timestamps.
+        """
+        for query in self._queries.values():
+            query.processAllAvailable()
+
+    def sessions(self) -> list[Session]:
+        """Sessions committed to the Parquet output so far."""
+        self.raise_if_failed()
+        return read_sessions(self.spark, self.config.sessions_location)
+
+    def errors(self) -> list[MalformedRecord]:
+        """Malformed records committed to the errors output so far."""
+        self.raise_if_failed()
+        return read_errors(self.spark, self.config.errors_location)
+
+    def metrics(self) -> StreamMetrics:
+        """Record counts of the sessions query in this run, from its observed metrics."""
+        with self._progress.lock:
+            batches = list(self._progress.batches.values())
+            watermark = self._progress.watermark_ms
+        times = [b.max_event_time_ms for b in batches if b.max_event_time_ms is not None]
+        return StreamMetrics(
+            batches=len(batches),
+            data_records=sum(b.data for b in batches),
+            control_records=sum(b.control for b in batches),
+            malformed_records=sum(b.malformed for b in batches),
+            max_event_time_ms=max(times) if times else None,
+            watermark_ms=watermark,
+        )
+
+    def wait_for_sessions(
+        self,
+        condition: Callable[[list[Session]], bool],
+        timeout_s: float,
+        poll_s: float = 0.25,
+    ) -> list[Session]:
+        """Poll the output until ``condition(sessions)`` holds and return those sessions.
+
+        Raises :class:`TimeoutError` after ``timeout_s`` and :class:`StreamFailedError` as
+        soon as a query fails.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.sessions()
+            if condition(found):
+                return found
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"no matching sessions after {timeout_s}s; output has {len(found)}: {found}"
+                )
+            time.sleep(poll_s)
+
+    def await_termination(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a query to stop (normally: never); ``True`` if one did.
+        A failed query raises :class:`StreamFailedError`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.raise_if_failed()
+            if not self.is_active:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._queries["sessions"].awaitTermination(min(remaining, 0.5))
+
+    def stop(self) -> None:
+        """Stop every query (each finishes its current micro-batch) and the listener."""
+        queries, self._queries = self._queries, {}
+        for query in queries.values():
+            query.stop()
+        if self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+
+    def _read(self) -> DataFrame:
+        return read_kafka(
+            self.spark,
+            self.config.source,
+            streaming=True,
+            starting_offsets=self.config.starting_offsets,
+            max_offsets_per_trigger=self.config.max_offsets_per_trigger,
+        )
+
+
+def run_stream(spark: SparkSession, config: StreamConfig, duration_s: float) -> StreamResult:
+    """Run the streaming job for ``duration_s`` seconds, stop it, and return its outputs.
+
+    Raises :class:`StreamFailedError` if a query fails meanwhile.
+    """
+    job = SessionizationStream(spark, config).start()
+    try:
+        job.await_termination(duration_s)
+        metrics = job.metrics()
+    finally:
+        job.stop()
+    return StreamResult(
+        sessions=read_sessions(spark, config.sessions_location),
+        errors=read_errors(spark, config.errors_location),
+        metrics=metrics,
+    )
+
+
+def sessions_to_kafka(sessions: DataFrame) -> DataFrame:
+    """Session rows as Kafka records: key = user, value = JSON in the streams runtime's format
+    ``{"user", "start", "end", "count"}`` (first/last event time in epoch ms)."""
+    return sessions.select(
+        F.col("user").alias("key"),
+        F.to_json(
+            F.struct(
+                F.col("user"),
+                F.unix_millis("session_start").alias("start"),
+                F.unix_millis("session_end").alias("end"),
+                F.col("events").alias("count"),
+            )
+        ).alias("value"),
+    )
+
+
+def read_sessions(spark: SparkSession, path: str) -> list[Session]:
+    """Sessions in a Parquet output (streaming or batch); none while it does not exist yet."""
+    frame = _read_parquet(spark, path, SESSIONS_SCHEMA)
+    return [] if frame is None else collect_sessions(frame)
+
+
+def read_errors(spark: SparkSession, path: str) -> list[MalformedRecord]:
+    """Malformed records in an errors output; none while it does not exist yet."""
+    frame = _read_parquet(spark, path, ERRORS_SCHEMA)
+    return [] if frame is None else collect_errors(frame)
+
+
+def _read_parquet(spark: SparkSession, path: str, schema: StructType) -> DataFrame | None:
+    # A streaming file sink's directory holds a _spark_metadata log; Spark's reader lists only
+    # the files committed there, never a half-written one.
+    try:
+        return spark.read.schema(schema).parquet(path)
+    except AnalysisException as exc:
+        if exc.getCondition() == "PATH_NOT_FOUND":
+            return None
+        raise
+
+
+def _kafka_client_options(source: KafkaSource) -> dict[str, str]:
+    """The source's ``kafka.*`` client settings (security, ...), for the Kafka sink."""
+    return {key: value for key, value in source.options.items() if key.startswith("kafka.")}
+
+
+def _join(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{name}"
+
+
+def _iso_to_ms(text: str) -> int:
+    return round(datetime.fromisoformat(text).timestamp() * 1000)
