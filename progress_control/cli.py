@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -40,10 +41,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="run the end-to-end demo on the embedded broker")
+    demo = commands.add_parser(
+        "demo",
+        help="run the main job end to end on the embedded broker",
+        description="Sparse clicks with and without progress control, sessionized by the "
+        "streams runtime and by Spark; prints a report and writes a plot.",
+    )
     demo.add_argument(
         "--bootstrap-servers", help="use this Kafka cluster instead of starting the embedded one"
     )
+    demo.add_argument("--duration", type=_positive_float, default=40.0, help="seconds of clicks")
+    demo.add_argument("--users", type=_positive_int, default=12, help="users clicking")
+    demo.add_argument("--partitions", type=_positive_int, default=4, help="click partitions")
+    demo.add_argument("--gap", type=_positive_float, default=4.0, help="session gap, seconds")
+    demo.add_argument("--output-dir", type=Path, default=Path("out"), help="report and plot")
+    demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    demo.add_argument("--no-spark", action="store_true", help="skip the Spark jobs")
     demo.set_defaults(handler=_demo)
 
     broker = commands.add_parser(
@@ -80,10 +93,45 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from progress_control.demo import run_demo
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
-    return run_demo(sys.stdout, bootstrap_servers=args.bootstrap_servers)
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from pipeline.demo import DemoOptions, run_demo
+
+    options = DemoOptions(
+        duration_s=args.duration,
+        users=args.users,
+        partitions=args.partitions,
+        gap_s=args.gap,
+        output_dir=args.output_dir,
+        spark=not args.no_spark,
+        master=args.master,
+        bootstrap_servers=args.bootstrap_servers,
+    )
+    if options.duration_s < 3 * options.gap_s:
+        raise ConfigurationError("--duration must be at least three --gap long")
+    if args.log_level.upper() == "INFO":
+        # The step display and the report are the demo's output; logs only for problems.
+        logging.getLogger().setLevel(logging.WARNING)
+    return run_demo(sys.stdout, options)
 
 
 def _broker(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ store changelogs and the dead-letter topic; validates co-partitioning."""
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -17,6 +18,30 @@ __all__ = ["prepare_topics"]
 logger = logging.getLogger(__name__)
 
 _TIMEOUT_S = 30.0
+_INPUT_WAIT_S = 10.0
+
+
+def _wait_for_topics(
+    admin: AdminClient, topics: set[str], timeout_s: float, *, require: bool
+) -> dict[str, int]:
+    """Partition counts of every topic, once each of ``topics`` exists with a leader for every
+    partition (or ``timeout_s`` passed: then a TopologyError when ``require``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metadata = admin.list_topics(timeout=_TIMEOUT_S).topics
+        ready = {
+            name: len(meta.partitions)
+            for name, meta in metadata.items()
+            if meta.error is None and all(p.leader >= 0 for p in meta.partitions.values())
+        }
+        missing = topics - ready.keys()
+        if not missing:
+            return ready
+        if time.monotonic() >= deadline:
+            if require:
+                raise TopologyError(f"topics not ready after {timeout_s:.0f}s: {sorted(missing)}")
+            return ready
+        time.sleep(0.1)
 
 
 class _TopicPlan:
@@ -54,14 +79,10 @@ def prepare_topics(topology: Topology, settings: RuntimeSettings) -> dict[str, i
     co-partitioned, or an existing internal topic with the wrong partition count.
     """
     admin = AdminClient({**settings.client_config()})
-    plan = _TopicPlan(
-        {
-            name: len(meta.partitions)
-            for name, meta in admin.list_topics(timeout=_TIMEOUT_S).topics.items()
-            if meta.error is None
-        },
-        settings,
-    )
+    # Inputs created a moment ago may not be in the metadata yet: wait a little for them.
+    inputs = {t for t in topology.source_topics if t not in topology.repartition_topics}
+    existing = _wait_for_topics(admin, inputs, _INPUT_WAIT_S, require=False)
+    plan = _TopicPlan(existing, settings)
     # A repartition topic takes its upstream sub-topology's partition count: resolve in order.
     pending = list(topology.subtopologies)
     while pending:
@@ -77,6 +98,8 @@ def prepare_topics(topology: Topology, settings: RuntimeSettings) -> dict[str, i
             if topic in plan.existing:
                 plan.counts.setdefault(topic, plan.existing[topic])
     _create(admin, plan.create)
+    # Clients fail on partitions without a leader: wait until the new topics have them.
+    _wait_for_topics(admin, {t.topic for t in plan.create}, _TIMEOUT_S, require=True)
     return plan.counts
 
 
