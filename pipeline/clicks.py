@@ -38,7 +38,7 @@ class ClickPlan:
 
 
 def plan_clicks(users: int, duration_s: float, gap_s: float, seed: int = 1) -> ClickPlan:
-    """Bursts of 2–6 clicks, 0.2–``gap/2`` s apart, with pauses of 1.5–3 gaps between bursts.
+    """Bursts of 2 to 6 clicks, 0.2 s to ``gap/2`` apart, with pauses of 1.5 to 3 gaps between.
     Nothing in the last ``2 * gap`` seconds of the run: the pipeline has to close the final
     sessions on idle partitions."""
     rng = random.Random(seed)  # noqa: S311 - sample data

@@ -62,6 +62,8 @@ class ModeReport:
     """The figures of one pipeline (with or without progress control)."""
 
     control: bool
+    topics: dict[str, str] = field(default_factory=dict)
+    """The pipeline's topics: clicks, events, sessions (runtime) and spark_sessions."""
     clicks_sent: int = 0
     sessions_expected: int = 0
     sessions_closed_runtime: int = 0
@@ -117,7 +119,9 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pc-demo-")))
         with steps.step("Creating topics, starting the runtime and the Spark jobs"):
             pipelines = [
-                _start_pipeline(stack, bootstrap, plan, options, control, scratch, spark)
+                _start_pipeline(
+                    stack, bootstrap, plan, options, control=control, scratch=scratch, spark=spark
+                )
                 for control in (True, False)
             ]
         started = time.time()
@@ -150,6 +154,7 @@ def _start_pipeline(
     bootstrap: str,
     plan: ClickPlan,
     options: DemoOptions,
+    *,
     control: bool,
     scratch: Path,
     spark: Any,
@@ -286,7 +291,8 @@ def _read_all(bootstrap: str, topic: str) -> list[Any]:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
         partitions = list(metadata.partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        records, done = [], set()
+        records: list[Any] = []
+        done: set[int | None] = set()
         deadline = time.monotonic() + 10
         while len(done) < len(partitions) and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
@@ -329,6 +335,12 @@ def _report(p: _Pipeline, plan: ClickPlan, options: DemoOptions, bootstrap: str)
     runtime_sessions = [m for m in _read_all(bootstrap, p.sessions) if not is_control_record(m)]
     report = ModeReport(
         control=p.control,
+        topics={
+            "clicks": p.clicks,
+            "events": p.events,
+            "sessions": p.sessions,
+            "spark_sessions": p.spark_sessions,
+        },
         clicks_sent=p.producer.sent,
         sessions_expected=len(plan.sessions),
         sessions_closed_runtime=sum(1 for m in runtime_sessions if m.value()),

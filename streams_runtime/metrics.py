@@ -36,6 +36,13 @@ class RuntimeMetrics:
             ["store", "reason"],
             registry=r,
         ).labels
+        self.idempotent_update_skips = Counter(
+            "streams_idempotent_update_skip",
+            "Table updates dropped by emit-on-change (KIP-557): same serialized value as stored,"
+            " strictly newer timestamp. Label processor: the table's store.",
+            ["processor"],
+            registry=r,
+        ).labels
         self.bad_records = Counter(
             "streams_bad_records",
             "Bad records: undeserializable, negative timestamp, user code raised.",

@@ -4,6 +4,11 @@ Data flows through :meth:`Processor.process`; time flows through :meth:`Processo
 a control record triggers at every processor reachable from its source. Time-driven processors
 (session aggregation, suppression) keep their own observed stream time, the maximum timestamp of
 what reached them, as Kafka Streams' processors do.
+
+Tables (a table source and non-windowed aggregations) keep :class:`ValueAndTimestamp` values in
+their key-value store and drop idempotent updates (KIP-557 emit-on-change, see
+:func:`is_idempotent_update`). Table processors forward the new value of every change, ``None``
+for a delete.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from streams_runtime.record import Headers, Record, SourceRecord
-from streams_runtime.serdes import Serde
+from streams_runtime.serdes import Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore
 from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
 from streams_runtime.windowed import Windowed
@@ -33,7 +38,12 @@ __all__ = [
     "SourceProcessor",
     "StreamTableJoinProcessor",
     "SuppressProcessor",
+    "TableAggregateProcessor",
+    "TableFilterProcessor",
+    "TableMapValuesProcessor",
     "TableSourceProcessor",
+    "TimestampedTableStore",
+    "is_idempotent_update",
 ]
 
 _PURGE_INTERVAL_S = 30.0  # expired sessions are removed at most this often (a full scan)
@@ -62,6 +72,8 @@ class ProcessorContext(Protocol):
     def session_store(self, name: str) -> SessionStore: ...
 
     def record_dropped(self, processor: str, reason: str) -> None: ...
+
+    def record_idempotent_skip(self, processor: str) -> None: ...
 
     def suppress_buffer_size(self, processor: str, size: int) -> None: ...
 
@@ -197,8 +209,64 @@ class SinkProcessor(Processor):
         )
 
 
+def is_idempotent_update(
+    stored: ValueAndTimestamp | None, value: bytes | None, timestamp: int
+) -> bool:
+    """Whether a table update is idempotent and must be dropped (KIP-557 emit-on-change): the key
+    holds a value, the update's serialized bytes equal it, and the update's timestamp is strictly
+    newer than the stored one. A dropped update is neither written nor forwarded.
+
+    Everything else is written and forwarded: a different value, a delete, and the same value with
+    an equal or older timestamp. An older timestamp moves back when the value became valid, which
+    downstream must learn; an equal one is what re-processing the very same record gives, which
+    therefore always reaches downstream again.
+    """
+    return (
+        stored is not None
+        and value is not None
+        and value == stored.value
+        and timestamp > stored.timestamp
+    )
+
+
+class TimestampedTableStore:
+    """A table's key-value store: values are :class:`ValueAndTimestamp` (8-byte big-endian
+    timestamp, then the serialized value), written through emit-on-change.
+
+    Crash safety (why Kafka Streams disabled KIP-557 in 2.6.2/2.7.1, KAFKA-12508): dropping an
+    update because the store already holds it is only safe when the store never holds updates
+    whose output downstream may not have received. The state layer guarantees that a restored
+    store is never ahead of the committed input (changelog records carry their source offset and
+    restore skips uncommitted ones; changelog writes are flushed only at commit), so input that
+    is processed again after a crash meets the state it met the first time, and forwards again.
+    """
+
+    def __init__(self, store: KeyValueStore, context: ProcessorContext) -> None:
+        self.store = store
+        self._context = context
+
+    def get(self, key: bytes) -> ValueAndTimestamp | None:
+        """The stored value and timestamp of ``key``, or ``None``."""
+        raw = self.store.get(key)
+        return None if raw is None else ValueAndTimestamp.from_bytes(raw)
+
+    def put_if_changed(
+        self, key: bytes, stored: ValueAndTimestamp | None, value: bytes | None, timestamp: int
+    ) -> bool:
+        """Write ``value`` (``None`` deletes) at ``timestamp`` unless the update is idempotent
+        against ``stored`` (what :meth:`get` returned); True when written, so to be forwarded.
+        Dropped updates are counted in ``streams_idempotent_update_skip_total``."""
+        if is_idempotent_update(stored, value, timestamp):
+            self._context.record_idempotent_skip(self.store.name)
+            return False
+        encoded = None if value is None else ValueAndTimestamp(value, timestamp).to_bytes()
+        self.store.put(key, encoded, timestamp)
+        return True
+
+
 class TableSourceProcessor(Processor):
-    """Materialises a topic as a table: the latest value per key; null values delete."""
+    """Materialises a topic as a table: the latest value per key; null values delete. Updates
+    are written and forwarded unless idempotent (:func:`is_idempotent_update`)."""
 
     name = "table_source"
 
@@ -207,29 +275,119 @@ class TableSourceProcessor(Processor):
         self._store_name = store_name
         self._key_serde = key_serde
         self._value_serde = value_serde
-        self._store: KeyValueStore | None = None
+        self._table: TimestampedTableStore | None = None
         self._context: ProcessorContext | None = None
 
     def init(self, context: ProcessorContext) -> None:
         self._context = context
-        self._store = context.kv_store(self._store_name)
+        self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
 
     def process(self, record: Record[Any, Any]) -> None:
-        assert self._store is not None
+        assert self._table is not None
         assert self._context is not None
         if record.key is None:
             self._context.record_dropped(self._store_name, "null-key")
             return
-        self._store.put(
-            self._key_serde.serialize(record.key) or b"",
-            self._value_serde.serialize(record.value),
-            record.timestamp,
-        )
+        key = self._key_serde.serialize(record.key) or b""
+        value = self._value_serde.serialize(record.value)
+        if self._table.put_if_changed(key, self._table.get(key), value, record.timestamp):
+            self.forward(record)
+
+
+class TableAggregateProcessor(Processor):
+    """Non-windowed aggregation into a table (Kafka Streams' ``KStreamAggregate``).
+
+    Per key, ``aggregator(key, value, aggregate)`` folds each record into the aggregate, which
+    starts as ``initializer()``; an aggregator returning ``None`` deletes the key. Records with a
+    null key or a null value are dropped and counted. The result's timestamp is the largest
+    timestamp of the records aggregated so far; updates are written and forwarded unless
+    idempotent (:func:`is_idempotent_update`), e.g. a maximum that did not change.
+    """
+
+    name = "table_aggregate"
+
+    def __init__(
+        self,
+        store_name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__()
+        self._store_name = store_name
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._initializer = initializer
+        self._aggregator = aggregator
+        self._table: TimestampedTableStore | None = None
+        self._context: ProcessorContext | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        self._context = context
+        self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        assert self._table is not None
+        assert self._context is not None
+        if record.key is None:
+            self._context.record_dropped(self._store_name, "null-key")
+            return
+        if record.value is None:
+            # A null value in a stream is no delete: Kafka Streams skips it too.
+            self._context.record_dropped(self._store_name, "null-value")
+            return
+        key = self._key_serde.serialize(record.key) or b""
+        stored = self._table.get(key)
+        if stored is None:
+            aggregate, timestamp = self._initializer(), record.timestamp
+        else:
+            aggregate = self._value_serde.deserialize(stored.value)
+            timestamp = max(stored.timestamp, record.timestamp)
+        aggregate = self._aggregator(record.key, record.value, aggregate)
+        value = self._value_serde.serialize(aggregate)
+        if self._table.put_if_changed(key, stored, value, timestamp):
+            self.forward(Record(record.key, aggregate, timestamp, record.headers))
+
+
+class TableFilterProcessor(Processor):
+    """Keeps a table's rows whose value passes the predicate (fails it, with ``negate``). A row
+    filtered out is forwarded as a delete (``None``), as Kafka Streams does, so downstream drops
+    a row that no longer passes; deletes pass through."""
+
+    name = "table_filter"
+
+    def __init__(self, predicate: Callable[[Any, Any], bool], *, negate: bool = False) -> None:
+        super().__init__()
+        self._predicate = predicate
+        self._negate = negate
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.value is not None and self._predicate(record.key, record.value) == self._negate:
+            record = Record(record.key, None, record.timestamp, record.headers)
         self.forward(record)
 
 
+class TableMapValuesProcessor(Processor):
+    """Maps a table's values; deletes pass through without calling the mapper."""
+
+    name = "table_map_values"
+
+    def __init__(self, mapper: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._mapper = mapper
+
+    def process(self, record: Record[Any, Any]) -> None:
+        value = None if record.value is None else self._mapper(record.value)
+        self.forward(Record(record.key, value, record.timestamp, record.headers))
+
+
 class StreamTableJoinProcessor(Processor):
-    """Joins each stream record with the table's current value for its key."""
+    """Joins each stream record with the table's current value for its key.
+
+    The table is read from the store of the table it derives from; ``getter(key, value)``
+    applies the table's own filters and value mappers on the way (``None``: no row)."""
 
     name = "stream_table_join"
 
@@ -241,6 +399,7 @@ class StreamTableJoinProcessor(Processor):
         joiner: Callable[[Any, Any], Any],
         *,
         left: bool,
+        getter: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         super().__init__()
         self._store_name = store_name
@@ -248,6 +407,7 @@ class StreamTableJoinProcessor(Processor):
         self._table_value_serde = table_value_serde
         self._joiner = joiner
         self._left = left
+        self._getter = getter
         self._store: KeyValueStore | None = None
         self._context: ProcessorContext | None = None
 
@@ -262,7 +422,12 @@ class StreamTableJoinProcessor(Processor):
             self._context.record_dropped(self._store_name, "null-key")
             return
         raw = self._store.get(self._key_serde.serialize(record.key) or b"")
-        table_value = self._table_value_serde.deserialize(raw)
+        table_value = None
+        if raw is not None:
+            stored = ValueAndTimestamp.from_bytes(raw)
+            table_value = self._table_value_serde.deserialize(stored.value)
+            if table_value is not None and self._getter is not None:
+                table_value = self._getter(record.key, table_value)
         if table_value is None and not self._left:
             return
         joined = self._joiner(record.value, table_value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from streams_runtime.windowed import Windowed
 
@@ -21,6 +21,7 @@ __all__ = [
     "SerializationError",
     "SessionWindowedSerde",
     "String",
+    "ValueAndTimestamp",
 ]
 
 T = TypeVar("T")
@@ -147,3 +148,32 @@ class SessionWindowedSerde(Generic[T]):
         end, start = _WINDOW.unpack_from(data, len(data) - _WINDOW.size)
         key = self.inner.deserialize(data[: -_WINDOW.size])
         return Windowed(key, start, end)
+
+
+_TIMESTAMP = struct.Struct(">q")
+
+
+class ValueAndTimestamp(NamedTuple):
+    """A table store's value: the serialized value and the timestamp of the update that wrote it
+    (Kafka Streams' ``ValueAndTimestamp``).
+
+    Stored, and logged to the changelog, as the timestamp in 8 bytes (big-endian, signed) followed
+    by the value's bytes. Emit-on-change compares the stored timestamp and bytes with an update's.
+    """
+
+    value: bytes
+    timestamp: int
+
+    def to_bytes(self) -> bytes:
+        """The store format: 8-byte big-endian timestamp, then the value bytes."""
+        return _TIMESTAMP.pack(self.timestamp) + self.value
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ValueAndTimestamp:
+        """Parse the store format; :class:`SerializationError` when ``data`` is too short."""
+        if len(data) < _TIMESTAMP.size:
+            raise SerializationError(
+                f"a timestamped value has at least {_TIMESTAMP.size} bytes, got {len(data)}"
+            )
+        (timestamp,) = _TIMESTAMP.unpack_from(data)
+        return cls(data[_TIMESTAMP.size :], timestamp)

@@ -153,6 +153,9 @@ class StreamTask:
     def record_dropped(self, processor: str, reason: str) -> None:
         self._metrics.dropped_records(processor, reason).inc()
 
+    def record_idempotent_skip(self, processor: str) -> None:
+        self._metrics.idempotent_update_skips(processor).inc()
+
     def suppress_buffer_size(self, processor: str, size: int) -> None:
         self._metrics.suppress_buffer(processor).set(size)
 

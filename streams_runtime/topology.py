@@ -13,6 +13,11 @@ processors from them.
         .to_stream()
         .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "clicks": n}))
         .to("sessions"))
+
+Tables (``builder.table(topic)``, and ``group_by_key()`` followed by ``count``, ``reduce`` or
+``aggregate``) are materialised in changelog-backed key-value stores and emit on change
+(KIP-557): an update with the same serialized value as stored and a strictly newer timestamp is
+dropped and counted; see :func:`streams_runtime.processors.is_idempotent_update`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from streams_runtime import processors as p
-from streams_runtime.serdes import Json, Serde, SessionWindowedSerde
+from streams_runtime.serdes import Integer, Json, Serde, SessionWindowedSerde
 from streams_runtime.state import StoreSpec
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows
@@ -49,6 +54,9 @@ V2 = TypeVar("V2")
 A = TypeVar("A")
 
 ProcessorFactory = Callable[[], p.Processor]
+# How a derived table reads a row from the store it derives from: (key, stored value) -> its
+# value, None when the row is not in the derived table (filtered out).
+ValueGetter = Callable[[Any, Any], Any]
 
 
 class TopologyError(ValueError):
@@ -170,8 +178,14 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         store_name: str | None = None,
     ) -> Table[Any, Any]:
-        """A table of the latest value per key of ``topic``, materialised in a key-value store
-        backed by a changelog topic; null values delete."""
+        """A table of the latest value per key of ``topic``, materialised in the key-value store
+        ``store_name`` (auto-named otherwise) backed by a changelog topic; null values delete,
+        null keys are dropped and counted.
+
+        Emit-on-change (KIP-557): an update whose serialized value equals the stored one and
+        whose timestamp is strictly newer is dropped (not stored, not forwarded) and counted in
+        ``streams_idempotent_update_skip_total``; a changed value, or the same value with an
+        equal or older timestamp, is stored and forwarded."""
         ks, vs = key_serde or self.default_key_serde, value_serde or self.default_value_serde
         source = self._source((topic,), ks, vs)
         store = store_name or self._name("KTABLE-SOURCE-STORE")
@@ -182,7 +196,7 @@ class StreamsBuilder:
             [source],
             stores=(spec,),
         )
-        return Table(self, node, ks, vs, store)
+        return Table(self, node, ks, vs, store_name=store, store_value_serde=vs)
 
     def build(self, application_id: str) -> Topology:
         """Resolve internal topic names and split the graph into sub-topologies."""
@@ -434,7 +448,8 @@ class Stream(Generic[K, V]):
     ) -> Stream[K, Any]:
         """Inner stream-table join: each record joins the table's value for its key at the time
         the record is processed (records are processed in timestamp order across both inputs,
-        so "at that time" means at the record's timestamp; see ``max_task_idle_ms``)."""
+        so "at that time" means at the record's timestamp; see ``max_task_idle_ms``). A table
+        derived with ``filter``/``map_values`` is read through the store it derives from."""
         return self._join(table, joiner, left=False, value_serde=value_serde)
 
     def left_join(
@@ -456,10 +471,11 @@ class Stream(Generic[K, V]):
         value_serde: Serde[Any] | None,
     ) -> Stream[K, Any]:
         stream: Stream[Any, Any] = self.repartition() if self._key_changed else self
-        store, ks, tvs = table.store_name, table.key_serde, table.value_serde
+        store, ks, tvs = table.store_name, table.key_serde, table.store_value_serde
+        getter = table.value_getter
         node = stream._builder._add(
             "KSTREAM-JOIN",
-            lambda: p.StreamTableJoinProcessor(store, ks, tvs, joiner, left=left),
+            lambda: p.StreamTableJoinProcessor(store, ks, tvs, joiner, left=left, getter=getter),
             [stream._node],
             uses_stores=(store,),
         )
@@ -482,7 +498,7 @@ class Stream(Generic[K, V]):
 
 
 class GroupedStream(Generic[K, V]):
-    """A stream grouped by key, ready for a windowed aggregation."""
+    """A stream grouped by key, ready for an aggregation into a table, or a windowed one."""
 
     def __init__(
         self, stream: Stream[K, V], key_serde: Serde[Any], value_serde: Serde[Any]
@@ -490,6 +506,54 @@ class GroupedStream(Generic[K, V]):
         self._stream = stream
         self.key_serde = key_serde
         self.value_serde = value_serde
+
+    def count(self, *, name: str | None = None) -> Table[K, int]:
+        """Records per key, as a table (values serialized with :class:`Integer`). See
+        :meth:`aggregate` for the store, dropped records and emit-on-change."""
+        return self.aggregate(
+            lambda: 0, lambda _k, _v, total: total + 1, value_serde=Integer(), name=name
+        )
+
+    def reduce(self, reducer: Callable[[V, V], V], *, name: str | None = None) -> Table[K, V]:
+        """Combine each key's values with ``reducer(aggregate, value)``; the first value of a
+        key is its aggregate as it is. See :meth:`aggregate`."""
+
+        def add(_k: K, value: V, aggregate: V | None) -> V:
+            return value if aggregate is None else reducer(aggregate, value)
+
+        return self.aggregate(lambda: None, add, value_serde=self.value_serde, name=name)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], A],
+        aggregator: Callable[[K, V, A], A],
+        *,
+        value_serde: Serde[A] | None = None,
+        name: str | None = None,
+    ) -> Table[K, A]:
+        """Aggregate per key, as a table: the aggregate starts as ``initializer()`` and
+        ``aggregator(key, value, aggregate)`` folds each record in (returning ``None`` deletes
+        the key). Records with a null key or value are dropped and counted
+        (``streams_dropped_records_total``).
+
+        The table is materialised in the key-value store ``name`` (auto-named otherwise), backed
+        by a changelog topic. Its updates carry the largest timestamp aggregated so far, and
+        emit on change (KIP-557): an update whose serialized aggregate equals the stored one and
+        whose timestamp is strictly newer is dropped and counted
+        (``streams_idempotent_update_skip_total``)."""
+        builder = self._stream._builder
+        store = name or builder._name("KSTREAM-AGGREGATE-STATE-STORE")
+        ks = self.key_serde
+        vs: Serde[Any] = value_serde or builder.default_value_serde
+        node = builder._add(
+            "KSTREAM-AGGREGATE",
+            lambda: p.TableAggregateProcessor(
+                store, ks, vs, initializer=initializer, aggregator=aggregator
+            ),
+            [self._stream._node],
+            stores=(StoreSpec(name=store, kind="key_value"),),
+        )
+        return Table(builder, node, ks, vs, store_name=store, store_value_serde=vs)
 
     def windowed_by(self, windows: SessionWindows) -> SessionWindowedStream[K, V]:
         """Session windows: per key, records closer than ``windows.gap_ms`` form one session."""
@@ -621,21 +685,90 @@ class WindowedTable(Generic[K, V]):
 
 
 class Table(Generic[K, V]):
-    """A changelog-backed table (Kafka Streams' ``KTable``)."""
+    """A changelog-backed table (Kafka Streams' ``KTable``): the latest value per key.
+
+    A table's updates flow downstream as records of the new value, ``None`` when the key was
+    deleted. Materialised tables (:meth:`StreamsBuilder.table`, grouped aggregations) emit on
+    change (KIP-557); tables derived with :meth:`filter`, :meth:`filter_not` and
+    :meth:`map_values` are stateless views that forward every change of their upstream.
+    """
 
     def __init__(
         self,
         builder: StreamsBuilder,
         node: Node,
         key_serde: Serde[Any],
-        value_serde: Serde[Any],
+        value_serde: Serde[Any] | None,
+        *,
         store_name: str,
+        store_value_serde: Serde[Any],
+        value_getter: ValueGetter | None = None,
     ) -> None:
         self._builder = builder
         self._node = node
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.store_name = store_name
+        """The store materialising this table, or the table it derives from."""
+        self.store_value_serde = store_value_serde
+        """The value serde of :attr:`store_name`."""
+        self.value_getter = value_getter
+        """For a derived table, (key, stored value) -> its value (``None``: no row)."""
+
+    def _derive(
+        self,
+        kind: str,
+        factory: ProcessorFactory,
+        getter: ValueGetter,
+        value_serde: Serde[Any] | None,
+    ) -> Table[Any, Any]:
+        upstream = self.value_getter
+
+        def chained(key: Any, value: Any) -> Any:
+            if upstream is not None:
+                value = upstream(key, value)
+            return None if value is None else getter(key, value)
+
+        node = self._builder._add(kind, factory, [self._node])
+        return Table(
+            self._builder,
+            node,
+            self.key_serde,
+            value_serde,
+            store_name=self.store_name,
+            store_value_serde=self.store_value_serde,
+            value_getter=chained,
+        )
+
+    def filter(self, predicate: Callable[[K, V], bool]) -> Table[K, V]:
+        """The rows for which ``predicate(key, value)`` is true. An update that does not pass
+        is forwarded as a delete (``None``), so the row leaves the filtered table."""
+        return self._derive(
+            "KTABLE-FILTER",
+            lambda: p.TableFilterProcessor(predicate),
+            lambda k, v: v if predicate(k, v) else None,
+            self.value_serde,
+        )
+
+    def filter_not(self, predicate: Callable[[K, V], bool]) -> Table[K, V]:
+        """The rows for which ``predicate(key, value)`` is false (see :meth:`filter`)."""
+        return self._derive(
+            "KTABLE-FILTER",
+            lambda: p.TableFilterProcessor(predicate, negate=True),
+            lambda k, v: None if predicate(k, v) else v,
+            self.value_serde,
+        )
+
+    def map_values(
+        self, mapper: Callable[[V], V2], *, value_serde: Serde[V2] | None = None
+    ) -> Table[K, V2]:
+        """A new value per row; deletes stay deletes (the mapper never sees ``None``)."""
+        return self._derive(
+            "KTABLE-MAPVALUES",
+            lambda: p.TableMapValuesProcessor(mapper),
+            lambda _k, v: mapper(v),
+            value_serde,
+        )
 
     def to_stream(self) -> Stream[K, V]:
         """Every update of the table as a stream (deletes have a ``None`` value)."""
