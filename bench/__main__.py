@@ -11,6 +11,7 @@ BENCHMARKS = {
     "runtime-throughput": "bench.runtime_throughput",
     "tick-volume": "bench.tick_volume",
     "sidecar": "bench.sidecar",
+    "spark-sessionization": "bench.spark_sessionization",
 }
 
 

@@ -1,1 +1,78 @@
-"""PySpark sessionization jobs over the runtime's output, via Spark's Kafka connector."""
+"""PySpark sessionization jobs over the runtime's output, via Spark's Kafka connector.
+
+Control records (see :mod:`progress_control.protocol`) advance the streaming job's watermark and
+are dropped before aggregation, so sessions close after the gap even when no new data arrives.
+
+Typical use::
+
+    from spark_jobs import KafkaSource, StreamConfig, run_stream, spark_session
+
+    spark = spark_session("local[2]")
+    result = run_stream(
+        spark,
+        StreamConfig(KafkaSource("localhost:9092", "clicks"), gap_ms=30_000,
+                     output_dir="/tmp/out", checkpoint_dir="/tmp/ckpt"),
+        duration_s=60,
+    )
+    for session in result.sessions: ...
+"""
+
+from spark_jobs.batch import BatchRange, BatchResult, batch_sessions, run_batch
+from spark_jobs.durations import format_interval, parse_duration_ms, parse_instant_ms
+from spark_jobs.reconcile import (
+    Difference,
+    DifferenceKind,
+    ReconciliationReport,
+    RuntimeSession,
+    read_runtime_sessions,
+    reconcile,
+    reconcile_topics,
+)
+from spark_jobs.session import connector_jars, spark_session
+from spark_jobs.sessionize import Session, collect_sessions, sessionize, sessionize_events
+from spark_jobs.source import KafkaSource, MalformedRecord, parse_records, read_kafka
+from spark_jobs.stream import (
+    SessionizationStream,
+    StreamConfig,
+    StreamFailedError,
+    StreamMetrics,
+    StreamResult,
+    read_errors,
+    read_sessions,
+    run_stream,
+)
+
+__all__ = [
+    "BatchRange",
+    "BatchResult",
+    "Difference",
+    "DifferenceKind",
+    "KafkaSource",
+    "MalformedRecord",
+    "ReconciliationReport",
+    "RuntimeSession",
+    "Session",
+    "SessionizationStream",
+    "StreamConfig",
+    "StreamFailedError",
+    "StreamMetrics",
+    "StreamResult",
+    "batch_sessions",
+    "collect_sessions",
+    "connector_jars",
+    "format_interval",
+    "parse_duration_ms",
+    "parse_instant_ms",
+    "parse_records",
+    "read_errors",
+    "read_kafka",
+    "read_runtime_sessions",
+    "read_sessions",
+    "reconcile",
+    "reconcile_topics",
+    "run_batch",
+    "run_stream",
+    "sessionize",
+    "sessionize_events",
+    "spark_session",
+]

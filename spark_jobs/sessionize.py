@@ -5,9 +5,14 @@ A session is Spark's ``session_window(event_time, gap)`` per user: every event o
 ``session_start``/``session_end`` are the first and last event time, ``window_start``/``window_end``
 Spark's window bounds (``window_end = session_end + gap``), ``events`` the count.
 
-Half-open windows are one boundary difference from the streams runtime (Kafka Streams semantics,
-inclusive ``[start, end]``, merge when ``start - gap <= t <= end + gap``): an event exactly ``gap``
-after the previous one starts a new Spark session but joins the runtime's. See
+Merging matches the streams runtime (Kafka Streams semantics: inclusive ``[start, end]``, an
+event at ``t`` joins when ``start - gap <= t <= end + gap``): Spark merges windows that touch
+(next window start <= current session's window end), so an event exactly ``gap`` after the last
+one joins the session. The one boundary difference is in streaming: a session is emitted and
+forgotten once the watermark reaches its window end (``last event + gap``), and a row *at* the
+watermark is not late (late is strictly before it). An event at exactly ``last event + gap`` that
+arrives after a tick (or any record) moved the watermark there starts a new session, exactly
+``gap`` after the emitted one; a batch over the same records merges them. See
 :mod:`spark_jobs.reconcile`, which reports such splits instead of hiding them.
 """
 
@@ -16,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import functions as sf
 
 from spark_jobs.durations import format_interval
 
@@ -54,7 +59,7 @@ def data_rows(parsed: DataFrame) -> DataFrame:
     optimizer from pushing the filter below the watermark (see :mod:`spark_jobs.stream`):
     control records exist to advance the watermark.
     """
-    return parsed.where(~F.col("is_control") & F.col("error").isNull())
+    return parsed.where(~sf.col("is_control") & sf.col("error").isNull())
 
 
 def sessionize(events: DataFrame, gap_ms: int) -> DataFrame:
@@ -65,20 +70,20 @@ def sessionize(events: DataFrame, gap_ms: int) -> DataFrame:
     """
     if gap_ms <= 0:
         raise ValueError(f"the session gap must be positive, got {gap_ms} ms")
-    window = F.session_window(F.col("event_time"), format_interval(gap_ms))
+    window = sf.session_window(sf.col("event_time"), format_interval(gap_ms))
     return (
-        events.groupBy(window.alias("window"), F.col("user"))
+        events.groupBy(window.alias("window"), sf.col("user"))
         .agg(
-            F.min("event_time").alias("session_start"),
-            F.max("event_time").alias("session_end"),
-            F.count(F.lit(1)).alias("events"),
+            sf.min("event_time").alias("session_start"),
+            sf.max("event_time").alias("session_end"),
+            sf.count(sf.lit(1)).alias("events"),
         )
         .select(
             "user",
             "session_start",
             "session_end",
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
+            sf.col("window.start").alias("window_start"),
+            sf.col("window.end").alias("window_end"),
             "events",
         )
     )
@@ -98,11 +103,11 @@ def collect_sessions(sessions: DataFrame) -> list[Session]:
     """
     rows = sessions.select(
         "user",
-        F.unix_millis("session_start").alias("start_ms"),
-        F.unix_millis("session_end").alias("end_ms"),
+        sf.unix_millis("session_start").alias("start_ms"),
+        sf.unix_millis("session_end").alias("end_ms"),
         "events",
-        F.unix_millis("window_start").alias("window_start_ms"),
-        F.unix_millis("window_end").alias("window_end_ms"),
+        sf.unix_millis("window_start").alias("window_start_ms"),
+        sf.unix_millis("window_end").alias("window_end_ms"),
     ).collect()
     return sorted(
         Session(

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import functions as sf
 
 from progress_control.protocol import CONTROL_HEADER
 
@@ -24,8 +24,11 @@ __all__ = [
     "MalformedRecord",
     "collect_errors",
     "error_rows",
+    "is_control_record",
     "parse_records",
     "read_kafka",
+    "record_counts",
+    "valid_marker",
 ]
 
 PARSED_COLUMNS = (
@@ -135,59 +138,70 @@ def parse_records(raw: DataFrame) -> DataFrame:
     as malformed. A click event's value is a JSON object with string ``user`` and ``page`` and an
     integer ``ts``; a number where a string belongs is an error, not silently converted.
     """
-    markers = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(CONTROL_HEADER))
+    markers = _markers(sf.col("headers"))
     staged = raw.select(
         "topic",
         "partition",
         "offset",
-        F.col("timestamp").alias("event_time"),
+        sf.col("timestamp").alias("event_time"),
         "key",
         "value",
-        F.coalesce(F.size(markers), F.lit(0)).alias("_markers"),
-        F.element_at(markers, 1)["value"].alias("_marker"),
-        F.try_parse_json(F.col("value").cast("string")).alias("_json"),
+        sf.coalesce(sf.size(markers), sf.lit(0)).alias("_markers"),
+        sf.element_at(markers, 1)["value"].alias("_marker"),
+        sf.try_parse_json(sf.col("value").cast("string")).alias("_json"),
     )
     typed = staged.select(
         "*",
-        _valid_marker(F.col("_marker")).alias("_marker_ok"),
-        F.schema_of_variant("_json").alias("_json_type"),
+        valid_marker(sf.col("_marker")).alias("_marker_ok"),
+        sf.schema_of_variant("_json").alias("_json_type"),
         *(_field_type(name).alias(f"_{name}_type") for name in ("user", "page", "ts")),
     )
-    is_control = (F.col("_markers") == 1) & F.col("_marker_ok")
+    is_control = (sf.col("_markers") == 1) & sf.col("_marker_ok")
     error = (
-        F.when(is_control, F.lit(None).cast("string"))
-        .when(F.col("_markers") > 1, F.lit("more than one progress-control header"))
-        .when(F.col("_markers") == 1, F.lit("malformed progress-control header"))
-        .when(F.col("value").isNull(), F.lit("null value"))
-        .when(~F.is_valid_utf8(F.col("value").cast("string")), F.lit("value is not UTF-8"))
-        .when(F.col("_json").isNull(), F.lit("value is not valid JSON"))
-        .when(~F.col("_json_type").startswith("OBJECT<"), F.lit("value is not a JSON object"))
+        sf.when(is_control, sf.lit(None).cast("string"))
+        .when(sf.col("_markers") > 1, sf.lit("more than one progress-control header"))
+        .when(sf.col("_markers") == 1, sf.lit("malformed progress-control header"))
+        .when(sf.col("value").isNull(), sf.lit("null value"))
+        .when(~sf.is_valid_utf8(sf.col("value").cast("string")), sf.lit("value is not UTF-8"))
+        .when(sf.col("_json").isNull(), sf.lit("value is not valid JSON"))
+        .when(~sf.col("_json_type").startswith("OBJECT<"), sf.lit("value is not a JSON object"))
         .when(*_type_error("user", ("STRING",), "a string"))
         .when(*_type_error("page", ("STRING",), "a string"))
         .when(*_type_error("ts", _INTEGER_TYPES, "an integer"))
-        .when(F.unix_millis("event_time") < 0, F.lit("negative record timestamp"))
+        .when(sf.unix_millis("event_time") < 0, sf.lit("negative record timestamp"))
     )
     classified = typed.select("*", is_control.alias("is_control"), error.alias("error"))
     # Only valid events carry user and page: a half-parsed malformed record must not look like
     # data to anything downstream.
-    is_data = F.col("error").isNull() & ~F.col("is_control")
+    is_data = sf.col("error").isNull() & ~sf.col("is_control")
     return classified.select(
         "topic",
         "partition",
         "offset",
         "event_time",
         "is_control",
-        F.when(is_data, F.try_variant_get("_json", "$.user", "string")).alias("user"),
-        F.when(is_data, F.try_variant_get("_json", "$.page", "string")).alias("page"),
+        sf.when(is_data, sf.try_variant_get("_json", "$.user", "string")).alias("user"),
+        sf.when(is_data, sf.try_variant_get("_json", "$.page", "string")).alias("page"),
         "error",
         "key",
         "value",
     )
 
 
+def record_counts() -> list[Column]:
+    """Aggregates over :func:`parse_records` rows: ``data``, ``control`` and ``malformed``
+    record counts and ``max_event_time`` (epoch ms, control records included)."""
+    return [
+        sf.count_if(~sf.col("is_control") & sf.col("error").isNull()).alias("data"),
+        sf.count_if(sf.col("is_control")).alias("control"),
+        sf.count_if(sf.col("error").isNotNull()).alias("malformed"),
+        sf.max(sf.unix_millis("event_time")).alias("max_event_time"),
+    ]
+
+
 def error_rows(parsed: DataFrame) -> DataFrame:
     """The malformed records of :func:`parse_records` output, in the errors-output schema."""
-    return parsed.where(F.col("error").isNotNull()).select(*ERROR_COLUMNS)
+    return parsed.where(sf.col("error").isNotNull()).select(*ERROR_COLUMNS)
 
 
 def collect_errors(errors: DataFrame) -> list[MalformedRecord]:
@@ -197,7 +211,7 @@ def collect_errors(errors: DataFrame) -> list[MalformedRecord]:
             "topic",
             "partition",
             "offset",
-            F.unix_millis("event_time").alias("timestamp_ms"),
+            sf.unix_millis("event_time").alias("timestamp_ms"),
             "error",
             "key",
             "value",
@@ -219,42 +233,55 @@ def collect_errors(errors: DataFrame) -> list[MalformedRecord]:
     ]
 
 
+def _markers(headers: Column) -> Column:
+    return sf.filter(headers, lambda h: h["key"] == sf.lit(CONTROL_HEADER))
+
+
 def _byte_at(binary: Column, position: int) -> Column:
     """The unsigned byte at 1-based ``position`` of a binary column, as an int."""
-    return F.conv(F.hex(F.substring(binary, position, 1)), 16, 10).cast("int")
+    return sf.conv(sf.hex(sf.substring(binary, position, 1)), 16, 10).cast("int")
 
 
-def _valid_marker(marker: Column) -> Column:
+def is_control_record(headers: Column) -> Column:
+    """Spark's version of :func:`progress_control.protocol.is_control_record`, over the Kafka
+    source's ``headers`` column: exactly one ``progress-control`` header, well formed."""
+    markers = _markers(headers)
+    return (sf.coalesce(sf.size(markers), sf.lit(0)) == 1) & valid_marker(
+        sf.element_at(markers, 1)["value"]
+    )
+
+
+def valid_marker(marker: Column) -> Column:
     """Whether a ``progress-control`` header value is a well-formed marker (see
     :class:`progress_control.protocol.ControlMarker`): version >= 1, a 1..255-byte UTF-8
     source id, and for version 1 nothing after it (later versions may append fields)."""
-    length = F.octet_length(marker)
+    length = sf.octet_length(marker)
     version = _byte_at(marker, 1)
     id_length = _byte_at(marker, _MARKER_PREFIX_BYTES)
-    source_id = F.substring(marker, _MARKER_PREFIX_BYTES + 1, id_length)
-    return F.coalesce(
+    source_id = sf.substring(marker, _MARKER_PREFIX_BYTES + 1, id_length)
+    return sf.coalesce(
         (length > _MARKER_PREFIX_BYTES)
         & (version >= 1)
         & (id_length >= 1)
         & (length >= id_length + _MARKER_PREFIX_BYTES)
         & ((version > 1) | (length == id_length + _MARKER_PREFIX_BYTES))
-        & F.is_valid_utf8(source_id.cast("string")),
-        F.lit(False),
+        & sf.is_valid_utf8(source_id.cast("string")),
+        sf.lit(False),
     )
 
 
 def _field_type(name: str) -> Column:
     """The JSON type of a top-level field (``STRING``, ``BIGINT``, ``VOID`` for null), or null
     when the field is missing or the value is not an object."""
-    return F.schema_of_variant(F.try_variant_get("_json", f"$.{name}", "variant"))
+    return sf.schema_of_variant(sf.try_variant_get("_json", f"$.{name}", "variant"))
 
 
 def _type_error(name: str, accepted: tuple[str, ...], what: str) -> tuple[Column, Column]:
     """A ``when`` branch: condition and message for a missing, null or mistyped field."""
-    found = F.col(f"_{name}_type")
+    found = sf.col(f"_{name}_type")
     message = (
-        F.when(found.isNull(), F.lit(f"missing field '{name}'"))
-        .when(found == "VOID", F.lit(f"field '{name}' is null"))
-        .otherwise(F.concat(F.lit(f"field '{name}' must be {what}, got "), found))
+        sf.when(found.isNull(), sf.lit(f"missing field '{name}'"))
+        .when(found == "VOID", sf.lit(f"field '{name}' is null"))
+        .otherwise(sf.concat(sf.lit(f"field '{name}' must be {what}, got "), found))
     )
     return found.isNull() | ~found.isin(*accepted), message

@@ -15,9 +15,10 @@ in between: its metrics must see every row, so no filter may move past it. With 
 micro-batches on, a watermark moved by ticks alone evicts (emits) the closed sessions.
 
 Malformed records go to a second query writing Parquet to the errors path; all counts come from
-the observed metrics, collected per batch by a query listener (:meth:`SessionizationStream.metrics`).
-The optional Kafka sink is a third query with its own state, writing each session as JSON in the
-streams runtime's format ``{"user", "start", "end", "count"}``.
+the observed metrics, collected per batch by a query listener
+(:meth:`SessionizationStream.metrics`).
+The optional Kafka sink is a third, stateless query that streams the committed Parquet output to a
+topic, each session as JSON in the streams runtime's format ``{"user", "start", "end", "count"}``.
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ from types import TracebackType
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql import functions as sf
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
     QueryTerminatedEvent,
+    StreamingQueryListener,
 )
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -59,6 +61,7 @@ from spark_jobs.source import (
     error_rows,
     parse_records,
     read_kafka,
+    record_counts,
 )
 
 __all__ = [
@@ -137,7 +140,9 @@ class StreamConfig:
         if self.watermark_delay_ms < 0:
             raise ValueError(f"watermark_delay_ms must be >= 0, got {self.watermark_delay_ms}")
         if self.trigger_interval_ms <= 0:
-            raise ValueError(f"trigger_interval_ms must be positive, got {self.trigger_interval_ms}")
+            raise ValueError(
+                f"trigger_interval_ms must be positive, got {self.trigger_interval_ms}"
+            )
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise ValueError("max_offsets_per_trigger must be positive")
 
@@ -202,10 +207,10 @@ class _ProgressListener(StreamingQueryListener):
         self._name = name
         self._progress = progress
 
-    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (Spark's API)
         """Nothing to record at start."""
 
-    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802 (Spark's API)
         """Record one micro-batch's counts and the watermark after it."""
         progress = event.progress
         row = progress.observedMetrics.get(self._name)
@@ -224,10 +229,10 @@ class _ProgressListener(StreamingQueryListener):
             if watermark:
                 self._progress.watermark_ms = _iso_to_ms(watermark)
 
-    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802 (Spark's API)
         """Idle triggers carry no metrics."""
 
-    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802 (Spark's API)
         """Failures are read from the queries themselves."""
 
 
@@ -263,6 +268,9 @@ class SessionizationStream:
         if self._queries:
             raise RuntimeError("the stream is already started")
         config = self.config
+        # Without no-data micro-batches, a watermark moved by control records alone would never
+        # be acted on: sessions would wait for the next data record, the very problem we solve.
+        self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         self._listener = _ProgressListener(self._metrics_name, self._progress)
         self.spark.streams.addListener(self._listener)
         trigger = format_interval(config.trigger_interval_ms)
@@ -288,8 +296,14 @@ class SessionizationStream:
                 .start()
             )
             if config.output_topic:
+                # Mirrors the committed Parquet output (the sink's metadata log lists only
+                # committed files) rather than aggregating a second time: one stateful
+                # computation, and the topic holds exactly the rows the Parquet output does.
+                committed = self.spark.readStream.schema(SESSIONS_SCHEMA).parquet(
+                    config.sessions_location
+                )
                 self._queries["kafka"] = (
-                    sessions_to_kafka(self.sessions_frame(f"{self._metrics_name}_kafka"))
+                    sessions_to_kafka(committed)
                     .writeStream.format("kafka")
                     .outputMode("append")
                     .option("kafka.bootstrap.servers", config.source.bootstrap_servers)
@@ -305,20 +319,14 @@ class SessionizationStream:
             raise
         return self
 
-    def sessions_frame(self, observation: str | None = None) -> DataFrame:
+    def sessions_frame(self) -> DataFrame:
         """The sessions query's streaming DataFrame (columns :data:`SESSIONS_SCHEMA`), with the
-        record counts observed under ``observation`` (default: the name the listener collects)."""
+        record counts observed for :meth:`metrics`."""
         config = self.config
         parsed = parse_records(self._read()).withWatermark(
             "event_time", format_interval(config.watermark_delay_ms)
         )
-        observed = parsed.observe(
-            observation or self._metrics_name,
-            F.count_if(~F.col("is_control") & F.col("error").isNull()).alias("data"),
-            F.count_if(F.col("is_control")).alias("control"),
-            F.count_if(F.col("error").isNotNull()).alias("malformed"),
-            F.max(F.unix_millis("event_time")).alias("max_event_time"),
-        )
+        observed = parsed.observe(self._metrics_name, *record_counts())
         return sessionize_events(observed, config.gap_ms)
 
     @property
@@ -405,7 +413,7 @@ class SessionizationStream:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            self._queries["sessions"].awaitTermination(min(remaining, 0.5))
+            time.sleep(min(remaining, 0.2))
 
     def stop(self) -> None:
         """Stop every query (each finishes its current micro-batch) and the listener."""
@@ -448,13 +456,13 @@ def sessions_to_kafka(sessions: DataFrame) -> DataFrame:
     """Session rows as Kafka records: key = user, value = JSON in the streams runtime's format
     ``{"user", "start", "end", "count"}`` (first/last event time in epoch ms)."""
     return sessions.select(
-        F.col("user").alias("key"),
-        F.to_json(
-            F.struct(
-                F.col("user"),
-                F.unix_millis("session_start").alias("start"),
-                F.unix_millis("session_end").alias("end"),
-                F.col("events").alias("count"),
+        sf.col("user").alias("key"),
+        sf.to_json(
+            sf.struct(
+                sf.col("user"),
+                sf.unix_millis("session_start").alias("start"),
+                sf.unix_millis("session_end").alias("end"),
+                sf.col("events").alias("count"),
             )
         ).alias("value"),
     )
