@@ -131,6 +131,9 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
             _run_and_sample(pipelines, plan, options, started, spark)
         with steps.step("Collecting results"):
             reports = [_report(p, plan, options, bootstrap) for p in pipelines]
+            if spark is not None:
+                # Stopping a query mid-batch makes Spark log the cancelled tasks as errors.
+                spark.sparkContext.setLogLevel("OFF")
             for p in pipelines:
                 p.app.close()
                 if p.spark_job is not None:
