@@ -14,12 +14,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from progress_control.broker import EmbeddedKafkaBroker
 from streams_runtime import App, StreamsBuilder
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 from tests.helpers import TopicReader, unique_name
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
@@ -112,3 +116,14 @@ def run_app(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., App]
     yield start
     for app in apps:
         app.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] SparkSession (with Spark's Kafka connector) for the whole test session; the
+    main job's test reuses it too (``spark_session`` returns the running session)."""
+    from spark_jobs import spark_session
+
+    session = spark_session("local[2]", "progress-control-tests")
+    yield session
+    session.stop()

@@ -28,7 +28,7 @@ def report_rows(text: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
-def test_main_job_report(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_main_job_report(kafka_bootstrap: str, spark: object, tmp_path: Path) -> None:
     options = DemoOptions(
         duration_s=24,
         users=6,

@@ -39,7 +39,6 @@ from spark_jobs import (
     reconcile_topics,
     run_batch,
     sessionize,
-    spark_session,
 )
 from spark_jobs.cli import build_parser, main
 from spark_jobs.reconcile import parse_runtime_session
@@ -83,13 +82,6 @@ EXPECTED = sorted(
         _session("carol", 1_500, 3_500, 2),
     ]
 )
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]", "spark-jobs-tests")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
