@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from progress_control.argtypes import positive_float, positive_int
 from progress_control.broker import BrokerStartError
 from progress_control.jars import JarFetchError, MissingToolError
 from progress_control.logging import configure_logging
@@ -50,10 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--bootstrap-servers", help="use this Kafka cluster instead of starting the embedded one"
     )
-    demo.add_argument("--duration", type=_positive_float, default=40.0, help="seconds of clicks")
-    demo.add_argument("--users", type=_positive_int, default=12, help="users clicking")
-    demo.add_argument("--partitions", type=_positive_int, default=4, help="click partitions")
-    demo.add_argument("--gap", type=_positive_float, default=4.0, help="session gap, seconds")
+    demo.add_argument("--duration", type=positive_float, default=40.0, help="seconds of clicks")
+    demo.add_argument("--users", type=positive_int, default=12, help="users clicking")
+    demo.add_argument("--partitions", type=positive_int, default=4, help="click partitions")
+    demo.add_argument("--gap", type=positive_float, default=4.0, help="session gap, seconds")
     demo.add_argument("--output-dir", type=Path, default=Path("out"), help="report and plot")
     demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     demo.add_argument("--no-spark", action="store_true", help="skip the Spark jobs")
@@ -91,26 +92,6 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("which", choices=["kafka", "spark"], nargs="+")
     fetch.set_defaults(handler=_fetch_jars)
     return parser
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def _demo(args: argparse.Namespace) -> int:

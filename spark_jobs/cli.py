@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from progress_control.argtypes import positive_int
 from spark_jobs.durations import parse_duration_ms, parse_instant_ms
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--trigger", type=_positive_duration, default=1000, help="trigger interval (default 1s)"
     )
     stream.add_argument("--starting-offsets", default="earliest", help="earliest, latest or JSON")
-    stream.add_argument("--max-offsets-per-trigger", type=_positive_int, default=None)
+    stream.add_argument("--max-offsets-per-trigger", type=positive_int, default=None)
     stream.add_argument("--output-topic", help="also write sessions to this topic as JSON")
     stream.add_argument(
         "--run-for", type=_positive_duration, default=None, help="stop after this long"
@@ -218,16 +219,6 @@ def _instant(text: str) -> int:
         return parse_instant_ms(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def _key_value(text: str) -> tuple[str, str]:
