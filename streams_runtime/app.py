@@ -13,6 +13,14 @@ from typing import Any
 from progress_control.settings import load_settings
 from streams_runtime.internal_topics import prepare_topics
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.queries import (
+    InteractiveQueries,
+    KeyQueryMetadata,
+    NotAvailableError,
+    QueryResult,
+)
+from streams_runtime.query_server import QueryServer
+from streams_runtime.replication import LagInfo, Replicator
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.stream_thread import StreamThread
 from streams_runtime.topology import StreamsBuilder, Topology
@@ -47,6 +55,11 @@ class App:
         self.error: BaseException | None = None
         self.metrics_port: int | None = None
         """The port ``/metrics`` is served on (set once running, with ``metrics_port`` set)."""
+        self.replicator: Replicator | None = None
+        self.queries: InteractiveQueries | None = None
+        self.query_endpoint: str | None = None
+        """The advertised ``host:port`` of the query server (set once running, with
+        ``application_server`` set; port 0 there becomes the bound port here)."""
 
     @property
     def instance_id(self) -> str:
@@ -68,6 +81,7 @@ class App:
                 signal.signal(sig, self._on_signal)
         self._set_state("STARTING")
         server = None
+        query_server: QueryServer | None = None
         try:
             if self.settings.metrics_port is not None:
                 from prometheus_client import start_http_server
@@ -87,6 +101,7 @@ class App:
                 partition_counts=partition_counts,
                 on_state=self._set_state,
             )
+            query_server = self._start_queries(self._thread, partition_counts)
             if self._stop_requested.is_set():
                 self._thread.stop()
             self._thread.run()
@@ -95,10 +110,79 @@ class App:
             self._set_state("ERROR")
             raise
         finally:
+            if self.replicator is not None:
+                self.replicator.stop()
+            if query_server is not None:
+                query_server.stop()
             if server is not None:
                 server.shutdown()
             if self.state != "ERROR":
                 self._set_state("NOT_RUNNING")
+
+    def _start_queries(
+        self, thread: StreamThread, partition_counts: dict[str, int]
+    ) -> QueryServer | None:
+        """Membership, standbys and the query server, when configured (KIP-535)."""
+        settings = self.settings
+        instance_id = self.instance_id
+        if settings.membership_enabled:
+            self.replicator = Replicator(
+                self.topology,
+                settings,
+                instance_id=instance_id,
+                partition_counts=partition_counts,
+                metrics=self.metrics,
+                active_tasks=lambda: thread.active_tasks,
+                restoring_tasks=lambda: thread.restoring_tasks,
+            )
+        self.queries = InteractiveQueries(
+            self.topology,
+            settings,
+            instance_id=instance_id,
+            partition_counts=partition_counts,
+            thread=thread,
+            replicator=self.replicator,
+            metrics=self.metrics,
+        )
+        query_server = None
+        if settings.application_server is not None:
+            host, _, port = settings.application_server.rpartition(":")
+            query_server = QueryServer(
+                self.queries, settings.query_bind_host or host, int(port), settings.query_token
+            )
+            self.query_endpoint = f"{host}:{query_server.port}"
+            query_server.start()
+        if self.replicator is not None:
+            self.replicator.endpoint = self.query_endpoint
+            thread.assignment_listener = self.replicator.wake
+            self.replicator.start()
+        return query_server
+
+    # -- interactive queries (KIP-535) ----------------------------------------------------------
+
+    def _running_queries(self) -> InteractiveQueries:
+        if self.queries is None:
+            raise NotAvailableError("the app is not running")
+        return self.queries
+
+    def query_metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+        """Active host, standby hosts and partition of ``key`` in ``store`` (the partition is
+        Kafka's murmur2 partitioner over the serialized key, as the producers compute it)."""
+        return self._running_queries().query_metadata_for_key(store, key)
+
+    def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
+        """``{store: {partition: LagInfo}}`` for every local copy: actives (lag 0), restoring
+        actives and standbys. Empty without membership (no standbys, no application_server)."""
+        return self._running_queries().all_local_store_partition_lags()
+
+    def get(
+        self, store: str, key: Any, *, allow_stale: bool = False, max_lag: int | None = None
+    ) -> QueryResult:
+        """The value of ``key`` in ``store``, from the live active copy wherever it runs, or
+        with ``allow_stale`` from the most caught-up copy within ``max_lag`` records; raises
+        :class:`~streams_runtime.queries.QueryError` subclasses (unknown store, bad key, none
+        within the bound)."""
+        return self._running_queries().get(store, key, allow_stale=allow_stale, max_lag=max_lag)
 
     def start(self) -> None:
         """Run in a background thread (errors end up in :attr:`error`)."""

@@ -1,5 +1,6 @@
 """Creates and checks the topics a topology needs besides its inputs: repartition topics,
-store changelogs and the dead-letter topic; validates co-partitioning."""
+store changelogs, the dead-letter topic and (with standbys or a query endpoint) the membership
+topic; validates co-partitioning."""
 
 from __future__ import annotations
 
@@ -93,6 +94,14 @@ def prepare_topics(topology: Topology, settings: RuntimeSettings) -> dict[str, i
     if settings.bad_record_policy is BadRecordPolicy.DEAD_LETTER and settings.dead_letter_topic:
         dlq = settings.dead_letter_topic
         plan.internal(dlq, plan.existing.get(dlq, 1), {})
+    if settings.membership_enabled:
+        # One partition, so every instance reads every membership record in order; compacted,
+        # so the latest record (or tombstone) per instance is all that is kept.
+        plan.internal(
+            settings.membership_topic,
+            1,
+            {"cleanup.policy": "compact", "segment.ms": "600000"},
+        )
     for sub in topology.subtopologies:
         for topic in sub.sink_topics:
             if topic in plan.existing:

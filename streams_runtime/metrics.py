@@ -64,6 +64,27 @@ class RuntimeMetrics:
         self.rebalances = Counter(
             "streams_rebalances", "Partitions assigned or revoked.", ["kind"], registry=r
         ).labels
+        self.standby_lag = Gauge(
+            "streams_standby_lag_records",
+            "Changelog records a standby replica is behind, per store partition.",
+            ["store", "partition"],
+            registry=r,
+        ).labels
+        self.queries_served = Counter(
+            "streams_queries_served",
+            "Interactive queries answered from a local copy, by its role"
+            " (active, standby, restoring).",
+            ["role"],
+            registry=r,
+        ).labels
+        self.routing_failures = Counter(
+            "streams_query_routing_failures",
+            "Interactive queries that could not be answered by the preferred copy, by reason"
+            " (forward-failed: another instance did not answer; no-replica: none within bound;"
+            " unavailable: no active and stale reads not allowed).",
+            ["reason"],
+            registry=r,
+        ).labels
         self.tasks = Gauge("streams_active_tasks", "Tasks owned by this instance.", registry=r)
         self.info = Gauge(
             "streams_info", "Constant 1 with the application id.", list(labels), registry=r

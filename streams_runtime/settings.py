@@ -100,6 +100,27 @@ class RuntimeSettings(BaseSettings):
     )
     metrics_host: str = "127.0.0.1"
     restore_timeout_s: float = Field(300.0, gt=0, description="Bound on restoring one task.")
+    num_standby_replicas: int = Field(
+        0, ge=0, description="Warm copies of every store partition on other instances (KIP-535)."
+    )
+    application_server: str | None = Field(
+        None,
+        pattern=r"^[^\s:/]+:\d{1,5}$",
+        description="'host:port' this instance serves interactive queries on and advertises in "
+        "the membership topic (port 0: any free port, the bound one is advertised). Off: none.",
+    )
+    query_bind_host: str | None = Field(
+        None, description="Address the query server binds to (default: application_server's host)."
+    )
+    query_token: str | None = Field(
+        None, description="Bearer token the query server requires (and forwards with); off: none."
+    )
+    query_timeout_ms: int = Field(
+        2000, ge=1, description="Timeout of one query forwarded to another instance."
+    )
+    membership_interval_ms: int = Field(
+        1000, ge=10, description="How often an instance publishes its membership record."
+    )
 
     @field_validator("processing_guarantee", mode="before")
     @classmethod
@@ -119,6 +140,16 @@ class RuntimeSettings(BaseSettings):
         if self.dead_letter_topic is None:
             self.dead_letter_topic = f"{self.application_id}-dlq"
         return self
+
+    @property
+    def membership_enabled(self) -> bool:
+        """Whether this instance publishes to and reads the membership topic."""
+        return self.application_server is not None or self.num_standby_replicas > 0
+
+    @property
+    def membership_topic(self) -> str:
+        """The compacted topic of membership records (``<application_id>-membership``)."""
+        return f"{self.application_id}-membership"
 
     @property
     def exactly_once(self) -> bool:

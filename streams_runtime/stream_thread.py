@@ -86,6 +86,16 @@ class StreamThread:
         self._fetched: dict[TopicPartitionId, int] = {}
         self._eof: dict[TopicPartitionId, int] = {}
         self._ticked: dict[TopicPartitionId, int] = {}
+        # Read by other threads (membership, interactive queries): replaced, never mutated.
+        self.active_tasks: frozenset[TaskId] = frozenset()
+        """Tasks restored and processing."""
+        self.restoring_tasks: frozenset[TaskId] = frozenset()
+        """Tasks being created: their stores are restoring from the changelogs."""
+        self.restoring_task: StreamTask | None = None
+        """The task whose stores are restoring right now (readable, stale, by queries)."""
+        self.assignment_listener: Callable[[], None] | None = None
+        """Called (on this thread) whenever :attr:`active_tasks` or :attr:`restoring_tasks`
+        change; must not block."""
 
     # -- lag for KIP-695 --------------------------------------------------------------------
 
@@ -189,6 +199,7 @@ class StreamThread:
                 task.close()
             self.tasks.clear()
             self._task_of.clear()
+            self._publish_tasks(restoring=set())
             try:
                 self.consumer.close()
             finally:
@@ -298,7 +309,17 @@ class StreamThread:
         else:
             self.collector.flush()
             if offsets:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
+                try:
+                    self.consumer.commit(offsets=offsets, asynchronous=False)
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else None
+                    if isinstance(error, KafkaError) and error.fatal():
+                        raise
+                    # The group is rebalancing (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS...):
+                    # whoever owns these partitions next starts from the last commit
+                    # (at-least-once), so local state must not checkpoint this position.
+                    logger.warning("offset commit failed (%s); input will be processed again", exc)
+                    return
         for task, task_offsets in per_task:
             task.committed_offsets(task_offsets)
         self._metrics.commit_latency.observe(time.monotonic() - started)
@@ -353,6 +374,7 @@ class StreamThread:
             ready.append((task_id, sub, inputs))
         if not ready:
             return
+        self._publish_tasks(restoring={task_id for task_id, _, _ in ready})
         all_inputs = [
             TopicPartition(tp.topic, tp.partition) for _, _, inputs in ready for tp in inputs
         ]
@@ -370,7 +392,14 @@ class StreamThread:
                 bad_records=self._bad_records,
                 lag=self.lag,
             )
-            task.initialize(committed)
+            self.restoring_task = task
+            try:
+                task.initialize(committed)
+            except BaseException:
+                self._publish_tasks(restoring=set())
+                raise
+            finally:
+                self.restoring_task = None
             self.tasks[task_id] = task
             for tp in inputs:
                 self._task_of[tp] = task
@@ -385,6 +414,7 @@ class StreamThread:
                     if tp in self._paused:
                         self.consumer.resume([ktp])
                         self._paused.discard(tp)
+            self._publish_tasks(restoring=set(self.restoring_tasks) - {task_id})
         self._metrics.tasks.set(len(self.tasks))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -432,6 +462,14 @@ class StreamThread:
             for tp in task.inputs:
                 self._task_of.pop(tp, None)
         self._metrics.tasks.set(len(self.tasks))
+        self._publish_tasks()
+
+    def _publish_tasks(self, restoring: set[TaskId] | None = None) -> None:
+        if restoring is not None:
+            self.restoring_tasks = frozenset(restoring)
+        self.active_tasks = frozenset(self.tasks)
+        if self.assignment_listener is not None:
+            self.assignment_listener()
 
     def _forget(self, partitions: set[TopicPartitionId]) -> None:
         self._assigned.difference_update(partitions)

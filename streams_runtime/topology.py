@@ -22,10 +22,11 @@ dropped and counted; see :func:`streams_runtime.processors.is_idempotent_update`
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from streams_runtime import processors as p
 from streams_runtime.serdes import Integer, Json, Serde, SessionWindowedSerde
@@ -35,6 +36,7 @@ from streams_runtime.windows import SessionWindows
 
 __all__ = [
     "GroupedStream",
+    "QueryableStore",
     "SessionWindowedStream",
     "Stream",
     "StreamsBuilder",
@@ -108,11 +110,24 @@ class Subtopology:
 
 
 @dataclass(frozen=True)
+class QueryableStore:
+    """A store interactive queries can read (KIP-535): a table's key-value store (values are
+    ``ValueAndTimestamp`` of ``value_serde``) or a session aggregation's session store."""
+
+    name: str
+    kind: Literal["key_value", "session"]
+    key_serde: Serde[Any]
+    value_serde: Serde[Any]
+    subtopology: int = -1  # resolved by StreamsBuilder.build
+
+
+@dataclass(frozen=True)
 class Topology:
     """The built topology of one application."""
 
     subtopologies: tuple[Subtopology, ...]
     repartition_topics: dict[str, int | None]  # name -> partitions (None: as upstream inputs)
+    queryable_stores: dict[str, QueryableStore] = field(default_factory=dict)
 
     @property
     def source_topics(self) -> tuple[str, ...]:
@@ -154,6 +169,7 @@ class StreamsBuilder:
         self._nodes: list[Node] = []
         self._counter = itertools.count()
         self._topics: set[str] = set()
+        self._queryable: dict[str, QueryableStore] = {}
 
     def stream(
         self,
@@ -196,6 +212,7 @@ class StreamsBuilder:
             [source],
             stores=(spec,),
         )
+        self._queryable[store] = QueryableStore(store, "key_value", ks, vs)
         return Table(self, node, ks, vs, store_name=store, store_value_serde=vs)
 
     def build(self, application_id: str) -> Topology:
@@ -246,7 +263,14 @@ class StreamsBuilder:
                     stores=tuple(s for n in nodes for s in n.stores),
                 )
             )
-        return Topology(tuple(subs), repartition)
+        queryable = {
+            name: dataclasses.replace(
+                spec,
+                subtopology=next(sub.id for sub in subs if name in {s.name for s in sub.stores}),
+            )
+            for name, spec in self._queryable.items()
+        }
+        return Topology(tuple(subs), repartition, queryable)
 
     # -- internals used by the views --------------------------------------------------------
 
@@ -553,6 +577,7 @@ class GroupedStream(Generic[K, V]):
             [self._stream._node],
             stores=(StoreSpec(name=store, kind="key_value"),),
         )
+        builder._queryable[store] = QueryableStore(store, "key_value", ks, vs)
         return Table(builder, node, ks, vs, store_name=store, store_value_serde=vs)
 
     def windowed_by(self, windows: SessionWindows) -> SessionWindowedStream[K, V]:
@@ -628,6 +653,7 @@ class SessionWindowedStream(Generic[K, V]):
             [self._grouped._stream._node],
             stores=(spec,),
         )
+        builder._queryable[store] = QueryableStore(store, "session", ks, vs)
         return WindowedTable(builder, node, ks, vs, windows)
 
 
