@@ -169,14 +169,6 @@ def _session_topology(source: str, sink: str) -> StreamsBuilder:
     return builder
 
 
-def _processed(app: App) -> int:
-    total = 0.0
-    for metric in app.metrics.registry.collect():
-        if metric.name == "streams_records_processed":
-            total += sum(s.value for s in metric.samples if s.name.endswith("_total"))
-    return int(total)
-
-
 def _count_output(bootstrap_servers: str, topic: str) -> tuple[int, int]:
     """Data records (sessions) and their summed click counts in ``topic``, committed only."""
     consumer = Consumer(
@@ -236,7 +228,7 @@ def _runtime(
         first: float | None = None
         app.start()
         while True:
-            processed = _processed(app)
+            processed = int(app.metrics.total("streams_records_processed"))
             now = time.perf_counter()
             if first is None and processed:
                 first = now

@@ -91,6 +91,17 @@ class RuntimeMetrics:
         )
         self.info.labels(**labels).set(1)
 
+    def total(self, counter: str, **labels: str) -> float:
+        """The sum of counter ``counter`` (e.g. ``"streams_records_processed"``) over the label
+        values matching ``labels`` (all of them when none are given)."""
+        return sum(
+            sample.value
+            for metric in self.registry.collect()
+            if metric.name == counter
+            for sample in metric.samples
+            if sample.name.endswith("_total") and labels.items() <= sample.labels.items()
+        )
+
     def exposition(self) -> bytes:
         """The metrics in Prometheus text format."""
         return generate_latest(self.registry)

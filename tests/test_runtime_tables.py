@@ -45,16 +45,6 @@ SKIPS = "streams_idempotent_update_skip"
 Update = tuple[str | None, Any, int]  # key, value (None: delete), timestamp
 
 
-def metric_total(app: App, name: str, **labels: str) -> float:
-    return sum(
-        sample.value
-        for metric in app.metrics.registry.collect()
-        if metric.name == name
-        for sample in metric.samples
-        if sample.name.endswith("_total") and labels.items() <= sample.labels.items()
-    )
-
-
 # -- without a broker ------------------------------------------------------------------------
 
 
@@ -291,8 +281,8 @@ def test_table_source_emits_on_change(
         ("k", None, 6000),
         ("k", "B", 7000),
     ]
-    assert metric_total(app, SKIPS, processor="prices") == 2
-    assert metric_total(app, "streams_dropped_records", store="prices", reason="null-key") == 1
+    assert app.metrics.total(SKIPS, processor="prices") == 2
+    assert app.metrics.total("streams_dropped_records", store="prices", reason="null-key") == 1
 
 
 @broker
@@ -386,13 +376,13 @@ def test_grouped_count_reduce_aggregate(
     assert read_updates(reader_for(outs["totals"], 1), 5, decode_long) == [
         ("all", n, ts) for n, ts in enumerate([1000, 1100, 1200, 1300, 1400], start=1)
     ]
-    assert metric_total(app, SKIPS, processor="maxima") == 1
-    assert metric_total(app, SKIPS) == 1
+    assert app.metrics.total(SKIPS, processor="maxima") == 1
+    assert app.metrics.total(SKIPS) == 1
     for store in ("counts", "maxima", "lists"):
         dropped = "streams_dropped_records"
-        assert metric_total(app, dropped, store=store, reason="null-key") == 1
-        assert metric_total(app, dropped, store=store, reason="null-value") == 1
-    assert metric_total(app, "streams_dropped_records", store="totals", reason="null-value") == 1
+        assert app.metrics.total(dropped, store=store, reason="null-key") == 1
+        assert app.metrics.total(dropped, store=store, reason="null-value") == 1
+    assert app.metrics.total("streams_dropped_records", store="totals", reason="null-value") == 1
 
 
 @broker
@@ -488,7 +478,7 @@ def test_changelog_ahead_of_committed_input_is_not_restored(  # noqa: PLR0917 (p
     after = read_updates(reader, 2 + len(expected_k) + 1)[2:]
     assert [u for u in after if u[0] == "k"] == expected_k
     assert [u for u in after if u[0] == "c"] == [("c", "B", 2000)]
-    assert metric_total(second, SKIPS, processor=store) == 1  # the control's, never k's
+    assert second.metrics.total(SKIPS, processor=store) == 1  # the control's, never k's
 
 
 # -- a real crash: the app process is SIGKILLed ---------------------------------------------

@@ -25,16 +25,6 @@ from tests.helpers import TopicReader, unique_name, wait_for
 pytestmark = pytest.mark.broker
 
 
-def metric_total(app: App, name: str, **labels: str) -> float:
-    return sum(
-        sample.value
-        for metric in app.metrics.registry.collect()
-        if metric.name == name
-        for sample in metric.samples
-        if sample.name.endswith("_total") and labels.items() <= sample.labels.items()
-    )
-
-
 def test_ticks_cross_the_repartition_topic(
     create_topic: Callable[..., str],
     reader_for: Callable[[str, int], TopicReader],
@@ -140,7 +130,7 @@ def test_dead_letter_keeps_the_original_bytes(
         assert headers["pc-dlq-offset"] == str(offset).encode()
     assert dict(by_reason["processing"].headers() or [])["trace"] == b"t-1"  # headers kept
     assert b"KeyError" in dict(by_reason["processing"].headers() or [])["pc-dlq-error"]
-    assert metric_total(app, "streams_bad_records", action="dead-lettered") == 3
+    assert app.metrics.total("streams_bad_records", action="dead-lettered") == 3
 
 
 def test_log_and_skip_counts(
@@ -152,7 +142,7 @@ def test_log_and_skip_counts(
     app = run_app(doubling(source, sink), bad_record_policy="log-and-skip")
     output = reader_for(sink, 1)
     assert wait_for(lambda: [m.value() for m in output.read()] or None) == [b"2", b"4", b"8"]
-    assert metric_total(app, "streams_bad_records", action="skipped") == 3
+    assert app.metrics.total("streams_bad_records", action="skipped") == 3
 
 
 def test_fail_stops_without_losing_the_bad_record(
@@ -197,7 +187,7 @@ def test_control_records_never_reach_user_code(
     )
     producer.produce(source, key="a", value=b'{"n": 1}')
     producer.flush(10)
-    wait_for(lambda: metric_total(app, "streams_control_records") >= 5, timeout_s=20)
+    wait_for(lambda: app.metrics.total("streams_control_records") >= 5, timeout_s=20)
     assert seen == [("a", {"n": 1})]
     assert not any(is_control_record(m) for m in reader_for(sink, 1).read())
     producer.close()

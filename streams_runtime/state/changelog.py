@@ -8,6 +8,7 @@ input that was not committed yet is skipped, and that input is processed again.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from typing import Protocol
@@ -81,14 +82,16 @@ class SourcePosition:
 
 def encode_source(tp: TopicPartitionId, offset: int) -> bytes:
     """The ``pc-source`` header value for input ``tp``/``offset``."""
+    return _source_prefix(tp) + _SOURCE_SUFFIX.pack(tp.partition, offset)
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_prefix(tp: TopicPartitionId) -> bytes:
+    # Once per input partition rather than once per changelog record.
     topic = tp.topic.encode("utf-8")
     if len(topic) > 0xFFFF:
         raise ValueError(f"topic name too long for the source header: {len(topic)} bytes")
-    return (
-        _SOURCE_PREFIX.pack(_SOURCE_VERSION, len(topic))
-        + topic
-        + _SOURCE_SUFFIX.pack(tp.partition, offset)
-    )
+    return _SOURCE_PREFIX.pack(_SOURCE_VERSION, len(topic)) + topic
 
 
 def decode_source(raw: bytes) -> tuple[TopicPartitionId, int]:
