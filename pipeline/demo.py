@@ -21,7 +21,6 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -89,6 +88,8 @@ class _Pipeline:
     spark_sessions: str
     app: App
     producer: ClickProducer
+    sessions_output: _OutputTopic
+    spark_output: _OutputTopic
     samples: list[Sample] = field(default_factory=list)
     spark_job: Any = None
 
@@ -130,7 +131,7 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
                 p.producer.start()
             _run_and_sample(pipelines, plan, options, started, spark)
         with steps.step("Collecting results"):
-            reports = [_report(p, plan, options, bootstrap) for p in pipelines]
+            reports = [_report(p, plan, options) for p in pipelines]
             if spark is not None:
                 # Stopping a query mid-batch makes Spark log the cancelled tasks as errors.
                 spark.sparkContext.setLogLevel("OFF")
@@ -203,8 +204,20 @@ def _start_pipeline(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, **tick_config}, names["clicks"], plan
     )
     stack.callback(producer.close)
+    sessions_output = _OutputTopic(bootstrap, names["sessions"])
+    spark_output = _OutputTopic(bootstrap, names["spark"])
+    stack.callback(sessions_output.close)
+    stack.callback(spark_output.close)
     pipeline = _Pipeline(
-        control, names["clicks"], names["events"], names["sessions"], names["spark"], app, producer
+        control,
+        names["clicks"],
+        names["events"],
+        names["sessions"],
+        names["spark"],
+        app,
+        producer,
+        sessions_output,
+        spark_output,
     )
     if spark is not None:
         from spark_jobs.source import KafkaSource
@@ -245,11 +258,8 @@ def _run_and_sample(
             p.samples.append(Sample(now - started, *_times(p, started)))
         producing = now < started + options.duration_s
         if not producing:
-            closed = _count_records(on.app.settings.bootstrap_servers, on.sessions)
-            spark_done = (
-                spark is None
-                or _count_records(on.app.settings.bootstrap_servers, on.spark_sessions) >= expected
-            )
+            closed = len(on.sessions_output.read())
+            spark_done = spark is None or len(on.spark_output.read()) >= expected
             if closed >= expected and spark_done:
                 # A few more samples for the picture, then stop.
                 for _ in range(4):
@@ -280,51 +290,53 @@ def _times(p: _Pipeline, started: float) -> tuple[float | None, float | None]:
     return stream_time, watermark
 
 
-def _read_all(bootstrap: str, topic: str) -> list[Any]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"demo-reader-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-        partitions = list(metadata.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        records: list[Any] = []
-        done: set[int | None] = set()
-        deadline = time.monotonic() + 10
-        while len(done) < len(partitions) and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
+class _OutputTopic:
+    """Reads a one-partition output topic incrementally (committed records only), so the
+    sampling loop and the report never re-read what they already have."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"demo-reader-{uuid.uuid4().hex[:6]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._partition = TopicPartition(topic, 0)
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+        self.records: list[Any] = []
+        """Data records (sessions) read so far; control records are left out."""
+
+    def read(self, timeout_s: float = 10.0) -> list[Any]:
+        """Read up to the current end of the topic (or ``timeout_s``); returns :attr:`records`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = self._consumer.poll(0.2)
             if msg is None:
                 continue
             if msg.error() is not None:
-                done.add(msg.partition())
+                # End of the partition, unless this is an old EOF event queued before the
+                # records that arrived since.
+                high = self._consumer.get_watermark_offsets(self._partition, timeout=10)[1]
+                if (msg.offset() or 0) >= high:
+                    break
                 continue
-            records.append(msg)
-        return records
-    finally:
-        consumer.close()
+            if not is_control_record(msg) and msg.value():
+                self.records.append(msg)
+        return self.records
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
-def _count_records(bootstrap: str, topic: str) -> int:
-    return sum(1 for m in _read_all(bootstrap, topic) if not is_control_record(m) and m.value())
-
-
-def _delays(
-    records: list[Any], gap_s: float, end_of: Callable[[dict[str, Any]], int]
-) -> dict[str, float]:
-    """Seconds from a session's gap end (last event + gap) to its output's arrival."""
-    delays = []
-    for msg in records:
-        if is_control_record(msg) or not msg.value():
-            continue
-        value = json.loads(msg.value())
-        arrived_ms = msg.timestamp()[1]  # LogAppendTime
-        delays.append((arrived_ms - end_of(value)) / 1000 - gap_s)
+def _delays(records: list[Any], gap_s: float) -> dict[str, float]:
+    """Seconds from each session's gap end (last event + gap) to its output's arrival."""
+    delays = [
+        (msg.timestamp()[1] - int(json.loads(msg.value())["end"])) / 1000 - gap_s  # LogAppendTime
+        for msg in records
+    ]
     if not delays:
         return {}
     return {
@@ -334,8 +346,8 @@ def _delays(
     }
 
 
-def _report(p: _Pipeline, plan: ClickPlan, options: DemoOptions, bootstrap: str) -> ModeReport:
-    runtime_sessions = [m for m in _read_all(bootstrap, p.sessions) if not is_control_record(m)]
+def _report(p: _Pipeline, plan: ClickPlan, options: DemoOptions) -> ModeReport:
+    runtime_sessions = p.sessions_output.read()
     report = ModeReport(
         control=p.control,
         topics={
@@ -346,21 +358,17 @@ def _report(p: _Pipeline, plan: ClickPlan, options: DemoOptions, bootstrap: str)
         },
         clicks_sent=p.producer.sent,
         sessions_expected=len(plan.sessions),
-        sessions_closed_runtime=sum(1 for m in runtime_sessions if m.value()),
-        runtime_delay_s=_delays(runtime_sessions, options.gap_s, lambda v: int(v["end"])),
+        sessions_closed_runtime=len(runtime_sessions),
+        runtime_delay_s=_delays(runtime_sessions, options.gap_s),
         ticks_sent_producer=p.producer.ticks_sent(),
-        ticks_sent_runtime=int(
-            p.app.metrics.registry.get_sample_value("streams_progress_ticks_total") or 0
-        ),
+        ticks_sent_runtime=int(p.app.metrics.total("streams_progress_ticks")),
     )
     if p.samples and p.samples[-1].stream_time_s is not None:
         report.stream_time_behind_s = round(p.samples[-1].wall_s - p.samples[-1].stream_time_s, 1)
     if p.spark_job is not None:
-        spark_sessions = [
-            m for m in _read_all(bootstrap, p.spark_sessions) if not is_control_record(m)
-        ]
-        report.sessions_closed_spark = sum(1 for m in spark_sessions if m.value())
-        report.spark_delay_s = _delays(spark_sessions, options.gap_s, lambda v: int(v["end"]))
+        spark_sessions = p.spark_output.read()
+        report.sessions_closed_spark = len(spark_sessions)
+        report.spark_delay_s = _delays(spark_sessions, options.gap_s)
     return report
 
 
