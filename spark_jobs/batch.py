@@ -23,7 +23,7 @@ from pyspark.sql import functions as sf
 from spark_jobs.sessionize import sessionize_events
 from spark_jobs.source import KafkaSource, error_rows, parse_records, read_kafka, record_counts
 
-__all__ = ["BatchRange", "BatchResult", "batch_sessions", "run_batch"]
+__all__ = ["BatchRange", "BatchResult", "batch_sessions", "read_range", "run_batch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ def batch_sessions(
     """
     if watermark_delay_ms < 0:
         raise ValueError(f"watermark_delay_ms must be >= 0, got {watermark_delay_ms}")
-    parsed = parse_records(_read(spark, source, records or BatchRange()))
+    parsed = parse_records(read_range(spark, source, records or BatchRange()))
     counted = parsed if observation is None else parsed.observe(observation, *record_counts())
     sessions = sessionize_events(counted, gap_ms)
     if not closed_only:
@@ -121,7 +121,7 @@ def run_batch(
         sessions_path
     )
     if errors_path is not None:
-        parsed = parse_records(_read(spark, source, records or BatchRange()))
+        parsed = parse_records(read_range(spark, source, records or BatchRange()))
         error_rows(parsed).write.mode("overwrite").parquet(errors_path)
     counts: dict[str, Any] = observation.get
     max_time = counts.get("max_event_time")
@@ -136,7 +136,8 @@ def run_batch(
     )
 
 
-def _read(spark: SparkSession, source: KafkaSource, records: BatchRange) -> DataFrame:
+def read_range(spark: SparkSession, source: KafkaSource, records: BatchRange) -> DataFrame:
+    """The raw Kafka rows of ``source`` within ``records`` (a batch read)."""
     return read_kafka(
         spark,
         source,

@@ -30,9 +30,9 @@ from typing import Protocol, TypeGuard
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
-from spark_jobs.batch import BatchRange, batch_sessions
+from spark_jobs.batch import BatchRange, batch_sessions, read_range
 from spark_jobs.sessionize import collect_sessions
-from spark_jobs.source import KafkaSource, is_control_record, read_kafka
+from spark_jobs.source import KafkaSource, is_control_record
 
 __all__ = [
     "Difference",
@@ -283,15 +283,7 @@ def read_runtime_sessions(
     """Read the runtime's sessions topic (a batch read): sessions, and a count of records that
     are not valid sessions. The runtime's control records on the topic are skipped."""
     records = records or BatchRange()
-    raw = read_kafka(
-        spark,
-        source,
-        streaming=False,
-        starting_offsets=records.starting_offsets,
-        ending_offsets=records.ending_offsets,
-        starting_timestamp_ms=records.start_time_ms,
-        ending_timestamp_ms=records.end_time_ms,
-    )
+    raw = read_range(spark, source, records)
     rows = raw.where(~is_control_record(sf.col("headers"))).select("key", "value").collect()
     sessions: list[RuntimeSession] = []
     malformed = 0
