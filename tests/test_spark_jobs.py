@@ -184,9 +184,12 @@ def stream_run(
     )
     with SessionizationStream(spark, config) as job:
         job.process_all_available()
+        # Spark reports a watermark moved by a batch in the progress of the batch after it.
         metrics_before = wait_for(
-            lambda: m if (m := job.metrics()).data_records == len(CLICKS) else None,
-            message="the data batch's metrics",
+            lambda: (
+                m if (m := job.metrics()).data_records == len(CLICKS) and m.watermark_ms else None
+            ),
+            message="the data batch's metrics and the watermark it moved",
         )
         # No ticks: the watermark stops at the last record's timestamp, before every window
         # end, so nothing may close however many triggers pass. Watch for a while.
