@@ -318,8 +318,8 @@ class InteractiveQueries:
         seen: list[dict[str, Any]] = []
         if self.replicator is not None:
             replica = self.replicator.standbys.get(sp)
-            lag = self.replicator.replica_lag(replica) if replica is not None else None
-            if lag is not None and replica is not None:
+            if replica is not None:
+                lag = replica.lag(int(time.time() * 1000))
                 seen.append({"instance_id": self.instance_id, "role": "standby", **lag.to_json()})
                 if lag.offset_lag >= 0 and (max_lag is None or lag.offset_lag <= max_lag):
                     try:

@@ -296,6 +296,7 @@ class StandbyReplica:
             self.store = SessionStore(spec.name, sp.partition, InMemorySessionEngine(), None)
         self.next_offset = -1  # after the last record read (applied or skipped)
         self.eof_offset = -1
+        self.end_offset = -1  # the changelog's end as of the last fetch (-1: not known yet)
         self.last_applied_ms = -1
         self.applied = 0
 
@@ -316,18 +317,21 @@ class StandbyReplica:
     def position(self) -> int:
         return max(self.next_offset, self.eof_offset)
 
-    def lag(self, end_offset: int, now_ms: int) -> LagInfo:
-        position = self.position()
-        if end_offset < 0:
-            return LagInfo(position, end_offset, -1, -1)
+    def lag(self, now_ms: int) -> LagInfo:
+        """The lag as of the replicator's last fetch. Until the replica has read something
+        (a record or the end) since it was assigned, it is behind by the whole changelog, or
+        by an unknown amount (-1) while the end is not known either: an empty store must
+        never look caught up."""
+        position, end = self.position(), self.end_offset
         if position < 0:
-            # Nothing read yet: behind by the whole changelog.
-            return LagInfo(position, end_offset, end_offset, -1 if end_offset else 0)
-        offset_lag = max(0, end_offset - position)
+            return LagInfo(position, end, end if end > 0 else -1, -1)
+        if end < 0:
+            return LagInfo(position, end, -1, -1)
+        offset_lag = max(0, end - position)
         time_lag = 0
         if offset_lag:
             time_lag = max(0, now_ms - self.last_applied_ms) if self.last_applied_ms >= 0 else -1
-        return LagInfo(position, end_offset, offset_lag, time_lag)
+        return LagInfo(position, end, offset_lag, time_lag)
 
     def close(self) -> None:
         self.store.engine.close()
@@ -523,14 +527,10 @@ class Replicator:
 
     # -- lags ---------------------------------------------------------------------------------
 
-    def end_offset(self, tp: TopicPartitionId, *, cached: bool) -> int:
-        """The changelog partition's high watermark (-1 when unknown)."""
+    def end_offset(self, tp: TopicPartitionId) -> int:
+        """The changelog partition's high watermark, asked from the broker (-1 when unknown)."""
         ktp = TopicPartition(tp.topic, tp.partition)
         try:
-            if cached:
-                high = self._changelog_consumer.get_watermark_offsets(ktp, cached=True)[1]
-                if high >= 0:
-                    return int(high)
             with self._offsets_lock:
                 return int(self._offsets_consumer.get_watermark_offsets(ktp, timeout=5)[1])
         except (KafkaException, RuntimeError) as exc:
@@ -557,10 +557,10 @@ class Replicator:
         lags: dict[StorePartition, LagInfo] = {}
         active = set(active)
         for sp in active:
-            end = self.end_offset(self.changelog_tp(sp), cached=False)
+            end = self.end_offset(self.changelog_tp(sp))
             lags[sp] = LagInfo(end, end, 0, 0)
         for sp in set(restoring) - active:
-            end = self.end_offset(self.changelog_tp(sp), cached=False)
+            end = self.end_offset(self.changelog_tp(sp))
             lags[sp] = LagInfo(-1, end, max(end, 0), -1)
         with self._standby_lock:
             replicas = dict(self.standbys)
@@ -568,16 +568,15 @@ class Replicator:
         for sp, replica in replicas.items():
             if sp in active or (wanted is not None and sp not in wanted):
                 continue
-            lags[sp] = replica.lag(self.end_offset(replica.tp, cached=True), now)
+            lags[sp] = replica.lag(now)
         return lags
 
     def standby_lag(self, sp: StorePartition) -> LagInfo | None:
+        """The lag of the local standby of ``sp`` (``None``: there is none). Never asks the
+        broker: queries must not wait on Kafka clients the replicator thread is using."""
         with self._standby_lock:
             replica = self.standbys.get(sp)
-        return None if replica is None else self.replica_lag(replica)
-
-    def replica_lag(self, replica: StandbyReplica) -> LagInfo:
-        return replica.lag(self.end_offset(replica.tp, cached=True), _now_ms())
+        return None if replica is None else replica.lag(_now_ms())
 
     # -- standbys -----------------------------------------------------------------------------
 
@@ -663,3 +662,9 @@ class Replicator:
                         logger.warning("standby consumer: %s", error)
                     continue
                 replica.apply(msg)
+            # Cached by the consumer from its fetch responses: no broker round trip.
+            for replica in by_tp.values():
+                ktp = TopicPartition(replica.tp.topic, replica.tp.partition)
+                high = self._changelog_consumer.get_watermark_offsets(ktp, cached=True)[1]
+                if high >= 0 and replica.position() >= 0:
+                    replica.end_offset = int(high)
