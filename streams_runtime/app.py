@@ -155,6 +155,7 @@ class App:
         if self.replicator is not None:
             self.replicator.endpoint = self.query_endpoint
             thread.assignment_listener = self.replicator.wake
+            thread.warm_stores = self.replicator.warm_stores
             self.replicator.start()
         return query_server
 

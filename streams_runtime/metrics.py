@@ -85,6 +85,13 @@ class RuntimeMetrics:
             ["reason"],
             registry=r,
         ).labels
+        self.restored_records = Counter(
+            "streams_restored_records",
+            "Store records restored by tasks becoming active, by where they came from (changelog:"
+            " read from the changelog topic; standby: keys taken from a local standby replica).",
+            ["source"],
+            registry=r,
+        ).labels
         self.tasks = Gauge("streams_active_tasks", "Tasks owned by this instance.", registry=r)
         self.info = Gauge(
             "streams_info", "Constant 1 with the application id.", list(labels), registry=r

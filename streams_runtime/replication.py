@@ -61,7 +61,9 @@ from streams_runtime.state import (
     KeyValueStore,
     SessionStore,
     StoreSpec,
+    WarmStore,
     changelog_topic,
+    record_source,
 )
 from streams_runtime.task import TaskId
 from streams_runtime.topology import Topology
@@ -282,8 +284,23 @@ def standby_placement(
     return rendezvous_standbys(sp, set(members) - owners, count)
 
 
+@dataclass(frozen=True)
+class _PendingRecord:
+    source: TopicPartitionId
+    source_offset: int
+    timestamp: int
+    value: bytes | None
+
+
 class StandbyReplica:
-    """A warm in-memory copy of one store partition, fed from its changelog partition."""
+    """A warm in-memory copy of one store partition, fed from its changelog partition.
+
+    ``store`` holds everything read (what stale queries see). For a promotion it also keeps
+    what a restore would produce (DESIGN §5): ``committed`` has the latest changelog value per
+    key among the records whose input is known to be committed, ``pending`` the newer records
+    per key whose input is not (yet). :meth:`fold` moves pending records over as the
+    application's committed offsets advance; :meth:`warm_store` hands the result to a task.
+    """
 
     def __init__(self, spec: StoreSpec, sp: StorePartition, topic: str) -> None:
         self.spec = spec
@@ -298,7 +315,9 @@ class StandbyReplica:
         self.eof_offset = -1
         self.end_offset = -1  # the changelog's end as of the last fetch (-1: not known yet)
         self.last_applied_ms = -1
-        self.applied = 0
+        self.committed: dict[bytes, bytes] = {}
+        self.pending: dict[bytes, list[_PendingRecord]] = {}
+        self.committed_inputs: dict[TopicPartitionId, int] = {}
 
     def apply(self, msg: Message) -> None:
         offset = msg.offset() or 0
@@ -306,13 +325,66 @@ class StandbyReplica:
         key = msg.key()
         if key is None or (msg.headers() and is_control_record(msg)):
             return
+        value = msg.value()
         try:
-            self.store.restore(key, msg.value())
+            self.store.restore(key, value)
         except ValueError:
             logger.warning("standby %s: malformed changelog record at %d", self.sp, offset)
             return
-        self.applied += 1
         self.last_applied_ms = msg.timestamp()[1]
+        source = record_source(msg)
+        if source is None or self._input_committed(*source):
+            self._commit(key, value)
+            self.pending.pop(key, None)
+        else:
+            pending = _PendingRecord(source[0], source[1], self.last_applied_ms, value)
+            self.pending.setdefault(key, []).append(pending)
+
+    def _input_committed(self, source: TopicPartitionId, offset: int) -> bool:
+        committed = self.committed_inputs.get(source)
+        return committed is not None and offset < committed
+
+    def _commit(self, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            self.committed.pop(key, None)
+        else:
+            self.committed[key] = value
+
+    def fold(self, committed_inputs: Mapping[TopicPartitionId, int]) -> None:
+        """Take in the application's committed input offsets (next offset per partition): a
+        key's newest pending record whose input is now committed becomes its committed value,
+        and the pending records before it are dropped, as restore would."""
+        for tp, offset in committed_inputs.items():
+            self.committed_inputs[tp] = max(offset, self.committed_inputs.get(tp, offset))
+        for key, records in list(self.pending.items()):
+            last = max(
+                (
+                    i
+                    for i, r in enumerate(records)
+                    if self._input_committed(r.source, r.source_offset)
+                ),
+                default=-1,
+            )
+            if last < 0:
+                continue
+            self._commit(key, records[last].value)
+            if last == len(records) - 1:
+                del self.pending[key]
+            else:
+                self.pending[key] = records[last + 1 :]
+
+    def pending_sources(self) -> set[TopicPartitionId]:
+        return {r.source for records in self.pending.values() for r in records}
+
+    def warm_store(self, committed_inputs: Mapping[TopicPartitionId, int]) -> WarmStore:
+        """What a restore at ``committed_inputs`` would produce up to :meth:`position`."""
+        self.fold(committed_inputs)
+        skipped: dict[bytes, dict[TopicPartitionId, int]] = {}
+        for key, records in self.pending.items():
+            sources = skipped.setdefault(key, {})
+            for r in records:
+                sources[r.source] = max(sources.get(r.source, 0), r.timestamp)
+        return WarmStore(self.position(), dict(self.committed), skipped)
 
     def position(self) -> int:
         return max(self.next_offset, self.eof_offset)
@@ -402,9 +474,9 @@ class Replicator:
                 "enable.partition.eof": "true",
             }
         )
-        self._offsets_consumer = Consumer(
-            {**common, "group.id": f"{settings.application_id}-lags-{suffix}"}
-        )
+        # The application's group id, to read its committed offsets (it never subscribes, so
+        # it never joins the group).
+        self._offsets_consumer = Consumer({**common, "group.id": settings.application_id})
         self._producer = Producer(
             {**settings.client_config(), **settings.producer, "linger.ms": "0"}
         )
@@ -453,6 +525,7 @@ class Replicator:
                 if self._wake.is_set() or time.monotonic() >= next_publish:
                     self._wake.clear()
                     self._place_standbys()
+                    self._fold_standbys()
                     self.publish()
                     next_publish = time.monotonic() + self._interval_s
                 self._read_changelogs()
@@ -616,6 +689,40 @@ class Replicator:
                     wanted.add(sp)
         if wanted != current:
             self._set_standbys(wanted)
+
+    def _fold_standbys(self) -> None:
+        """Give the standbys the application's committed offsets of the inputs behind their
+        pending records (see :class:`StandbyReplica`), so those do not pile up."""
+        with self._standby_lock:
+            sources = set().union(*(r.pending_sources() for r in self.standbys.values()))
+        if not sources:
+            return
+        with self._offsets_lock:
+            offsets = self._offsets_consumer.committed(
+                [TopicPartition(tp.topic, tp.partition) for tp in sorted(sources)], timeout=5
+            )
+        committed = {
+            TopicPartitionId(tp.topic, tp.partition): tp.offset
+            for tp in offsets
+            if tp.error is None and tp.offset >= 0
+        }
+        with self._standby_lock:
+            for replica in self.standbys.values():
+                replica.fold(committed)
+
+    def warm_stores(
+        self, task: TaskId, committed_inputs: Mapping[TopicPartitionId, int]
+    ) -> dict[str, WarmStore]:
+        """The committed state of ``task``'s stores that have a standby here, as of
+        ``committed_inputs`` (the task's committed input offsets): a task becoming active
+        restores from these and the changelogs' tails (DESIGN §5)."""
+        warm: dict[str, WarmStore] = {}
+        with self._standby_lock:
+            for name, (_spec, sub, _topic, _count) in self.stores.items():
+                replica = self.standbys.get(StorePartition(name, task.partition))
+                if sub == task.subtopology and replica is not None and replica.position() >= 0:
+                    warm[name] = replica.warm_store(committed_inputs)
+        return warm
 
     def _set_standbys(self, wanted: set[StorePartition]) -> None:
         with self._standby_lock:

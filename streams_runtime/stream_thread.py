@@ -24,7 +24,7 @@ from streams_runtime.errors import BadRecordError, BadRecordHandler, StreamsErro
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import SourceRecord, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.task import StreamTask, TaskId
+from streams_runtime.task import StreamTask, TaskId, WarmStores
 from streams_runtime.topology import Topology
 
 __all__ = ["StreamThread"]
@@ -96,6 +96,8 @@ class StreamThread:
         self.assignment_listener: Callable[[], None] | None = None
         """Called (on this thread) whenever :attr:`active_tasks` or :attr:`restoring_tasks`
         change; must not block."""
+        self.warm_stores: WarmStores | None = None
+        """Local standby copies a new task restores from (see :meth:`StreamTask.initialize`)."""
 
     # -- lag for KIP-695 --------------------------------------------------------------------
 
@@ -394,7 +396,7 @@ class StreamThread:
             )
             self.restoring_task = task
             try:
-                task.initialize(committed)
+                task.initialize(committed, self.warm_stores)
             except BaseException:
                 self._publish_tasks(restoring=set())
                 raise

@@ -4,7 +4,7 @@ KIP-695 lag-gated idling deciding when an empty input may be passed over."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,13 @@ from streams_runtime.processors import Processor, SourceProcessor
 from streams_runtime.record import Headers, Record, SourceRecord, TopicPartitionId
 from streams_runtime.serdes import SerializationError
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
-from streams_runtime.state import KeyValueStore, SessionStore, SourcePosition, TaskStateManager
+from streams_runtime.state import (
+    KeyValueStore,
+    SessionStore,
+    SourcePosition,
+    TaskStateManager,
+    WarmStore,
+)
 from streams_runtime.topology import Subtopology
 
 __all__ = ["StreamTask", "TaskId", "decode_partition_time", "encode_partition_time"]
@@ -48,6 +54,11 @@ class TaskId:
 
     def __str__(self) -> str:
         return f"{self.subtopology}_{self.partition}"
+
+
+WarmStores = Callable[[TaskId, Mapping[TopicPartitionId, int]], Mapping[str, WarmStore]]
+"""Where a task becoming active gets local copies of its stores' committed state, given its
+committed input offsets (the replicator's standbys)."""
 
 
 class _ChangelogSink:
@@ -161,9 +172,14 @@ class StreamTask:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def initialize(self, committed: Mapping[TopicPartitionId, tuple[int, str | None]]) -> None:
+    def initialize(
+        self,
+        committed: Mapping[TopicPartitionId, tuple[int, str | None]],
+        warm_stores: WarmStores | None = None,
+    ) -> None:
         """Restore partition times from commit metadata and stores from their changelogs (never
-        beyond the committed input position), then create the processors."""
+        beyond the committed input position; from a local standby's copy and the changelogs'
+        tails where ``warm_stores`` has one), then create the processors."""
         for tp in self.inputs:
             offset, metadata = committed.get(tp, (-1, None))
             if offset >= 0:
@@ -171,7 +187,12 @@ class StreamTask:
             partition_time = decode_partition_time(metadata)
             if partition_time >= 0:
                 self.group.set_partition_time(tp, partition_time)
-        self.state.restore(self.committed, timeout_s=self._settings.restore_timeout_s)
+        warm = warm_stores(self.id, self.committed) if warm_stores is not None else None
+        result = self.state.restore(
+            self.committed, timeout_s=self._settings.restore_timeout_s, warm=warm
+        )
+        self._metrics.restored_records("changelog").inc(result.records_applied)
+        self._metrics.restored_records("standby").inc(result.records_from_standby)
         self._sources, self._processors = self.subtopology.instantiate()
         for processor in self._processors:
             processor.init(self)

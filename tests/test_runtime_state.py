@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams_runtime.record import Headers, TopicPartitionId
+from streams_runtime.replication import StandbyReplica, StorePartition
 from streams_runtime.state import (
     SOURCE_HEADER,
     ChangelogWriter,
@@ -740,6 +741,94 @@ def test_restore_logs_corrections_for_skipped_records(
         assert third.kv_store("counts").get(b"k") == b"v1"
         assert result.records_applied == 3
         assert result.corrections == 0
+
+
+@pytest.mark.broker
+def test_restore_from_a_standby_copy_equals_a_full_restore(  # noqa: PLR0915 - one scenario
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    changelog_for: Callable[[str, StoreSpec], str],
+    sinks: Callable[..., ProducerSink],
+    tmp_path: Path,
+) -> None:
+    """A task promoted on an instance with a standby starts from the standby's copy and reads
+    only the changelog's tail, and ends exactly where a full restore ends: records of
+    uncommitted input are kept out of the copy (but shown to stale queries), and their keys get
+    the same corrections."""
+    app = unique_name("app")
+    topic = changelog_for(app, KV)
+    source = TopicPartitionId(create_topic("input"), 0)
+    sink = sinks()
+    position = SourcePosition()
+
+    def write(offset: int | None, key: bytes, value: bytes | None) -> None:
+        if offset is None:
+            position.clear()
+        else:
+            position.set(source, offset)
+        if value is None:
+            store.delete(key, 1000 + len(key))
+        else:
+            store.put(key, value, 1000 + (offset or 0))
+        writer.flush()
+
+    writer = manager(tmp_path / "w", [KV], "memory", sink, position, kafka_bootstrap, app)
+    writer.restore({})
+    store = writer.kv_store("counts")
+    write(1, b"a", b"a1")
+    write(2, b"b", b"b1")
+    write(3, b"gone", b"g1")
+    write(4, b"gone", None)
+    write(None, b"plain", b"p1")  # unattributed: always applied
+    write(5, b"a", b"a2")
+    write(9, b"b", b"b2")  # input not committed at 8: skipped, corrected
+    write(10, b"new", b"n1")  # same
+    sink.flush()
+
+    replica = StandbyReplica(KV, StorePartition(KV.name, 0), topic)
+    reader = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": unique_name("standby"),
+            "isolation.level": "read_committed",
+        }
+    )
+    reader.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    records: list[Message] = []
+    try:
+        while len(records) < 8:
+            records += [msg for msg in reader.consume(10, 1) if msg.error() is None]
+    finally:
+        reader.close()
+    for msg in records:
+        replica.apply(msg)
+        if replica.position() == 3:
+            replica.fold({source: 2})  # the committed offsets the standby saw meanwhile
+    assert replica.store.get(b"b") == b"b2"  # what a stale query sees
+    write(6, b"tail", b"t1")  # written after the standby's last read
+    write(11, b"a", b"a3")
+    sink.flush()
+    writer.close()
+
+    committed = {source: 8}
+    with manager(tmp_path / "cold", [KV], "memory", ListSink(), None, kafka_bootstrap, app) as cold:
+        full = cold.restore(committed, timeout_s=60)
+        expected = dict(cold.kv_store("counts").items())
+    copy = replica.warm_store(committed)
+    assert copy.changelog_offset == 8
+    assert set(copy.skipped) == {b"b", b"new"}
+    for engine in ENGINES:
+        with manager(
+            tmp_path / engine, [KV], engine, ListSink(), None, kafka_bootstrap, app
+        ) as warm:
+            result = warm.restore(committed, timeout_s=60, warm={KV.name: copy})
+            assert dict(warm.kv_store("counts").items()) == expected
+            assert expected == {b"a": b"a2", b"b": b"b1", b"plain": b"p1", b"tail": b"t1"}
+            assert (result.warm_stores, result.records_from_standby) == (["counts"], 3)
+            assert result.records_applied == 1  # only the tail's committed record
+            assert result.records_skipped_uncommitted == 1
+            assert result.corrections == full.corrections == 3  # b, new and a
+            assert result.end_offsets == full.end_offsets
 
 
 @pytest.mark.broker

@@ -10,6 +10,7 @@ from streams_runtime.state.changelog import (
     changelog_topic,
     decode_source,
     encode_source,
+    record_source,
     session_changelog_key,
     split_session_changelog_key,
 )
@@ -32,6 +33,7 @@ from streams_runtime.state.manager import (
     StateDirectoryLockedError,
     StoreSpec,
     TaskStateManager,
+    WarmStore,
     changelog_topic_config,
 )
 from streams_runtime.state.stores import KeyValueStore, SessionStore
@@ -57,12 +59,14 @@ __all__ = [
     "StateDirectoryLockedError",
     "StoreSpec",
     "TaskStateManager",
+    "WarmStore",
     "changelog_topic",
     "changelog_topic_config",
     "decode_source",
     "encode_source",
     "make_kv_engine",
     "make_session_engine",
+    "record_source",
     "session_changelog_key",
     "split_session_changelog_key",
 ]

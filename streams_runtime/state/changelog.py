@@ -13,6 +13,8 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
+from confluent_kafka import Message
+
 from streams_runtime.record import Headers, TopicPartitionId
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "changelog_topic",
     "decode_source",
     "encode_source",
+    "record_source",
     "session_changelog_key",
     "split_session_changelog_key",
 ]
@@ -208,3 +211,22 @@ class ChangelogWriter:
         if source is not None:
             headers = [(SOURCE_HEADER, encode_source(*source))]
         self.sink.send(self.topic, self.partition, key, value, timestamp, headers)
+
+
+def record_source(msg: Message) -> tuple[TopicPartitionId, int] | None:
+    """The decoded ``pc-source`` header of a consumed changelog record: (input partition,
+    input offset), or ``None`` when absent or invalid."""
+    headers = msg.headers()
+    if not headers:
+        return None
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    raw: bytes | None = None
+    for name, value in pairs:
+        if name == SOURCE_HEADER:
+            raw = value.encode() if isinstance(value, str) else value
+    if raw is None:
+        return None
+    try:
+        return decode_source(raw)
+    except ValueError:
+        return None

@@ -44,12 +44,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from progress_control.protocol import is_control_record
 from streams_runtime.record import TopicPartitionId
 from streams_runtime.state.changelog import (
-    SOURCE_HEADER,
     ChangelogWriter,
     RecordSink,
     SourcePosition,
     changelog_topic,
-    decode_source,
+    record_source,
     split_session_changelog_key,
 )
 from streams_runtime.state.engines import (
@@ -69,6 +68,7 @@ __all__ = [
     "StateDirectoryLockedError",
     "StoreSpec",
     "TaskStateManager",
+    "WarmStore",
     "changelog_topic_config",
     "read_checkpoint",
     "write_checkpoint",
@@ -169,7 +169,26 @@ class RestoreResult:
     stores_wiped: list[str] = field(default_factory=list)
     # Keys whose restored value will be logged again by mark_processing (see module docstring).
     corrections: int = 0
+    # Stores started from a standby replica's copy (WarmStore), and how many keys it held.
+    warm_stores: list[str] = field(default_factory=list)
+    records_from_standby: int = 0
     duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class WarmStore:
+    """A store's committed state held elsewhere in this process (a standby replica), for a
+    restore that only reads the changelog's tail.
+
+    ``records``: the latest changelog value per changelog key among the records restore would
+    apply (input committed, or unattributed) up to ``changelog_offset`` (the next changelog
+    offset); ``skipped``: the keys whose newest records up to there were caused by input that is
+    not committed, with each source partition's newest timestamp (exactly what restore skips).
+    """
+
+    changelog_offset: int
+    records: Mapping[bytes, bytes]
+    skipped: Mapping[bytes, Mapping[TopicPartitionId, int]]
 
 
 @dataclass(frozen=True)
@@ -431,10 +450,16 @@ class TaskStateManager:
     # ---------------------------------------------------------------- restore
 
     def restore(
-        self, committed_inputs: Mapping[TopicPartitionId, int], timeout_s: float = 300
+        self,
+        committed_inputs: Mapping[TopicPartitionId, int],
+        timeout_s: float = 300,
+        warm: Mapping[str, WarmStore] | None = None,
     ) -> RestoreResult:
         """Bring every store to the committed input position ``committed_inputs`` (next offset to
         consume per input partition) from local state and the changelogs.
+
+        A store with an entry in ``warm`` (and no usable checkpoint) starts from that copy and
+        reads the changelog from its offset on, with the same skip rules as a full restore.
 
         Raises :class:`RestoreError` when a changelog cannot be read and
         :class:`RestoreTimeoutError` after ``timeout_s``; the manager should then be closed.
@@ -450,31 +475,17 @@ class TaskStateManager:
         try:
             watermarks = self._watermarks(list(logged), deadline) if logged else {}
             checkpoint = self._usable_checkpoint(committed_inputs, watermarks)
-            reused = {
-                name
-                for name, slot in self._slots.items()
-                if checkpoint is not None
-                and name in checkpoint.stores
-                and name not in self._damaged
-                and (slot.changelog_tp is None or slot.changelog_tp in checkpoint.changelog_offsets)
-            }
-            result.reused_checkpoint = checkpoint is not None and bool(reused)
-            if len(reused) < len(self._slots):
-                # Delete the checkpoint before wiping, so a crash in between cannot leave a
-                # checkpoint vouching for a store that is now empty.
-                self._delete_checkpoint()
-                for name, slot in self._slots.items():
-                    if name not in reused:
-                        slot.store.engine.clear()
-                        if self.engine == "sqlite":
-                            result.stores_wiped.append(name)
+            reused = self._reuse_or_wipe(checkpoint, result)
             starts: dict[TopicPartitionId, int] = {}
+            skipped: dict[tuple[str, bytes], dict[TopicPartitionId, int]] = {}
             for tp, slot in logged.items():
                 low = watermarks[tp][0]
-                start = low
                 if checkpoint is not None and slot.spec.name in reused:
-                    start = max(checkpoint.changelog_offsets[tp], low)
-                starts[tp] = start
+                    starts[tp] = max(checkpoint.changelog_offsets[tp], low)
+                else:
+                    starts[tp] = self._load_warm(
+                        slot, (warm or {}).get(slot.spec.name), watermarks[tp], skipped, result
+                    )
             if consumer is not None:
                 self._consume(
                     consumer=consumer,
@@ -484,6 +495,7 @@ class TaskStateManager:
                     committed_inputs=committed_inputs,
                     deadline=deadline,
                     result=result,
+                    skipped=skipped,
                 )
         finally:
             if consumer is not None:
@@ -500,7 +512,8 @@ class TaskStateManager:
         result.duration_s = time.monotonic() - started
         logger.info(
             "task %s restored: %d applied, %d skipped (uncommitted input), %d unattributed,"
-            " %d malformed, %d corrections, checkpoint reused: %s, in %.2fs",
+            " %d malformed, %d corrections, checkpoint reused: %s, %d keys from standbys of %s,"
+            " in %.2fs",
             self.task_id,
             result.records_applied,
             result.records_skipped_uncommitted,
@@ -508,9 +521,54 @@ class TaskStateManager:
             result.records_malformed,
             result.corrections,
             result.reused_checkpoint,
+            result.records_from_standby,
+            result.warm_stores or "no store",
             result.duration_s,
         )
         return result
+
+    def _reuse_or_wipe(self, checkpoint: Checkpoint | None, result: RestoreResult) -> set[str]:
+        """Keep the stores the checkpoint vouches for, wipe the others; the kept ones' names."""
+        reused = {
+            name
+            for name, slot in self._slots.items()
+            if checkpoint is not None
+            and name in checkpoint.stores
+            and name not in self._damaged
+            and (slot.changelog_tp is None or slot.changelog_tp in checkpoint.changelog_offsets)
+        }
+        result.reused_checkpoint = checkpoint is not None and bool(reused)
+        if len(reused) < len(self._slots):
+            # Delete the checkpoint before wiping, so a crash in between cannot leave a
+            # checkpoint vouching for a store that is now empty.
+            self._delete_checkpoint()
+            for name, slot in self._slots.items():
+                if name not in reused:
+                    slot.store.engine.clear()
+                    if self.engine == "sqlite":
+                        result.stores_wiped.append(name)
+        return reused
+
+    @staticmethod
+    def _load_warm(
+        slot: _Slot,
+        copy: WarmStore | None,
+        watermarks: tuple[int, int],
+        skipped: dict[tuple[str, bytes], dict[TopicPartitionId, int]],
+        result: RestoreResult,
+    ) -> int:
+        """Load ``copy`` into the (empty) store when it fits the changelog; the changelog
+        offset to restore from."""
+        low, high = watermarks
+        if copy is None or not low <= copy.changelog_offset <= high:
+            return low
+        for key, value in copy.records.items():
+            slot.store.restore(key, value)
+        for key, sources in copy.skipped.items():
+            skipped[(slot.spec.name, key)] = dict(sources)
+        result.warm_stores.append(slot.spec.name)
+        result.records_from_standby += len(copy.records)
+        return copy.changelog_offset
 
     def _consume(
         self,
@@ -522,9 +580,12 @@ class TaskStateManager:
         committed_inputs: Mapping[TopicPartitionId, int],
         deadline: float,
         result: RestoreResult,
+        skipped: dict[tuple[str, bytes], dict[TopicPartitionId, int]],
     ) -> None:
         progress = _RestoreProgress(
-            ends={tp: high for tp, (_low, high) in watermarks.items()}, next_offsets=dict(starts)
+            ends={tp: high for tp, (_low, high) in watermarks.items()},
+            next_offsets=dict(starts),
+            skipped=skipped,
         )
         progress.remaining = {tp for tp, start in starts.items() if start < progress.ends[tp]}
         if progress.remaining:
@@ -588,7 +649,7 @@ class TaskStateManager:
         if key is None:
             result.records_malformed += 1
             return
-        source = _source_of(msg)
+        source = record_source(msg)
         if source is None:
             result.unattributed += 1
         else:
@@ -936,24 +997,6 @@ class TaskStateManager:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"state manager of task {self.task_id} is closed")
-
-
-def _source_of(msg: Message) -> tuple[TopicPartitionId, int] | None:
-    """The decoded source header of a changelog record, or ``None`` (absent or invalid)."""
-    headers = msg.headers()
-    if not headers:
-        return None
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    raw: bytes | None = None
-    for name, value in pairs:
-        if name == SOURCE_HEADER:
-            raw = value.encode() if isinstance(value, str) else value
-    if raw is None:
-        return None
-    try:
-        return decode_source(raw)
-    except ValueError:
-        return None
 
 
 def _remove_files(path: Path) -> None:
