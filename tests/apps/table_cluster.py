@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Producer
 
+from tests.helpers import wait_for
+
 T = TypeVar("T")
 
 PARTITIONS = 3
@@ -125,12 +127,11 @@ class Instance:
             raise ClusterError(f"instance {self.endpoint} exited with {code}: {self.log_tail()}")
 
     def log_tail(self, lines: int = 5) -> list[str]:
-        self._log.flush()
-        text = self.log_path.read_text(errors="replace").splitlines()
+        text = self.log_text().splitlines()
         return [line[-300:] for line in text[-lines:]]
 
     def log_text(self) -> str:
-        self._log.flush()
+        # The process writes the file itself; this side never buffers any of it.
         return self.log_path.read_text(errors="replace")
 
     def restored_from_standby(self, partition: int) -> bool | None:
@@ -248,16 +249,16 @@ class TableCluster:
     ) -> T:
         """Poll ``condition`` until it returns a truthy value; :class:`ClusterError` after
         ``timeout_s`` or when an instance that was not killed exits."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def checked() -> T | None:
             for inst in self.instances:
                 inst.check_alive()
-            result = condition()
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                raise ClusterError(f"no {what} after {timeout_s:.0f} s")
-            time.sleep(interval_s)
+            return condition()
+
+        try:
+            return wait_for(checked, timeout_s=timeout_s, interval_s=interval_s, message=what)
+        except AssertionError as exc:
+            raise ClusterError(str(exc)) from None
 
     def placement(self) -> dict[str, Any] | None:
         """The key's metadata once every instance agrees on an active and a standby of every
