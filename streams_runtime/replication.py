@@ -22,10 +22,11 @@ committed the input offsets that caused them) committed, so a standby is never a
 committed input. Under at-least-once the changelog can hold records caused by input that is not
 committed yet (the active crashed before committing its offsets); a standby shows them, just as
 the active's own store did before the crash. That is what a query should see (the freshest
-state the application computed), and it never reaches a restored *active* store: standby copies
-live in memory and are not promoted. When a standby's partition becomes active on the same
-instance the task restores normally from the changelog (with the crash-safety rules of
-``TaskStateManager``); the standby keeps serving stale queries until that restore is done.
+state the application computed), and it never reaches a restored *active* store: when a
+standby's partition becomes active on the same instance, the task starts from the standby's
+*committed* copy (records whose input the application committed, see :class:`StandbyReplica`)
+and reads the changelog's tail with the crash-safety rules of ``TaskStateManager``. The standby
+keeps serving stale queries until that restore is done.
 """
 
 from __future__ import annotations
@@ -697,10 +698,14 @@ class Replicator:
             sources = set().union(*(r.pending_sources() for r in self.standbys.values()))
         if not sources:
             return
-        with self._offsets_lock:
-            offsets = self._offsets_consumer.committed(
-                [TopicPartition(tp.topic, tp.partition) for tp in sorted(sources)], timeout=5
-            )
+        try:
+            with self._offsets_lock:
+                offsets = self._offsets_consumer.committed(
+                    [TopicPartition(tp.topic, tp.partition) for tp in sorted(sources)], timeout=5
+                )
+        except KafkaException as exc:  # the next interval asks again
+            logger.debug("committed offsets not read: %s", exc)
+            return
         committed = {
             TopicPartitionId(tp.topic, tp.partition): tp.offset
             for tp in offsets
