@@ -10,6 +10,9 @@ ahead of the committed input position.
 - A persistent (SQLite) store keeps its local data across restarts only when the checkpoint file
   written at the last commit names exactly the committed input offsets it is given now; it then
   reads the changelog's tail only. Otherwise it is wiped and restored from the beginning.
+- A task becoming active where a standby replica of its store is starts from the standby's
+  :class:`WarmStore` (its records kept by the same skip rule, its skipped keys carried over for
+  the corrections below) and reads the changelog from the standby's position on.
 - The checkpoint is deleted before the first record of a commit interval is processed
   (:meth:`TaskStateManager.mark_processing`), so a crash mid-interval never leaves a checkpoint
   describing state ahead of the committed input.
