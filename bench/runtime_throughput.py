@@ -37,8 +37,9 @@ from confluent_kafka import Producer as KafkaProducer
 from bench._kafka import create_topic, end_offsets, unique_name
 from progress_control.broker import EmbeddedKafkaBroker
 from progress_control.protocol import is_control_record
-from streams_runtime import App, SessionWindows, StreamsBuilder, Windowed, until_window_closes
-from streams_runtime.serdes import Json, String
+from streams_runtime import App
+from streams_runtime.serdes import Json
+from tests.apps.sessions_app import session_counts
 
 PARTITIONS = 4
 USERS = 10_000
@@ -151,24 +152,6 @@ def _plain_loop(bootstrap_servers: str, source: str, events: int) -> float:
     return events / elapsed
 
 
-def _session_topology(source: str, sink: str) -> StreamsBuilder:
-    def to_output(window: Windowed[str], count: int) -> tuple[str | None, dict[str, int]]:
-        return window.key, {"start": window.start, "end": window.end, "clicks": count}
-
-    builder = StreamsBuilder()
-    (
-        builder.stream(source, key_serde=String(), value_serde=Json())
-        .group_by_key()
-        .windowed_by(SessionWindows(gap_ms=GAP_MS))
-        .count()
-        .suppress(until_window_closes())
-        .to_stream()
-        .map(to_output)
-        .to(sink, key_serde=String(), value_serde=Json())
-    )
-    return builder
-
-
 def _count_output(bootstrap_servers: str, topic: str) -> tuple[int, int]:
     """Data records (sessions) and their summed click counts in ``topic``, committed only."""
     consumer = Consumer(
@@ -194,7 +177,7 @@ def _count_output(bootstrap_servers: str, topic: str) -> tuple[int, int]:
                 if msg.headers() and is_control_record(msg):
                     continue
                 sessions += 1
-                clicks += json.loads(msg.value() or b"{}")["clicks"]
+                clicks += json.loads(msg.value() or b"{}")["count"]
     finally:
         consumer.close()
     return sessions, clicks
@@ -217,7 +200,7 @@ def _runtime(
     )
     app_id = unique_name(f"bench-runtime-{variant}")
     app = App(
-        _session_topology(source, sink),
+        session_counts(source, sink, GAP_MS, value_serde=Json()),
         application_id=app_id,
         bootstrap_servers=bootstrap_servers,
         state_dir=state_dir / app_id,

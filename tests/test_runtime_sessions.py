@@ -12,8 +12,9 @@ import pytest
 from confluent_kafka import Producer
 
 from interceptor import Producer as InstrumentedProducer
-from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
-from streams_runtime.serdes import Json, String
+from streams_runtime import App, StreamsBuilder
+from streams_runtime.serdes import Json
+from tests.apps.sessions_app import session_counts
 from tests.helpers import TopicReader, wait_for
 
 pytestmark = pytest.mark.broker
@@ -22,18 +23,7 @@ GAP_MS = 2000
 
 
 def session_topology(source: str, sink: str) -> StreamsBuilder:
-    builder = StreamsBuilder()
-    (
-        builder.stream(source, key_serde=String(), value_serde=Json())
-        .group_by_key()
-        .windowed_by(SessionWindows(gap_ms=GAP_MS))
-        .count()
-        .suppress(until_window_closes())
-        .to_stream()
-        .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
-        .to(sink, key_serde=String(), value_serde=Json())
-    )
-    return builder
+    return session_counts(source, sink, GAP_MS, value_serde=Json())
 
 
 def produce_clicks(producer: Any, topic: str, clicks: dict[str, int]) -> int:

@@ -1,4 +1,5 @@
-"""A streams runtime app for the restart tests: session-window counts, suppressed until the
+"""A streams runtime app for the restart tests (and the topology of the session tests and the
+runtime benchmark): session-window counts, suppressed until the
 windows close, written as JSON. Every setting comes from PROGRESS_CONTROL_RUNTIME_* env vars.
 
     python sessions_app.py INPUT OUTPUT GAP_MS
@@ -7,17 +8,21 @@ windows close, written as JSON. Every setting comes from PROGRESS_CONTROL_RUNTIM
 import faulthandler
 import signal
 import sys
+from typing import Any
 
 from progress_control.logging import configure_logging
 from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
-from streams_runtime.serdes import Integer, Json, String
+from streams_runtime.serdes import Integer, Json, Serde, String
 
 
-def session_counts(source: str, sink: str, gap_ms: int) -> StreamsBuilder:
-    """Per-key session counts, final results only, as JSON ``{start, end, count}``."""
+def session_counts(
+    source: str, sink: str, gap_ms: int, value_serde: Serde[Any] | None = None
+) -> StreamsBuilder:
+    """Per-key session counts, final results only, as JSON ``{start, end, count}``; the input's
+    values are read with ``value_serde`` (default: Integer) and otherwise ignored."""
     builder = StreamsBuilder()
     (
-        builder.stream(source, key_serde=String(), value_serde=Integer())
+        builder.stream(source, key_serde=String(), value_serde=value_serde or Integer())
         .group_by_key()
         .windowed_by(SessionWindows(gap_ms=gap_ms))
         .count()
