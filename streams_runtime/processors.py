@@ -27,6 +27,7 @@ from streams_runtime.windows import SessionWindow, SessionWindows, merge_session
 
 __all__ = [
     "FilterProcessor",
+    "KeyedStoreProcessor",
     "MapProcessor",
     "MapValuesProcessor",
     "PassThroughProcessor",
@@ -264,37 +265,54 @@ class TimestampedTableStore:
         return True
 
 
-class TableSourceProcessor(Processor):
+class KeyedStoreProcessor(Processor):
+    """A processor keeping per-key state in the store ``store_name``: records with a null key
+    have no place in it and are dropped and counted (reason ``null-key``)."""
+
+    def __init__(self, store_name: str, key_serde: Serde[Any]) -> None:
+        super().__init__()
+        self._store_name = store_name
+        self._key_serde = key_serde
+        self._context: ProcessorContext | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        self._context = context
+
+    def _store_key(self, record: Record[Any, Any]) -> bytes | None:
+        """The record's serialized key, or ``None`` (counted) when it has none."""
+        if record.key is None:
+            assert self._context is not None
+            self._context.record_dropped(self._store_name, "null-key")
+            return None
+        return self._key_serde.serialize(record.key) or b""
+
+
+class TableSourceProcessor(KeyedStoreProcessor):
     """Materialises a topic as a table: the latest value per key; null values delete. Updates
     are written and forwarded unless idempotent (:func:`is_idempotent_update`)."""
 
     name = "table_source"
 
     def __init__(self, store_name: str, key_serde: Serde[Any], value_serde: Serde[Any]) -> None:
-        super().__init__()
-        self._store_name = store_name
-        self._key_serde = key_serde
+        super().__init__(store_name, key_serde)
         self._value_serde = value_serde
         self._table: TimestampedTableStore | None = None
-        self._context: ProcessorContext | None = None
 
     def init(self, context: ProcessorContext) -> None:
-        self._context = context
+        super().init(context)
         self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._table is not None
-        assert self._context is not None
-        if record.key is None:
-            self._context.record_dropped(self._store_name, "null-key")
+        key = self._store_key(record)
+        if key is None:
             return
-        key = self._key_serde.serialize(record.key) or b""
         value = self._value_serde.serialize(record.value)
         if self._table.put_if_changed(key, self._table.get(key), value, record.timestamp):
             self.forward(record)
 
 
-class TableAggregateProcessor(Processor):
+class TableAggregateProcessor(KeyedStoreProcessor):
     """Non-windowed aggregation into a table (Kafka Streams' ``KStreamAggregate``).
 
     Per key, ``aggregator(key, value, aggregate)`` folds each record into the aggregate, which
@@ -315,30 +333,26 @@ class TableAggregateProcessor(Processor):
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
     ) -> None:
-        super().__init__()
-        self._store_name = store_name
-        self._key_serde = key_serde
+        super().__init__(store_name, key_serde)
         self._value_serde = value_serde
         self._initializer = initializer
         self._aggregator = aggregator
         self._table: TimestampedTableStore | None = None
-        self._context: ProcessorContext | None = None
 
     def init(self, context: ProcessorContext) -> None:
-        self._context = context
+        super().init(context)
         self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._table is not None
         assert self._context is not None
-        if record.key is None:
-            self._context.record_dropped(self._store_name, "null-key")
+        key = self._store_key(record)
+        if key is None:
             return
         if record.value is None:
             # A null value in a stream is no delete: Kafka Streams skips it too.
             self._context.record_dropped(self._store_name, "null-value")
             return
-        key = self._key_serde.serialize(record.key) or b""
         stored = self._table.get(key)
         if stored is None:
             aggregate, timestamp = self._initializer(), record.timestamp
@@ -383,7 +397,7 @@ class TableMapValuesProcessor(Processor):
         self.forward(Record(record.key, value, record.timestamp, record.headers))
 
 
-class StreamTableJoinProcessor(Processor):
+class StreamTableJoinProcessor(KeyedStoreProcessor):
     """Joins each stream record with the table's current value for its key.
 
     The table is read from the store of the table it derives from; ``getter(key, value)``
@@ -401,27 +415,23 @@ class StreamTableJoinProcessor(Processor):
         left: bool,
         getter: Callable[[Any, Any], Any] | None = None,
     ) -> None:
-        super().__init__()
-        self._store_name = store_name
-        self._key_serde = key_serde
+        super().__init__(store_name, key_serde)
         self._table_value_serde = table_value_serde
         self._joiner = joiner
         self._left = left
         self._getter = getter
         self._store: KeyValueStore | None = None
-        self._context: ProcessorContext | None = None
 
     def init(self, context: ProcessorContext) -> None:
-        self._context = context
+        super().init(context)
         self._store = context.kv_store(self._store_name)
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._store is not None
-        assert self._context is not None
-        if record.key is None:
-            self._context.record_dropped(self._store_name, "null-key")
+        key = self._store_key(record)
+        if key is None:
             return
-        raw = self._store.get(self._key_serde.serialize(record.key) or b"")
+        raw = self._store.get(key)
         table_value = None
         if raw is not None:
             stored = ValueAndTimestamp.from_bytes(raw)
@@ -434,7 +444,7 @@ class StreamTableJoinProcessor(Processor):
         self.forward(Record(record.key, joined, record.timestamp, record.headers))
 
 
-class SessionAggregateProcessor(Processor):
+class SessionAggregateProcessor(KeyedStoreProcessor):
     """Session-window aggregation (Kafka Streams' ``KStreamSessionWindowAggregate``).
 
     A record at ``t`` merges with every session of its key where ``start - gap <= t <= end + gap``;
@@ -456,34 +466,30 @@ class SessionAggregateProcessor(Processor):
         aggregator: Callable[[Any, Any, Any], Any],
         merger: Callable[[Any, Any, Any], Any],
     ) -> None:
-        super().__init__()
-        self._store_name = store_name
+        super().__init__(store_name, key_serde)
         self._windows = windows
-        self._key_serde = key_serde
         self._value_serde = value_serde
         self._initializer = initializer
         self._aggregator = aggregator
         self._merger = merger
         self._store: SessionStore | None = None
-        self._context: ProcessorContext | None = None
         self.observed_stream_time = -1
         self._next_purge = time.monotonic() + _PURGE_INTERVAL_S
 
     def init(self, context: ProcessorContext) -> None:
-        self._context = context
+        super().init(context)
         self._store = context.session_store(self._store_name)
         self.observed_stream_time = max(self.observed_stream_time, context.stream_time)
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._store is not None
         assert self._context is not None
-        if record.key is None:
-            self._context.record_dropped(self._store_name, "null-key")
+        key_bytes = self._store_key(record)
+        if key_bytes is None:
             return
         t = record.timestamp
         self.observed_stream_time = max(self.observed_stream_time, t)
         gap = self._windows.gap_ms
-        key_bytes = self._key_serde.serialize(record.key) or b""
         found = self._store.find_sessions(key_bytes, t - gap, t + gap)
         merged = merge_sessions(t, (SessionWindow(s, e) for s, e, _ in found))
         if self._windows.is_late(merged.end, self.observed_stream_time):
