@@ -44,6 +44,9 @@ Manifest = dict[str, Any]
 # helpers
 
 
+SCHEMA_ERROR = "values don't meet the specifications of the schema"
+
+
 class Helm:
     """Runs the helm binary with isolated config/cache/data dirs (no repositories, no plugins)."""
 
@@ -84,6 +87,12 @@ class Helm:
             *args,
             check=False,
         )
+
+    def rejected(self, *args: str, **kwargs: Any) -> str:
+        """``helm template`` that must fail; its stderr."""
+        result = self.template(*args, **kwargs)
+        assert result.returncode != 0, f"helm template {args} should fail"
+        return result.stderr
 
     def render(self, *args: str, **kwargs: Any) -> list[Manifest]:
         result = self.template(*args, **kwargs)
@@ -267,9 +276,8 @@ def test_fallback_renders_for_the_oldest_supported_cluster(helm: Helm) -> None:
 
 
 def test_native_sidecar_refuses_clusters_without_native_sidecars(helm: Helm) -> None:
-    result = helm.template(kube_version="1.28.9")
-    assert result.returncode != 0
-    assert "sidecar.native=true needs Kubernetes >= 1.29" in result.stderr
+    stderr = helm.rejected(kube_version="1.28.9")
+    assert "sidecar.native=true needs Kubernetes >= 1.29" in stderr
     assert helm.template("--set", "sidecar.native=false", kube_version="1.28.9").returncode == 0
 
 
@@ -513,9 +521,8 @@ def test_grace_period_exceeds_the_sidecar_shutdown_timeout(
     spec = pod_spec(full_manifests)
     timeout = int(env_of(sidecar_of(spec))["PROGRESS_CONTROL_SHUTDOWN_TIMEOUT_S"]["value"])
     assert spec["terminationGracePeriodSeconds"] > timeout
-    result = helm.template("--set", "example.terminationGracePeriodSeconds=10")
-    assert result.returncode != 0
-    assert "must exceed sidecar.shutdownTimeoutSeconds" in result.stderr
+    stderr = helm.rejected("--set", "example.terminationGracePeriodSeconds=10")
+    assert "must exceed sidecar.shutdownTimeoutSeconds" in stderr
 
 
 def test_config_changes_roll_the_pods(helm: Helm, default_manifests: list[Manifest]) -> None:
@@ -600,10 +607,9 @@ def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manife
     ],
 )
 def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
-    result = helm.template(*args)
-    assert result.returncode != 0, f"helm template {args} should fail"
-    assert "values don't meet the specifications of the schema" in result.stderr
-    assert message in result.stderr
+    stderr = helm.rejected(*args)
+    assert SCHEMA_ERROR in stderr
+    assert message in stderr
 
 
 @pytest.mark.parametrize(
@@ -630,9 +636,7 @@ def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
     ],
 )
 def test_template_checks_reject(helm: Helm, args: list[str], message: str) -> None:
-    result = helm.template(*args)
-    assert result.returncode != 0, f"helm template {args} should fail"
-    assert message in result.stderr
+    assert message in helm.rejected(*args)
 
 
 def test_values_file_and_schema_agree() -> None:
@@ -1236,10 +1240,9 @@ def test_spark_image_tag_defaults_to_the_app_version(helm: Helm) -> None:
     ],
 )
 def test_spark_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
-    result = helm.template(*args)
-    assert result.returncode != 0, f"helm template {args} should fail"
-    assert "values don't meet the specifications of the schema" in result.stderr
-    assert message in result.stderr
+    stderr = helm.rejected(*args)
+    assert SCHEMA_ERROR in stderr
+    assert message in stderr
 
 
 @pytest.mark.parametrize(
@@ -1261,6 +1264,4 @@ def test_spark_schema_rejects(helm: Helm, args: list[str], message: str) -> None
     ids=["checkpoint-off-the-volume", "output-off-the-volume", "local-path-without-volume"],
 )
 def test_spark_template_checks_reject(helm: Helm, args: list[str], message: str) -> None:
-    result = helm.template(*ENABLE_SPARK, *args)
-    assert result.returncode != 0, f"helm template {args} should fail"
-    assert message in result.stderr
+    assert message in helm.rejected(*ENABLE_SPARK, *args)
