@@ -50,12 +50,11 @@ def produce_inputs(bootstrap: str, orders: str, users: str, *, table: bool = Tru
     producer.flush(30)
 
 
-def joined(reader: TopicReader) -> dict[int, Any]:
-    return {
-        json.loads(m.value())["order"]: json.loads(m.value())["user"]
-        for m in reader.read()
-        if m.value()
-    }
+def all_joined(reader: TopicReader) -> dict[int, Any] | None:
+    """Order -> joined user value, once every order was joined."""
+    values = (json.loads(m.value()) for m in reader.read() if m.value())
+    result = {value["order"]: value["user"] for value in values}
+    return result if len(result) == ORDERS else None
 
 
 # Ground truth: processing in timestamp order, order j (at BASE + 100j + 50) sees update 100j + 50.
@@ -77,7 +76,7 @@ def test_idle_zero_joins_in_timestamp_order(
     produce_inputs(kafka_bootstrap, orders, users)
     run_app(join_topology(orders, users, out), max_task_idle_ms=0, consumer=SLOW_FETCH)
     reader = reader_for(out, 1)
-    result = wait_for(lambda: len(joined(reader)) == ORDERS and joined(reader), timeout_s=60)
+    result = wait_for(lambda: all_joined(reader), timeout_s=60)
     assert result == TRUTH
 
 
@@ -91,7 +90,7 @@ def test_idle_disabled_may_join_out_of_order(
     produce_inputs(kafka_bootstrap, orders, users)
     run_app(join_topology(orders, users, out), max_task_idle_ms=-1, consumer=SLOW_FETCH)
     reader = reader_for(out, 1)
-    result = wait_for(lambda: len(joined(reader)) == ORDERS and joined(reader), timeout_s=60)
+    result = wait_for(lambda: all_joined(reader), timeout_s=60)
     # -1 never waits for the lagging table input: orders overtake the table updates that
     # precede them in event time and join stale values.
     stale = {j: v for j, v in result.items() if v < TRUTH[j]}
@@ -110,7 +109,7 @@ def test_positive_idle_waits_on_empty_input_then_enforces(
     produced = time.monotonic()
     produce_inputs(kafka_bootstrap, orders, users, table=False)  # the table stays empty
     reader = reader_for(out, 1)
-    result = wait_for(lambda: len(joined(reader)) == ORDERS and joined(reader), timeout_s=60)
+    result = wait_for(lambda: all_joined(reader), timeout_s=60)
     # The empty table partition is caught up (lag 0): the task waited max.task.idle.ms
     # before processing without it, and counted it.
     assert time.monotonic() - produced >= idle_ms / 1000
