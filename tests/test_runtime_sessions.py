@@ -70,11 +70,11 @@ def test_sessions_close_on_ticks_alone(
     # No session can be final before stream time passes its end by the gap.
     assert sessions_of(reader) == [] or time.time() * 1000 >= last + GAP_MS
 
-    found = wait_for(
-        lambda: len(sessions_of(reader)) >= len(expected) and sessions_of(reader),
-        timeout_s=30,
-        message="every session emitted",
-    )
+    def all_sessions() -> list[tuple[str, dict[str, int]]] | None:
+        sessions = sessions_of(reader)
+        return sessions if len(sessions) >= len(expected) else None
+
+    found = wait_for(all_sessions, timeout_s=30, message="every session emitted")
     emitted_at = time.time() * 1000
     assert emitted_at >= last + GAP_MS
     assert {user: value["count"] for user, value in found} == expected
