@@ -453,7 +453,6 @@ class Replicator:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._offsets_lock = threading.Lock()
-        self.published = 0
         base = settings.consumer_config()
         base.pop("group.instance.id", None)
         suffix = uuid.uuid4().hex[:8]
@@ -593,7 +592,6 @@ class Replicator:
             self.settings.membership_topic, key=self.instance_id.encode(), value=info.to_json()
         )
         self._producer.poll(0)
-        self.published += 1
         for sp, lag in ((sp, info.lag(sp)) for sp in _store_partitions(info.standby)):
             if lag is not None:
                 self.metrics.standby_lag(sp.store, str(sp.partition)).set(lag.offset_lag)

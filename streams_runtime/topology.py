@@ -90,7 +90,6 @@ class Subtopology:
     node_sources: tuple[tuple[str, ...], ...]  # each node's source topics, names resolved
     source_topics: tuple[str, ...]
     sink_topics: tuple[str, ...]
-    repartition_sources: tuple[str, ...]
     stores: tuple[StoreSpec, ...]
 
     def instantiate(self) -> tuple[dict[str, p.SourceProcessor], list[p.Processor]]:
@@ -246,9 +245,6 @@ class StreamsBuilder:
             sources = tuple(t for topics in node_sources for t in topics)
             if not sources:
                 raise TopologyError(f"nodes {[n.name for n in nodes]} have no source topic")
-            internal_sources = tuple(
-                resolve(n, t) for n in nodes if n.internal_topic for t in n.source_topics
-            )
             for n in nodes:
                 if n.internal_topic and n.source_topics:
                     repartition[resolve(n, n.source_topics[0])] = n.num_partitions
@@ -259,7 +255,6 @@ class StreamsBuilder:
                     node_sources=node_sources,
                     source_topics=sources,
                     sink_topics=tuple(resolve(n, n.sink_topic) for n in nodes if n.sink_topic),
-                    repartition_sources=internal_sources,
                     stores=tuple(s for n in nodes for s in n.stores),
                 )
             )

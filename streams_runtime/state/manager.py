@@ -432,11 +432,6 @@ class TaskStateManager:
         """The task's store specs, in construction order."""
         return [slot.spec for slot in self._slots.values()]
 
-    @property
-    def restored(self) -> bool:
-        """Whether :meth:`restore` completed."""
-        return self._restored
-
     def flush(self) -> int:
         """Send the buffered changelog writes (before every commit); returns how many."""
         return sum(slot.writer.flush() for slot in self._slots.values() if slot.writer)
@@ -444,11 +439,6 @@ class TaskStateManager:
     def changelog_partitions(self) -> list[TopicPartitionId]:
         """The changelog partitions of the task's logged stores."""
         return [slot.changelog_tp for slot in self._slots.values() if slot.changelog_tp is not None]
-
-    def changelog_offsets(self) -> dict[TopicPartitionId, int]:
-        """Next changelog offset known to be reflected locally, per changelog partition (after a
-        restore or a commit); what standbys and lag reporting start from."""
-        return dict(self._changelog_next)
 
     # ---------------------------------------------------------------- restore
 
@@ -818,8 +808,6 @@ class TaskStateManager:
         for slot in self._slots.values():
             slot.store.engine.commit()
         if self.engine != "sqlite":
-            if changelog_offsets is not None:
-                self._merge_offsets(changelog_offsets)
             return
         if self._checkpoint_present and self._checkpointed_inputs == dict(committed_inputs):
             return  # nothing processed since the checkpoint, which still holds
