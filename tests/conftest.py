@@ -29,6 +29,15 @@ from tests.helpers import TopicReader, unique_name
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--conformance-seeds",
+        type=int,
+        default=3,
+        help="seeds of the Kafka Streams conformance suite to run (default 3, as in CI)",
+    )
+
+
 def _docker_engine_available() -> bool:
     try:
         import docker

@@ -714,18 +714,25 @@ class TaskStateManager:
         try:
             marks = {}
             for tp in partitions:
-                try:
-                    marks[tp] = consumer.get_watermark_offsets(
-                        TopicPartition(tp.topic, tp.partition),
-                        timeout=max(deadline - time.monotonic(), 0.1),
-                        cached=False,
-                    )
-                except KafkaException as exc:
-                    raise RestoreError(
-                        f"task {self.task_id}: cannot read the offsets of changelog"
-                        f" {tp.topic}[{tp.partition}] (the runtime creates changelog topics):"
-                        f" {exc}"
-                    ) from exc
+                while True:
+                    try:
+                        marks[tp] = consumer.get_watermark_offsets(
+                            TopicPartition(tp.topic, tp.partition),
+                            timeout=max(deadline - time.monotonic(), 0.1),
+                            cached=False,
+                        )
+                        break
+                    except KafkaException as exc:
+                        # A topic created a moment ago has a leader in the metadata before
+                        # that broker has taken the partition over: retry until the deadline.
+                        if _retriable(exc) and time.monotonic() < deadline:
+                            time.sleep(0.1)
+                            continue
+                        raise RestoreError(
+                            f"task {self.task_id}: cannot read the offsets of changelog"
+                            f" {tp.topic}[{tp.partition}] (the runtime creates changelog"
+                            f" topics): {exc}"
+                        ) from exc
             return marks
         finally:
             consumer.close()
@@ -994,3 +1001,18 @@ def _remove_files(path: Path) -> None:
     for file in engine_files(path):
         with contextlib.suppress(FileNotFoundError):
             file.unlink()
+
+
+_NOT_YET_LEADER = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+
+def _retriable(exc: KafkaException) -> bool:
+    """Whether a broker answer means "not yet" (a partition still changing hands)."""
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _NOT_YET_LEADER)

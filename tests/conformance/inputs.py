@@ -1,0 +1,197 @@
+"""Seeded input for the conformance topologies.
+
+Every input mixes what makes engines disagree: several partitions, in-order and equal
+timestamps, records out of order within grace and late beyond it, records on the exact
+lateness boundaries and in the gap between two sessions (bridging them), far-future records,
+null keys, null values (tombstones for tables), repeated values (emit-on-change), and control
+records. A control record is an ordinary record with the ``progress-control`` header, the
+sentinel key and a null value: Kafka Streams sees it as data, the runtime as time passing.
+
+A key always lives in one partition of every input topic, so each engine's output for a key is
+in a deterministic order. Stream-table joins never give a stream record and a table record of one
+partition the same timestamp: which of the two Kafka Streams takes first is then not defined.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from progress_control.protocol import CONTROL_HEADER, ControlMarker
+from streams_runtime import SessionWindows
+
+__all__ = ["SENTINEL_KEY", "InputRecord", "generate"]
+
+SENTINEL_KEY = b"__progress_control__"
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    role: str  # which input of the case ("in", "in2")
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    control: bool = False
+
+    def headers(self, sequence: int) -> list[tuple[str, bytes]] | None:
+        """The record's headers: the control marker of a control record, else none."""
+        if not self.control:
+            return None
+        return [(CONTROL_HEADER, ControlMarker("conformance", sequence).encode())]
+
+
+def _key(index: int) -> bytes:
+    return f"k{index}".encode()
+
+
+class _Partition:
+    """One input partition being generated: its keys and its clock."""
+
+    def __init__(self, rng: random.Random, partition: int, keys: list[bytes]) -> None:
+        self.rng = rng
+        self.partition = partition
+        self.keys = keys
+        self.now = rng.randrange(0, 5_000)  # the partition's largest timestamp so far
+
+    def key(self, null_key: float = 0.05) -> bytes | None:
+        return None if self.rng.random() < null_key else self.rng.choice(self.keys)
+
+
+def _session_partition(
+    part: _Partition, role: str, windows: SessionWindows, count: int, value: str
+) -> list[InputRecord]:
+    rng, gap, grace = part.rng, windows.gap_ms, windows.grace_ms
+    records: list[InputRecord] = []
+    for n in range(count):
+        roll = rng.random()
+        if roll < 0.45:  # in order, sometimes within the gap, sometimes past it
+            part.now += rng.randrange(0, int(gap * 1.6))
+            ts = part.now
+        elif roll < 0.52:  # equal timestamps
+            ts = part.now
+        elif roll < 0.70:  # out of order within grace (and gap)
+            ts = part.now - rng.randrange(0, grace + gap + 1)
+        elif roll < 0.78:  # on the lateness and retention boundaries
+            ts = part.now - grace - gap + rng.choice((-gap - 1, -gap, -gap + 1, -1, 0, 1))
+        elif roll < 0.85:  # late beyond grace
+            ts = part.now - grace - gap - rng.randrange(1, 3 * gap)
+        elif roll < 0.87:  # far in the future: what follows is mostly late
+            part.now += 20 * (gap + grace)
+            ts = part.now
+        elif roll < 0.94:  # a control record: time passes (or not) without data
+            ts = max(0, part.now + rng.choice((-gap, 0, rng.randrange(1, gap + grace + 2))))
+            part.now = max(part.now, ts)
+            records.append(InputRecord(role, part.partition, SENTINEL_KEY, None, ts, True))
+            continue
+        else:  # a record between two sessions of a key, bridging them
+            ts = part.now - rng.randrange(gap // 2, gap + grace + 1)
+        ts = max(ts, 0)
+        payload = None if rng.random() < 0.05 else f"{value}{n}".encode()
+        records.append(InputRecord(role, part.partition, part.key(), payload, ts))
+    # Let every session close: a final tick past the last one's close time.
+    closing = part.now + gap + grace + rng.choice((0, 1, gap))
+    records.append(InputRecord(role, part.partition, SENTINEL_KEY, None, closing, True))
+    return records
+
+
+def _table_partition(
+    part: _Partition, role: str, count: int, *, numbers: int, null_value: float
+) -> list[InputRecord]:
+    """Table updates or aggregation input: small numbers, so values repeat (emit-on-change)."""
+    rng = part.rng
+    records = []
+    for _ in range(count):
+        roll = rng.random()
+        if roll < 0.75:
+            part.now += rng.randrange(0, 400)
+            ts = part.now
+        elif roll < 0.85:  # older than what the key has (out-of-order table updates)
+            ts = max(0, part.now - rng.randrange(1, 2_000))
+        elif roll < 0.9:  # a control record
+            ts = max(0, part.now + rng.randrange(-200, 400))
+            part.now = max(part.now, ts)
+            records.append(InputRecord(role, part.partition, SENTINEL_KEY, None, ts, True))
+            continue
+        else:
+            ts = part.now
+        value = None if rng.random() < null_value else str(rng.randrange(numbers)).encode()
+        records.append(InputRecord(role, part.partition, part.key(), value, ts))
+    return records
+
+
+def _join_partition(
+    stream: _Partition, table: _Partition, count: int
+) -> list[InputRecord]:
+    """Both inputs of a stream-table join on one partition; timestamps are unique across the
+    two (each is drawn from one shared clock), though each topic on its own may be out of
+    order."""
+    rng = stream.rng
+    used: set[int] = set()
+    records = []
+    clock = stream.now
+    for n in range(count):
+        clock += rng.randrange(1, 300)
+        ts = clock if rng.random() < 0.85 else max(0, clock - rng.randrange(1, 1_500))
+        while ts in used:
+            ts += 1
+        used.add(ts)
+        roll = rng.random()
+        if roll < 0.35:  # a table update, sometimes a delete
+            value = None if rng.random() < 0.12 else str(rng.randrange(6)).encode()
+            records.append(InputRecord("in2", table.partition, table.key(0.03), value, ts))
+        elif roll < 0.42:
+            role = "in" if rng.random() < 0.5 else "in2"
+            records.append(InputRecord(role, stream.partition, SENTINEL_KEY, None, ts, True))
+        else:
+            value = None if rng.random() < 0.06 else f"s{n}".encode()
+            records.append(InputRecord("in", stream.partition, stream.key(0.08), value, ts))
+    return records
+
+
+def generate(
+    case: str, seed: int, partitions: int, windows: SessionWindows, size: int
+) -> list[InputRecord]:
+    """The input of ``case`` for ``seed``: about ``size`` records per input partition, in the
+    order to produce them (per partition, that is offset order)."""
+    rng = random.Random(f"{case}:{seed}")
+    keys = [[_key(i) for i in range(p, partitions * 3, partitions)] for p in range(partitions)]
+    records: list[InputRecord] = []
+    for p in range(partitions):
+        part = _Partition(rng, p, keys[p])
+        if case.startswith("session-"):
+            records += _session_partition(part, "in", windows, size, "v")
+        elif case == "merge-session-count":
+            records += _session_partition(part, "in", windows, size // 2, "a")
+            records += _session_partition(_Partition(rng, p, keys[p]), "in2", windows, size // 2, "b")
+        elif case in ("table-count", "table-reduce", "table-aggregate", "table-source"):
+            null_value = 0.1 if case == "table-source" else 0.04
+            records += _table_partition(part, "in", size, numbers=5, null_value=null_value)
+        elif case == "stream-table-join":
+            records += _join_partition(part, _Partition(rng, p, keys[p]), size)
+        elif case == "repartition-count":
+            records += _repartition_partition(part, size)
+        else:
+            raise ValueError(f"no input generator for {case!r}")
+    return records
+
+
+def _repartition_partition(part: _Partition, count: int) -> list[InputRecord]:
+    """``select_key`` input: the new key (a user) comes from the value ``user:n``; every user
+    lives in one input partition, so its records reach the repartition topic in order."""
+    rng = part.rng
+    users = [f"u{key.decode()[1:]}" for key in part.keys]
+    records = []
+    for n in range(count):
+        part.now += rng.randrange(0, 500)
+        ts = part.now if rng.random() < 0.8 else max(0, part.now - rng.randrange(1, 3_000))
+        if rng.random() < 0.06:
+            records.append(InputRecord("in", part.partition, SENTINEL_KEY, None, ts, True))
+            continue
+        user = rng.choice(users)
+        key = None if rng.random() < 0.1 else rng.choice(part.keys)
+        value = None if rng.random() < 0.05 else f"{user}:{n}".encode()
+        if value is None:
+            key = user.encode()  # a null value keeps its key: make it this user's
+        records.append(InputRecord("in", part.partition, key, value, ts))
+    return records

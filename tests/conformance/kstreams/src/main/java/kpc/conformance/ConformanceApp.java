@@ -1,0 +1,275 @@
+package kpc.conformance;
+
+import java.io.BufferedReader;
+import java.io.FileReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.common.serialization.Serde;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindowedKStream;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.kstream.WindowedSerdes;
+import org.apache.kafka.streams.state.KeyValueStore;
+
+/**
+ * Runs named topologies in Kafka Streams for the conformance suite (tests/conformance).
+ *
+ * <p>Commands arrive on stdin, one per line; answers go to stdout:
+ * <pre>
+ *   start SPEC_FILE   ->  started APP_ID   (once RUNNING)  or  failed APP_ID MESSAGE
+ *   stop APP_ID       ->  stopped APP_ID
+ * </pre>
+ * End of stdin closes every app and exits. A spec file is a Java properties file:
+ * {@code application.id}, {@code bootstrap.servers}, {@code state.dir}, {@code topologies}
+ * (comma list of instance names), per instance {@code NAME.type}, {@code NAME.in},
+ * {@code NAME.in2}, {@code NAME.out}, {@code NAME.out2}, {@code NAME.out3}, {@code NAME.gap.ms},
+ * {@code NAME.grace.ms}; and {@code config.*} passed to StreamsConfig as they are.
+ *
+ * <p>Every topology here has its twin in tests/conformance/topologies.py; keep them identical.
+ * Keys and values are strings unless a topology says otherwise.
+ */
+public final class ConformanceApp {
+  private static final Serde<String> STRING = Serdes.String();
+  private static final Serde<Long> LONG = Serdes.Long();
+  private static final Serde<Windowed<String>> SESSION_KEY =
+      new WindowedSerdes.SessionWindowedSerde<>(Serdes.String());
+
+  private static final Map<String, KafkaStreams> APPS = new ConcurrentHashMap<>();
+
+  private ConformanceApp() {}
+
+  public static void main(final String[] args) throws IOException {
+    final BufferedReader in =
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    String line;
+    while ((line = in.readLine()) != null) {
+      final String[] parts = line.trim().split(" ", 2);
+      if (parts.length != 2) {
+        continue;
+      }
+      try {
+        if (parts[0].equals("start")) {
+          start(parts[1]);
+        } else if (parts[0].equals("stop")) {
+          stop(parts[1]);
+        }
+      } catch (final Exception e) {
+        answer("failed " + parts[1] + " " + oneLine(e));
+      }
+    }
+    for (final String id : APPS.keySet()) {
+      stop(id);
+    }
+    System.exit(0);
+  }
+
+  private static synchronized void answer(final String line) {
+    System.out.println(line);
+    System.out.flush();
+  }
+
+  private static String oneLine(final Throwable e) {
+    return (e.getClass().getName() + ": " + e.getMessage()).replace('\n', ' ');
+  }
+
+  private static void start(final String specFile) throws Exception {
+    final Properties spec = new Properties();
+    try (FileReader reader = new FileReader(specFile, StandardCharsets.UTF_8)) {
+      spec.load(reader);
+    }
+    final String id = spec.getProperty("application.id");
+    final StreamsBuilder builder = new StreamsBuilder();
+    for (final String name : spec.getProperty("topologies").split(",")) {
+      build(builder, new Instance(spec, name.trim()));
+    }
+    final Properties config = new Properties();
+    config.put(StreamsConfig.APPLICATION_ID_CONFIG, id);
+    config.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, spec.getProperty("bootstrap.servers"));
+    config.put(StreamsConfig.STATE_DIR_CONFIG, spec.getProperty("state.dir"));
+    for (final String key : spec.stringPropertyNames()) {
+      if (key.startsWith("config.")) {
+        config.put(key.substring("config.".length()), spec.getProperty(key));
+      }
+    }
+    final KafkaStreams streams = new KafkaStreams(builder.build(config), config);
+    final CountDownLatch running = new CountDownLatch(1);
+    streams.setStateListener(
+        (now, before) -> {
+          if (now == KafkaStreams.State.RUNNING) {
+            running.countDown();
+          }
+        });
+    streams.setUncaughtExceptionHandler(
+        e -> {
+          answer("failed " + id + " " + oneLine(e));
+          return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+    APPS.put(id, streams);
+    streams.start();
+    if (!running.await(120, TimeUnit.SECONDS)) {
+      throw new IllegalStateException("not RUNNING after 120 s: " + streams.state());
+    }
+    answer("started " + id);
+  }
+
+  private static void stop(final String id) {
+    final KafkaStreams streams = APPS.remove(id);
+    if (streams != null) {
+      streams.close(Duration.ofSeconds(30));
+    }
+    answer("stopped " + id);
+  }
+
+  /** One topology instance's part of a spec. */
+  private static final class Instance {
+    final String type;
+    final String in;
+    final String in2;
+    final String out;
+    final String out2;
+    final String out3;
+    final SessionWindows windows;
+
+    Instance(final Properties spec, final String name) {
+      type = spec.getProperty(name + ".type");
+      in = spec.getProperty(name + ".in");
+      in2 = spec.getProperty(name + ".in2");
+      out = spec.getProperty(name + ".out");
+      out2 = spec.getProperty(name + ".out2");
+      out3 = spec.getProperty(name + ".out3");
+      windows =
+          SessionWindows.ofInactivityGapAndGrace(
+              Duration.ofMillis(Long.parseLong(spec.getProperty(name + ".gap.ms", "1"))),
+              Duration.ofMillis(Long.parseLong(spec.getProperty(name + ".grace.ms", "0"))));
+    }
+  }
+
+  private static KStream<String, String> stream(final StreamsBuilder builder, final String topic) {
+    return builder.stream(topic, Consumed.with(STRING, STRING));
+  }
+
+  private static KTable<String, String> table(
+      final StreamsBuilder builder, final String topic, final String store) {
+    return builder.table(
+        topic,
+        Consumed.with(STRING, STRING),
+        Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as(store)
+            .withKeySerde(STRING)
+            .withValueSerde(STRING));
+  }
+
+  private static long number(final String value) {
+    return Long.parseLong(value);
+  }
+
+  private static void build(final StreamsBuilder builder, final Instance t) {
+    switch (t.type) {
+      case "session-count", "session-count-suppressed" -> {
+        KTable<Windowed<String>, Long> counts =
+            sessions(stream(builder, t.in), t).count(Materialized.with(STRING, LONG));
+        if (t.type.endsWith("-suppressed")) {
+          counts = counts.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
+        }
+        counts.toStream().to(t.out, Produced.with(SESSION_KEY, LONG));
+      }
+      case "session-aggregate", "session-aggregate-suppressed" -> {
+        KTable<Windowed<String>, String> joined =
+            sessions(stream(builder, t.in), t)
+                .aggregate(
+                    () -> "",
+                    (key, value, aggregate) -> aggregate + "[" + value + "]",
+                    (key, left, right) -> left + right,
+                    Materialized.with(STRING, STRING));
+        if (t.type.endsWith("-suppressed")) {
+          joined = joined.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
+        }
+        joined.toStream().to(t.out, Produced.with(SESSION_KEY, STRING));
+      }
+      case "merge-session-count" -> {
+        final KStream<String, String> merged = stream(builder, t.in).merge(stream(builder, t.in2));
+        sessions(merged, t)
+            .count(Materialized.with(STRING, LONG))
+            .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+            .toStream()
+            .to(t.out, Produced.with(SESSION_KEY, LONG));
+      }
+      case "table-count" ->
+          stream(builder, t.in)
+              .groupByKey()
+              .count(Materialized.with(STRING, LONG))
+              .toStream()
+              .to(t.out, Produced.with(STRING, LONG));
+      case "table-reduce" ->
+          stream(builder, t.in)
+              .groupByKey()
+              .reduce(
+                  (aggregate, value) -> Long.toString(Math.max(number(aggregate), number(value))),
+                  Materialized.with(STRING, STRING))
+              .toStream()
+              .to(t.out, Produced.with(STRING, STRING));
+      case "table-aggregate" ->
+          stream(builder, t.in)
+              .groupByKey()
+              .aggregate(
+                  () -> 0L,
+                  (key, value, aggregate) -> (aggregate + number(value)) % 4,
+                  Materialized.with(STRING, LONG))
+              .toStream()
+              .to(t.out, Produced.with(STRING, LONG));
+      case "table-source" -> {
+        final KTable<String, String> table = table(builder, t.in, t.out + "-store");
+        table.toStream().to(t.out, Produced.with(STRING, STRING));
+        table
+            .filter((key, value) -> number(value) % 3 != 0)
+            .mapValues(value -> value + "!")
+            .toStream()
+            .to(t.out2, Produced.with(STRING, STRING));
+      }
+      case "stream-table-join" -> {
+        final KTable<String, String> table = table(builder, t.in2, t.out + "-store");
+        final KStream<String, String> stream = stream(builder, t.in);
+        stream
+            .join(table, (value, row) -> value + "|" + row)
+            .to(t.out, Produced.with(STRING, STRING));
+        stream
+            .leftJoin(table, (value, row) -> value + "|" + row)
+            .to(t.out2, Produced.with(STRING, STRING));
+        stream
+            .join(table.filter((key, row) -> number(row) % 3 != 0), (value, row) -> value + "|" + row)
+            .to(t.out3, Produced.with(STRING, STRING));
+      }
+      case "repartition-count" ->
+          stream(builder, t.in)
+              .selectKey((key, value) -> value == null ? key : value.split(":")[0])
+              .groupByKey()
+              .count(Materialized.with(STRING, LONG))
+              .toStream()
+              .to(t.out, Produced.with(STRING, LONG));
+      default -> throw new IllegalArgumentException("unknown topology type " + t.type);
+    }
+  }
+
+  private static SessionWindowedKStream<String, String> sessions(
+      final KStream<String, String> stream, final Instance t) {
+    return stream.groupByKey().windowedBy(t.windows);
+  }
+}

@@ -1,0 +1,185 @@
+"""The conformance topologies in ``streams_runtime``: each is the twin of the case of the same
+name in ``kstreams/src/main/java/kpc/conformance/ConformanceApp.java``; keep them identical.
+
+Keys and values are strings (Kafka's ``StringSerde``); counts and the aggregate of
+``table-aggregate`` are longs (:class:`Integer`); windowed keys use the session-windowed serde.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streams_runtime import SessionWindows, Stream, StreamsBuilder, Table, until_window_closes
+from streams_runtime.serdes import Integer, String
+
+__all__ = ["CASES", "Case", "build_runtime_case"]
+
+STRING = String()
+LONG = Integer()
+
+
+@dataclass(frozen=True)
+class Case:
+    """One topology: its input and output roles, and how its outputs are compared."""
+
+    name: str
+    inputs: tuple[str, ...] = ("in",)
+    outputs: tuple[str, ...] = ("out",)
+    windowed: bool = False  # output keys are session-windowed
+    table_output: str | None = None
+    """The output carrying the materialised table's updates one for one (emit-on-change applies
+    there); every other output of the case derives one record from each of them."""
+    sessions: bool = False  # inputs are generated for session windows (gap and grace apply)
+
+
+CASES: dict[str, Case] = {
+    case.name: case
+    for case in (
+        Case("session-count", windowed=True, sessions=True),
+        Case("session-count-suppressed", windowed=True, sessions=True),
+        Case("session-aggregate", windowed=True, sessions=True),
+        Case("session-aggregate-suppressed", windowed=True, sessions=True),
+        Case("merge-session-count", inputs=("in", "in2"), windowed=True, sessions=True),
+        Case("table-count", table_output="out"),
+        Case("table-reduce", table_output="out"),
+        Case("table-aggregate", table_output="out"),
+        Case("table-source", outputs=("out", "out2"), table_output="out"),
+        Case("stream-table-join", inputs=("in", "in2"), outputs=("out", "out2", "out3")),
+        Case("repartition-count", table_output="out"),
+    )
+}
+
+
+def _string_stream(builder: StreamsBuilder, topic: str) -> Stream[str, str]:
+    return builder.stream(topic, key_serde=STRING, value_serde=STRING)
+
+
+def _max(aggregate: str, value: str) -> str:
+    return str(max(int(aggregate), int(value)))
+
+
+def _text(value: object) -> str:
+    """Java's string conversion of a value in a concatenation (``null`` for ``None``)."""
+    return "null" if value is None else str(value)
+
+
+def _join(value: str, row: str | None) -> str:
+    return f"{value}|{_text(row)}"
+
+
+def build_runtime_case(
+    builder: StreamsBuilder,
+    case: str,
+    topics: dict[str, str],
+    windows: SessionWindows,
+) -> None:
+    """Add the topology ``case`` to ``builder``, reading and writing ``topics`` (role -> name)."""
+    build: Callable[[StreamsBuilder, dict[str, str], SessionWindows], None] = _BUILDERS[case]
+    build(builder, topics, windows)
+
+
+def _session_count(b: StreamsBuilder, t: dict[str, str], w: SessionWindows, final: bool) -> None:
+    counts = _string_stream(b, t["in"]).group_by_key().windowed_by(w).count()
+    if final:
+        counts = counts.suppress(until_window_closes())
+    counts.to_stream().to(t["out"], value_serde=LONG)
+
+
+def _session_aggregate(
+    b: StreamsBuilder, t: dict[str, str], w: SessionWindows, final: bool
+) -> None:
+    joined = (
+        _string_stream(b, t["in"])
+        .group_by_key()
+        .windowed_by(w)
+        .aggregate(
+            lambda: "",
+            lambda _key, value, aggregate: f"{aggregate}[{_text(value)}]",
+            lambda _key, left, right: left + right,
+            value_serde=STRING,
+        )
+    )
+    if final:
+        joined = joined.suppress(until_window_closes())
+    joined.to_stream().to(t["out"])
+
+
+def _merge_session_count(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -> None:
+    merged = _string_stream(b, t["in"]).merge(_string_stream(b, t["in2"]))
+    (
+        merged.group_by_key()
+        .windowed_by(w)
+        .count()
+        .suppress(until_window_closes())
+        .to_stream()
+        .to(t["out"], value_serde=LONG)
+    )
+
+
+def _table_count(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    _string_stream(b, t["in"]).group_by_key().count().to_stream().to(t["out"])
+
+
+def _table_reduce(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    _string_stream(b, t["in"]).group_by_key().reduce(_max).to_stream().to(t["out"])
+
+
+def _table_aggregate(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    (
+        _string_stream(b, t["in"])
+        .group_by_key()
+        .aggregate(lambda: 0, lambda _k, value, total: (total + int(value)) % 4, value_serde=LONG)
+        .to_stream()
+        .to(t["out"])
+    )
+
+
+def _string_table(b: StreamsBuilder, topic: str, store: str) -> Table[str, str]:
+    return b.table(topic, key_serde=STRING, value_serde=STRING, store_name=store)
+
+
+def _table_source(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    table = _string_table(b, t["in"], f"{t['out']}-store")
+    table.to_stream().to(t["out"])
+    (
+        table.filter(lambda _k, value: int(value) % 3 != 0)
+        .map_values(lambda value: value + "!", value_serde=STRING)
+        .to_stream()
+        .to(t["out2"])
+    )
+
+
+def _stream_table_join(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    table = _string_table(b, t["in2"], f"{t['out']}-store")
+    stream = _string_stream(b, t["in"])
+    stream.join(table, _join, value_serde=STRING).to(t["out"])
+    stream.left_join(table, _join, value_serde=STRING).to(t["out2"])
+    divisible = table.filter(lambda _k, row: int(row) % 3 != 0)
+    stream.join(divisible, _join, value_serde=STRING).to(t["out3"])
+
+
+def _repartition_count(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    (
+        _string_stream(b, t["in"])
+        .select_key(lambda key, value: key if value is None else value.split(":")[0])
+        .group_by_key()
+        .count()
+        .to_stream()
+        .to(t["out"])
+    )
+
+
+_BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], None]] = {
+    "session-count": lambda b, t, w: _session_count(b, t, w, final=False),
+    "session-count-suppressed": lambda b, t, w: _session_count(b, t, w, final=True),
+    "session-aggregate": lambda b, t, w: _session_aggregate(b, t, w, final=False),
+    "session-aggregate-suppressed": lambda b, t, w: _session_aggregate(b, t, w, final=True),
+    "merge-session-count": _merge_session_count,
+    "table-count": _table_count,
+    "table-reduce": _table_reduce,
+    "table-aggregate": _table_aggregate,
+    "table-source": _table_source,
+    "stream-table-join": _stream_table_join,
+    "repartition-count": _repartition_count,
+}
