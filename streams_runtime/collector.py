@@ -21,6 +21,7 @@ from interceptor import Producer
 from progress_control.protocol import ControlMarker, ControlRecord
 from streams_runtime.errors import StreamsError
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.murmur2 import partition_for_key
 from streams_runtime.record import Headers, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
 
@@ -69,6 +70,7 @@ class RecordCollector:
         # and the offset after the last acknowledged record (changelog checkpoints).
         self.written: dict[TopicPartitionId, int] = {}
         self.next_offsets: dict[TopicPartitionId, int] = {}
+        self._partition_counts: dict[str, int] = {}
         if self._eos:
             self.producer.init_transactions(_TRANSACTION_TIMEOUT_S)
 
@@ -109,6 +111,17 @@ class RecordCollector:
         self._sends += 1
         if self._sends & 1023 == 0:
             self.producer.poll(0)
+
+    def partition_for(self, topic: str, key: bytes) -> int:
+        """The partition murmur2 gives ``key`` in ``topic`` (the producer's own partitioner,
+        for a key other than the record's)."""
+        count = self._partition_counts.get(topic)
+        if count is None:
+            metadata = self.producer.list_topics(topic, timeout=10).topics.get(topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                raise StreamsError(f"output topic {topic} has no partitions (does it exist?)")
+            count = self._partition_counts[topic] = len(metadata.partitions)
+        return partition_for_key(key, count)
 
     def tick(self, topic: str, partition: int, timestamp: int) -> None:
         """Send a control record at ``timestamp`` to one output partition."""

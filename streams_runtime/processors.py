@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from streams_runtime.record import Headers, Record, SourceRecord
-from streams_runtime.serdes import Serde, ValueAndTimestamp
+from streams_runtime.serdes import Serde, SessionWindowedSerde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore
 from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
 from streams_runtime.windowed import Windowed
@@ -66,7 +66,12 @@ class ProcessorContext(Protocol):
         value: bytes | None,
         timestamp: int,
         headers: Headers | None,
-    ) -> None: ...
+        *,
+        partition_key: bytes | None = None,
+    ) -> None:
+        """Send a record; ``partition_key`` (when given) chooses the partition instead of
+        ``key``, hashed the same way."""
+        ...
 
     def kv_store(self, name: str) -> KeyValueStore: ...
 
@@ -180,7 +185,8 @@ class PeekProcessor(Processor):
 
 
 class SinkProcessor(Processor):
-    """Serializes and sends to a topic; the producer partitions by key with murmur2."""
+    """Serializes and sends to a topic, partitioned by key with murmur2 (windowed keys by their
+    inner key)."""
 
     name = "sink"
 
@@ -201,24 +207,34 @@ class SinkProcessor(Processor):
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._context is not None
+        key_serde = self._key_serde
+        # Windowed keys are partitioned by their inner key, as Kafka Streams'
+        # WindowedStreamPartitioner does: every window of a key lands in one partition.
+        partition_key = (
+            key_serde.inner.serialize(record.key.key)
+            if isinstance(key_serde, SessionWindowedSerde) and record.key is not None
+            else None
+        )
         self._context.send(
             self.topic,
-            self._key_serde.serialize(record.key),
+            key_serde.serialize(record.key),
             self._value_serde.serialize(record.value),
             record.timestamp,
-            None,
+            record.headers,
+            partition_key=partition_key,
         )
 
 
 def is_idempotent_update(
     stored: ValueAndTimestamp | None, value: bytes | None, timestamp: int
 ) -> bool:
-    """Whether a table update is idempotent and must be dropped (KIP-557 emit-on-change): the key
+    """Whether a table update is idempotent and is not forwarded (KIP-557 emit-on-change): the key
     holds a value, the update's serialized bytes equal it, and the update's timestamp is strictly
-    newer than the stored one. A dropped update is neither written nor forwarded.
+    newer than the stored one. It is still written: the store remembers the newer timestamp, as
+    Kafka Streams' store does, so later updates are stamped as Kafka Streams stamps them.
 
-    Everything else is written and forwarded: a different value, a delete, and the same value with
-    an equal or older timestamp. An older timestamp moves back when the value became valid, which
+    Everything else is forwarded: a different value, a delete, and the same value with an equal
+    or older timestamp. An older timestamp moves back when the value became valid, which
     downstream must learn; an equal one is what re-processing the very same record gives, which
     therefore always reaches downstream again.
     """
@@ -251,17 +267,17 @@ class TimestampedTableStore:
         raw = self.store.get(key)
         return None if raw is None else ValueAndTimestamp.from_bytes(raw)
 
-    def put_if_changed(
+    def update(
         self, key: bytes, stored: ValueAndTimestamp | None, value: bytes | None, timestamp: int
     ) -> bool:
-        """Write ``value`` (``None`` deletes) at ``timestamp`` unless the update is idempotent
-        against ``stored`` (what :meth:`get` returned); True when written, so to be forwarded.
-        Dropped updates are counted in ``streams_idempotent_update_skip_total``."""
+        """Write ``value`` (``None`` deletes) at ``timestamp``; True when the update is to be
+        forwarded, False when it is idempotent against ``stored`` (what :meth:`get` returned).
+        Idempotent updates are counted in ``streams_idempotent_update_skip_total``."""
+        encoded = None if value is None else ValueAndTimestamp(value, timestamp).to_bytes()
+        self.store.put(key, encoded, timestamp)
         if is_idempotent_update(stored, value, timestamp):
             self._context.record_idempotent_skip(self.store.name)
             return False
-        encoded = None if value is None else ValueAndTimestamp(value, timestamp).to_bytes()
-        self.store.put(key, encoded, timestamp)
         return True
 
 
@@ -289,7 +305,7 @@ class KeyedStoreProcessor(Processor):
 
 class TableSourceProcessor(KeyedStoreProcessor):
     """Materialises a topic as a table: the latest value per key; null values delete. Updates
-    are written and forwarded unless idempotent (:func:`is_idempotent_update`)."""
+    are written, and forwarded unless idempotent (:func:`is_idempotent_update`)."""
 
     name = "table_source"
 
@@ -308,8 +324,10 @@ class TableSourceProcessor(KeyedStoreProcessor):
         if key is None:
             return
         value = self._value_serde.serialize(record.value)
-        if self._table.put_if_changed(key, self._table.get(key), value, record.timestamp):
-            self.forward(record)
+        stored = self._table.get(key)
+        if self._table.update(key, stored, value, record.timestamp):
+            old = None if stored is None else self._value_serde.deserialize(stored.value)
+            self.forward(Record(record.key, record.value, record.timestamp, record.headers, old))
 
 
 class TableAggregateProcessor(KeyedStoreProcessor):
@@ -318,7 +336,7 @@ class TableAggregateProcessor(KeyedStoreProcessor):
     Per key, ``aggregator(key, value, aggregate)`` folds each record into the aggregate, which
     starts as ``initializer()``; an aggregator returning ``None`` deletes the key. Records with a
     null key or a null value are dropped and counted. The result's timestamp is the largest
-    timestamp of the records aggregated so far; updates are written and forwarded unless
+    timestamp of the records aggregated so far; updates are written, and forwarded unless
     idempotent (:func:`is_idempotent_update`), e.g. a maximum that did not change.
     """
 
@@ -355,20 +373,23 @@ class TableAggregateProcessor(KeyedStoreProcessor):
             return
         stored = self._table.get(key)
         if stored is None:
-            aggregate, timestamp = self._initializer(), record.timestamp
+            old, timestamp = None, record.timestamp
+            aggregate = self._initializer()
         else:
-            aggregate = self._value_serde.deserialize(stored.value)
+            old = aggregate = self._value_serde.deserialize(stored.value)
             timestamp = max(stored.timestamp, record.timestamp)
         aggregate = self._aggregator(record.key, record.value, aggregate)
         value = self._value_serde.serialize(aggregate)
-        if self._table.put_if_changed(key, stored, value, timestamp):
-            self.forward(Record(record.key, aggregate, timestamp, record.headers))
+        if self._table.update(key, stored, value, timestamp):
+            self.forward(Record(record.key, aggregate, timestamp, record.headers, old))
 
 
 class TableFilterProcessor(Processor):
-    """Keeps a table's rows whose value passes the predicate (fails it, with ``negate``). A row
-    filtered out is forwarded as a delete (``None``), as Kafka Streams does, so downstream drops
-    a row that no longer passes; deletes pass through."""
+    """Keeps a table's rows whose value passes the predicate (fails it, with ``negate``). An
+    update that does not pass is forwarded as a delete (``None``), so downstream drops a row that
+    no longer passes; as in Kafka Streams over a materialised table (and every table of the
+    runtime is one), nothing is forwarded when the row was not in the filtered table before
+    either."""
 
     name = "table_filter"
 
@@ -377,10 +398,17 @@ class TableFilterProcessor(Processor):
         self._predicate = predicate
         self._negate = negate
 
+    def _passing(self, key: Any, value: Any) -> Any:
+        if value is None or self._predicate(key, value) == self._negate:
+            return None
+        return value
+
     def process(self, record: Record[Any, Any]) -> None:
-        if record.value is not None and self._predicate(record.key, record.value) == self._negate:
-            record = Record(record.key, None, record.timestamp, record.headers)
-        self.forward(record)
+        new = self._passing(record.key, record.value)
+        old = self._passing(record.key, record.old_value)
+        if new is None and old is None:
+            return
+        self.forward(Record(record.key, new, record.timestamp, record.headers, old))
 
 
 class TableMapValuesProcessor(Processor):
@@ -394,11 +422,14 @@ class TableMapValuesProcessor(Processor):
 
     def process(self, record: Record[Any, Any]) -> None:
         value = None if record.value is None else self._mapper(record.value)
-        self.forward(Record(record.key, value, record.timestamp, record.headers))
+        old = None if record.old_value is None else self._mapper(record.old_value)
+        self.forward(Record(record.key, value, record.timestamp, record.headers, old))
 
 
 class StreamTableJoinProcessor(KeyedStoreProcessor):
-    """Joins each stream record with the table's current value for its key.
+    """Joins each stream record with the table's current value for its key (Kafka Streams'
+    ``KStreamKTableJoin``). Records with a null value are dropped and counted, and so are records
+    with a null key, except that a left join forwards them joined with no row (KIP-962).
 
     The table is read from the store of the table it derives from; ``getter(key, value)``
     applies the table's own filters and value mappers on the way (``None``: no row)."""
@@ -428,6 +459,17 @@ class StreamTableJoinProcessor(KeyedStoreProcessor):
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._store is not None
+        assert self._context is not None
+        if record.value is None:
+            # Nothing to join: a null value is an empty message, not SQL's NULL (Kafka Streams).
+            self._context.record_dropped(self._store_name, "null-value")
+            return
+        if record.key is None and self._left:
+            # KIP-962: a left join forwards a record without a key, joined with no row.
+            self.forward(
+                Record(None, self._joiner(record.value, None), record.timestamp, record.headers)
+            )
+            return
         key = self._store_key(record)
         if key is None:
             return
@@ -447,10 +489,13 @@ class StreamTableJoinProcessor(KeyedStoreProcessor):
 class SessionAggregateProcessor(KeyedStoreProcessor):
     """Session-window aggregation (Kafka Streams' ``KStreamSessionWindowAggregate``).
 
-    A record at ``t`` merges with every session of its key where ``start - gap <= t <= end + gap``;
-    it is late, dropped and counted when the merged session ends before
-    ``stream time - grace - gap``. Merged-away sessions are deleted and forwarded as tombstones,
-    the merged session as an update, both with the session's end as timestamp.
+    A record at ``t`` merges with every *retained* session of its key where
+    ``start - gap <= t <= end + gap``; it is late, dropped and counted when the merged session
+    ends before ``stream time - grace - gap``. A session is retained while its end is after
+    ``stream time - gap - grace`` (:attr:`SessionWindows.retention_ms`), so once its final result
+    is due it never changes again. Merged sessions are deleted and forwarded as tombstones, the
+    merged session as an update, both with the session's end as timestamp and without headers
+    (Kafka Streams forwards new records here, not the input's).
     """
 
     name = "session_aggregate"
@@ -488,17 +533,30 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
         if key_bytes is None:
             return
         t = record.timestamp
-        self.observed_stream_time = max(self.observed_stream_time, t)
         gap = self._windows.gap_ms
-        found = self._store.find_sessions(key_bytes, t - gap, t + gap)
+        # Only retained sessions merge, as in Kafka Streams' session stores: a session ending at
+        # or before the retention cutoff already had its final result, so merging a record into
+        # it would give a second, overlapping one. The cutoff is taken before this record moves
+        # stream time (the store has not seen it yet).
+        retained_after = self.observed_stream_time - self._windows.retention_ms
+        found = [
+            session
+            for session in self._store.find_sessions(key_bytes, t - gap, t + gap)
+            if session[1] > retained_after
+        ]
+        self.observed_stream_time = max(self.observed_stream_time, t)
         merged = merge_sessions(t, (SessionWindow(s, e) for s, e, _ in found))
         if self._windows.is_late(merged.end, self.observed_stream_time):
             self._context.record_dropped(self._store_name, "late")
             return
         aggregate = self._initializer()
+        # Every session the record merges with is replaced, and its removal forwarded, even one
+        # with the merged session's bounds (as Kafka Streams does); only a record landing on a
+        # single-point session at its own timestamp updates it in place.
+        replaced = (merged.start, merged.end) != (t, t)
         for start, end, raw in found:
             aggregate = self._merger(record.key, aggregate, self._value_serde.deserialize(raw))
-            if (start, end) != (merged.start, merged.end):
+            if replaced:
                 self._store.put(key_bytes, start, end, None, t)
                 self.forward(Record(Windowed(record.key, start, end), None, end))
         aggregate = self._aggregator(record.key, record.value, aggregate)
@@ -512,15 +570,15 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
         super().advance(timestamp)
 
     def flush(self) -> None:
-        # Retention: remove sessions no accepted record can merge with any more, with
-        # tombstones, so the compacted changelog forgets them too.
+        # Retention: remove the sessions no record can merge with any more (they are already
+        # invisible to process()), with tombstones, so the compacted changelog forgets them too.
         assert self._store is not None
         now = time.monotonic()
         if self.observed_stream_time < 0 or now < self._next_purge:
             return
         self._next_purge = now + _PURGE_INTERVAL_S
         cutoff = self.observed_stream_time - self._windows.retention_ms
-        expired = [(k, s, e) for k, s, e, _ in self._store.items() if e < cutoff]
+        expired = [(k, s, e) for k, s, e, _ in self._store.items() if e <= cutoff]
         for key, start, end in expired:
             self._store.put(key, start, end, None, self.observed_stream_time)
 

@@ -46,9 +46,14 @@ class SourceRecord:
 
 @dataclass(slots=True)
 class Record(Generic[K, V]):
-    """A deserialized record flowing through the processor graph."""
+    """A deserialized record flowing through the processor graph.
+
+    A table's update also carries the key's previous value in ``old_value`` (Kafka Streams'
+    ``Change.oldValue``; ``None`` when the key had none), so derived tables know whether a row
+    was in them before."""
 
     key: K
     value: V
     timestamp: int
     headers: Headers | None = None
+    old_value: V | None = None

@@ -152,8 +152,13 @@ class StreamTask:
         value: bytes | None,
         timestamp: int,
         headers: Headers | None,
+        *,
+        partition_key: bytes | None = None,
     ) -> None:
-        self._collector.send(topic, key, value, timestamp, headers)
+        partition = -1
+        if partition_key is not None:
+            partition = self._collector.partition_for(topic, partition_key)
+        self._collector.send(topic, key, value, timestamp, headers, partition=partition)
 
     def kv_store(self, name: str) -> KeyValueStore:
         return self.state.kv_store(name)

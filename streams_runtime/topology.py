@@ -198,7 +198,7 @@ class StreamsBuilder:
         null keys are dropped and counted.
 
         Emit-on-change (KIP-557): an update whose serialized value equals the stored one and
-        whose timestamp is strictly newer is dropped (not stored, not forwarded) and counted in
+        whose timestamp is strictly newer is stored but not forwarded, and counted in
         ``streams_idempotent_update_skip_total``; a changed value, or the same value with an
         equal or older timestamp, is stored and forwarded."""
         ks, vs = key_serde or self.default_key_serde, value_serde or self.default_value_serde

@@ -70,20 +70,18 @@ class SessionWindows:
         """Whether a session ending at ``end`` is closed at ``stream_time``: ``end + gap + grace <=
         stream_time`` (the session-window ``untilWindowCloses`` rule of Kafka Streams).
 
-        Monotone in ``stream_time``. Note it is looser than :meth:`is_late` by one gap: a record at
-        ``t <= end + gap`` with ``t >= close_time(stream_time)`` is not late and still merges into
-        a session that is already final, exactly as in Kafka Streams.
+        Monotone in ``stream_time``. A session is final exactly when it leaves retention
+        (:attr:`retention_ms`): no later record merges into it, as in Kafka Streams, whose session
+        stores no longer return it. A record that would have merged starts a session of its own.
         """
         return end + self.gap_ms + self.grace_ms <= stream_time
 
     @property
     def retention_ms(self) -> int:
-        """How long (in stream time) after its end a session must be kept to still be mergeable.
-
-        A record at ``t`` merges with a session ending at ``t - gap``, and ``t`` itself may trail
-        stream time by ``grace + gap`` without being late, so ``2 * gap + grace``.
-        """
-        return 2 * self.gap_ms + self.grace_ms
+        """How long (in stream time) after its end a session is kept, and can still merge:
+        ``gap + grace``, the default retention of Kafka Streams' session stores. A session is
+        retained while ``end > stream_time - retention_ms``, that is until it is final."""
+        return self.gap_ms + self.grace_ms
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -57,8 +57,8 @@ def test_session_windows_is_frozen() -> None:
 
 
 def test_retention() -> None:
-    assert SessionWindows(gap_ms=10, grace_ms=3).retention_ms == 23
-    assert SessionWindows(gap_ms=10).retention_ms == 20
+    assert SessionWindows(gap_ms=10, grace_ms=3).retention_ms == 13
+    assert SessionWindows(gap_ms=10).retention_ms == 10
 
 
 # -- close time, late and final rules -------------------------------------------------------------
@@ -104,20 +104,15 @@ def test_unknown_stream_time_nothing_final() -> None:
     assert not w.is_final(0, -1)
 
 
-def test_final_and_late_are_one_gap_apart() -> None:
-    # As in Kafka Streams: at the stream time a session becomes final, a record inside it, or up
-    # to one gap after it, is still not late and would merge into it. Callers (suppress) decide
-    # what to do with such records; the arithmetic itself is just DESIGN §5.
-    w = SessionWindows(gap_ms=10)
-    session = SessionWindow(0, 0)
-    stream_time = 10
-    assert w.is_final(session.end, stream_time)
-    for t in (0, 10):
-        assert session.can_merge(t, w.gap_ms)
-        assert not w.is_late(merge_sessions(t, [session]).end, stream_time)
-    # ... until stream time passes end + 2 * gap + grace (the retention).
-    assert not w.is_late(10, w.retention_ms)
-    assert w.is_late(10, w.retention_ms + 1)
+def test_a_session_is_final_exactly_when_it_leaves_retention() -> None:
+    # As in Kafka Streams: its session store keeps a session while end > stream time - retention,
+    # and suppression emits it once end + gap + grace <= stream time. The two rules meet, so no
+    # record can merge into a session whose final result is out (two overlapping results).
+    w = SessionWindows(gap_ms=10, grace_ms=5)
+    for end in range(40):
+        for stream_time in range(80):
+            retained = end > stream_time - w.retention_ms
+            assert w.is_final(end, stream_time) == (not retained)
 
 
 # -- SessionWindow and merging --------------------------------------------------------------------

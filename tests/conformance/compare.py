@@ -11,16 +11,19 @@ documented differences (README, "Semantics and differences from Kafka Streams"):
    forwards it. Such updates are found in Kafka Streams' table output (``Case.table_output``),
    and the one record each of them gives in every output of the case is not expected.
 
-Everything else must be equal, per key in offset order: partition (except for null keys, which
-both engines spread as they like), key, value and timestamp.
+Everything else must be equal, per key in offset order: partition, key, value, timestamp and
+headers (every input record carries an id header, which Kafka Streams passes on to the output
+records it causes). Records with a null key are spread over partitions as each engine likes, so
+their partition and order are not compared.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 
-from tests.conformance.inputs import SENTINEL_KEY
+from tests.conformance.inputs import ID_HEADER, SENTINEL_KEY
 from tests.conformance.topologies import Case
 
 __all__ = ["OutputRecord", "differences"]
@@ -34,10 +37,20 @@ class OutputRecord:
     key: bytes | None
     value: bytes | None
     timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
     control: bool = False
 
-    def comparable(self) -> tuple[int, bytes | None, bytes | None, int]:
-        return (-1 if self.key is None else self.partition, self.key, self.value, self.timestamp)
+    def comparable(self) -> Comparable:
+        partition = -1 if self.key is None else self.partition
+        return (partition, self.key, self.value, self.timestamp, self.headers)
+
+    @property
+    def input_id(self) -> bytes | None:
+        """The id of the input record that caused this one (its id header)."""
+        return next((v for name, v in self.headers if name == ID_HEADER), None)
+
+
+Comparable = tuple[int, bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]
 
 
 def _user_key(record: OutputRecord, windowed: bool) -> bytes | None:
@@ -56,18 +69,18 @@ def _by_key(
     return grouped
 
 
-def _idempotent_updates(table: list[OutputRecord]) -> dict[bytes | None, set[int]]:
-    """Per key, the positions of the table updates emit-on-change drops: same value as the
-    update before (a value, not a delete), strictly newer timestamp."""
-    skipped: dict[bytes | None, set[int]] = {}
-    for key, updates in _by_key(table).items():
-        skipped[key] = {
-            i
-            for i in range(1, len(updates))
-            if updates[i - 1].value is not None
-            and updates[i].value == updates[i - 1].value
-            and updates[i].timestamp > updates[i - 1].timestamp
-        }
+def _idempotent_updates(table: list[OutputRecord]) -> set[bytes | None]:
+    """The ids of the input records whose table update emit-on-change does not forward: same
+    value as the key's update before (a value, not a delete), strictly newer timestamp."""
+    skipped: set[bytes | None] = set()
+    for updates in _by_key(table).values():
+        for before, update in itertools.pairwise(updates):
+            if (
+                before.value is not None
+                and update.value == before.value
+                and update.timestamp > before.timestamp
+            ):
+                skipped.add(update.input_id)
     return skipped
 
 
@@ -79,12 +92,9 @@ def expected_from_kafka_streams(
         role: [r for r in records if _user_key(r, case.windowed) != SENTINEL_KEY]
         for role, records in kafka_streams.items()
     }
-    skipped = _idempotent_updates(data[case.table_output]) if case.table_output else {}
+    skipped = _idempotent_updates(data[case.table_output]) if case.table_output else set()
     return {
-        role: {
-            key: [r for i, r in enumerate(updates) if i not in skipped.get(key, ())]
-            for key, updates in _by_key(records, case.windowed).items()
-        }
+        role: _by_key([r for r in records if r.input_id not in skipped], case.windowed)
         for role, records in data.items()
     }
 
@@ -109,6 +119,8 @@ def differences(
         for key in sorted(set(expected[role]) | set(actual), key=lambda k: k or b""):
             want = [r.comparable() for r in expected[role].get(key, [])]
             got = [r.comparable() for r in actual.get(key, [])]
+            if key is None:
+                want, got = sorted(want, key=repr), sorted(got, key=repr)
             if want != got:
                 first = next(
                     (i for i, (w, g) in enumerate(zip(want, got, strict=False)) if w != g),
@@ -116,15 +128,30 @@ def differences(
                 )
                 found.append(
                     f"{case.name}/{role} key {key!r}: first difference at #{first}\n"
-                    f"  Kafka Streams ({len(want)}): {_show(want, first)}\n"
-                    f"  runtime       ({len(got)}): {_show(got, first)}"
+                    f"  Kafka Streams ({len(want)}): {_show(want, first, case.windowed)}\n"
+                    f"  runtime       ({len(got)}): {_show(got, first, case.windowed)}"
                 )
                 if len(found) >= limit:
                     return found
     return found
 
 
-def _show(records: list[tuple[int, bytes | None, bytes | None, int]], first: int) -> str:
+def _describe(record: Comparable, windowed: bool) -> str:
+    partition, key, value, timestamp, headers = record
+    shown_key = repr(key)
+    if windowed and key is not None:
+        end = int.from_bytes(key[-16:-8], "big", signed=True)
+        start = int.from_bytes(key[-8:], "big", signed=True)
+        shown_key = f"{key[:-16].decode(errors='replace')}[{start},{end}]"
+    if value is not None and len(value) == 8 and not all(32 <= b < 127 for b in value):
+        shown_value = str(int.from_bytes(value, "big", signed=True))
+    else:
+        shown_value = "null" if value is None else value.decode(errors="replace")
+    ids = ",".join(v.decode(errors="replace") if v else "-" for _n, v in headers)
+    return f"p{partition} {shown_key}={shown_value}@{timestamp} #{ids}"
+
+
+def _show(records: list[Comparable], first: int, windowed: bool) -> str:
     start = max(0, first - 2)
-    shown = [f"p{p} {k!r}={v!r}@{t}" for p, k, v, t in records[start : first + 4]]
+    shown = [_describe(r, windowed) for r in records[start : first + 4]]
     return ("... " if start else "") + ", ".join(shown) + (" ..." if first + 4 < len(records) else "")

@@ -112,6 +112,7 @@ def read_to_end(
                     msg.key(),
                     msg.value(),
                     msg.timestamp()[1] - base_ms,
+                    tuple(msg.headers() or ()),
                     control=is_control_record(msg),
                 )
             )

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from progress_control.protocol import CONTROL_HEADER, ControlMarker
 from streams_runtime import SessionWindows
 
-__all__ = ["SENTINEL_KEY", "InputRecord", "generate"]
+__all__ = ["ID_HEADER", "SENTINEL_KEY", "InputRecord", "generate"]
 
 SENTINEL_KEY = b"__progress_control__"
+ID_HEADER = "conformance-id"
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,12 @@ class InputRecord:
     timestamp: int
     control: bool = False
 
-    def headers(self, sequence: int) -> list[tuple[str, bytes]] | None:
-        """The record's headers: the control marker of a control record, else none."""
-        if not self.control:
-            return None
-        return [(CONTROL_HEADER, ControlMarker("conformance", sequence).encode())]
+    def headers(self, sequence: int) -> list[tuple[str, bytes]]:
+        """The record's headers: the control marker of a control record; else an id, which
+        Kafka Streams carries to every output record the input record causes."""
+        if self.control:
+            return [(CONTROL_HEADER, ControlMarker("conformance", sequence).encode())]
+        return [(ID_HEADER, str(sequence).encode())]
 
 
 def _key(index: int) -> bytes:
