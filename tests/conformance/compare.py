@@ -154,4 +154,6 @@ def _describe(record: Comparable, windowed: bool) -> str:
 def _show(records: list[Comparable], first: int, windowed: bool) -> str:
     start = max(0, first - 2)
     shown = [_describe(r, windowed) for r in records[start : first + 4]]
-    return ("... " if start else "") + ", ".join(shown) + (" ..." if first + 4 < len(records) else "")
+    return (
+        ("... " if start else "") + ", ".join(shown) + (" ..." if first + 4 < len(records) else "")
+    )

@@ -1,18 +1,27 @@
-"""Broker-side plumbing of the conformance suite: produce the input, wait until an application
-has processed all of it, read an output topic to its end."""
+"""Running the conformance suite: produce the input, run it through Kafka Streams and the
+runtime until both processed all of it, read their outputs."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from progress_control.protocol import is_control_record
+from streams_runtime import App, SessionWindows, StreamsBuilder
+from streams_runtime.serdes import String
 from tests.conformance.compare import OutputRecord
 from tests.conformance.inputs import InputRecord
-from tests.helpers import unique_name
+from tests.conformance.kstreams import KafkaStreamsApps
+from tests.conformance.topologies import CASES, build_runtime_case
+from tests.helpers import unique_name, wait_for
 
-__all__ = ["ProcessedCheck", "produce", "read_to_end"]
+__all__ = ["INPUT_PARTITIONS", "Outputs", "run_both_engines"]
+
+INPUT_PARTITIONS = 3
+OUTPUT_PARTITIONS = 2
 
 
 def produce(
@@ -48,7 +57,11 @@ class ProcessedCheck:
 
     def __init__(self, bootstrap: str, application_id: str, inputs: list[str]) -> None:
         self._consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": application_id, "enable.auto.commit": False}
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": application_id,
+                "enable.auto.commit": False,
+            }
         )
         self._application_id = application_id
         self._inputs = inputs
@@ -121,3 +134,96 @@ def read_to_end(
         return records
     finally:
         consumer.close()
+
+
+Outputs = dict[str, dict[str, list[OutputRecord]]]  # case -> output role -> records
+
+
+def run_both_engines(
+    inputs: dict[str, list[InputRecord]],
+    windows: SessionWindows,
+    *,
+    kafka_bootstrap: str,
+    kafka_streams: KafkaStreamsApps,
+    create_topic: Callable[..., str],
+    run_app: Callable[..., App],
+    state_dir: Path,
+) -> tuple[Outputs, Outputs]:
+    """Run the cases named in ``inputs`` on those inputs, in Kafka Streams and in the runtime,
+    until both processed all of it; their outputs (Kafka Streams', the runtime's), with
+    timestamps relative to the inputs' (which are produced an hour in the past)."""
+    base_ms = (int(time.time()) - 3600) * 1000
+    topics: dict[str, dict[str, str]] = {}
+    out: dict[str, dict[str, dict[str, str]]] = {"kstreams": {}, "runtime": {}}
+    for name, records in inputs.items():
+        case = CASES[name]
+        topics[name] = {
+            role: create_topic(f"{name}-{role}", INPUT_PARTITIONS) for role in case.inputs
+        }
+        for engine, engine_topics in out.items():
+            engine_topics[name] = {
+                role: create_topic(f"{name}-{engine}-{role}", OUTPUT_PARTITIONS)
+                for role in case.outputs
+            }
+        produce(kafka_bootstrap, topics[name], records, base_ms)
+
+    kstreams_id = unique_name("conformance-kstreams")
+    spec = {
+        "application.id": kstreams_id,
+        "bootstrap.servers": kafka_bootstrap,
+        "state.dir": str(state_dir / "kstreams"),
+        "topologies": ",".join(inputs),
+        # Every update forwarded as it happens: record caches merge updates per commit interval.
+        "config.statestore.cache.max.bytes": "0",
+        "config.commit.interval.ms": "100",
+        "config.max.task.idle.ms": "0",
+        "config.default.key.serde": "org.apache.kafka.common.serialization.Serdes$StringSerde",
+        "config.default.value.serde": "org.apache.kafka.common.serialization.Serdes$StringSerde",
+    }
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())
+    for name in inputs:
+        spec[f"{name}.type"] = name
+        spec[f"{name}.gap.ms"] = str(windows.gap_ms)
+        spec[f"{name}.grace.ms"] = str(windows.grace_ms)
+        for role, topic in (topics[name] | out["kstreams"][name]).items():
+            spec[f"{name}.{role}"] = topic
+        build_runtime_case(builder, name, topics[name] | out["runtime"][name], windows)
+
+    all_inputs = [topic for case_topics in topics.values() for topic in case_topics.values()]
+    kafka_streams.start(spec)
+    runtime_id = unique_name("conformance-runtime")
+    app = run_app(
+        builder,
+        application_id=runtime_id,
+        commit_interval_ms=100,
+        max_task_idle_ms=0,
+        state_dir=state_dir / "runtime",
+    )
+    checks = [
+        ProcessedCheck(kafka_bootstrap, app_id, all_inputs) for app_id in (kstreams_id, runtime_id)
+    ]
+    try:
+        for check in checks:
+
+            def processed(check: ProcessedCheck = check) -> bool:
+                kafka_streams.check(kstreams_id)
+                assert app.error is None, f"runtime failed: {app.error!r}"
+                return check()
+
+            wait_for(processed, timeout_s=180, interval_s=0.5, message="both engines to catch up")
+    finally:
+        for check in checks:
+            check.close()
+        kafka_streams.stop(kstreams_id)
+        app.close()
+
+    def read(engine: str) -> Outputs:
+        return {
+            name: {
+                role: read_to_end(kafka_bootstrap, topic, base_ms)
+                for role, topic in out[engine][name].items()
+            }
+            for name in inputs
+        }
+
+    return read("kstreams"), read("runtime")

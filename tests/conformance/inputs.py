@@ -122,9 +122,7 @@ def _table_partition(
     return records
 
 
-def _join_partition(
-    stream: _Partition, table: _Partition, count: int
-) -> list[InputRecord]:
+def _join_partition(stream: _Partition, table: _Partition, count: int) -> list[InputRecord]:
     """Both inputs of a stream-table join on one partition; timestamps are unique across the
     two (each is drawn from one shared clock), though each topic on its own may be out of
     order."""
@@ -156,7 +154,7 @@ def generate(
 ) -> list[InputRecord]:
     """The input of ``case`` for ``seed``: about ``size`` records per input partition, in the
     order to produce them (per partition, that is offset order)."""
-    rng = random.Random(f"{case}:{seed}")
+    rng = random.Random(f"{case}:{seed}")  # noqa: S311 - reproducible test data
     keys = [[_key(i) for i in range(p, partitions * 3, partitions)] for p in range(partitions)]
     records: list[InputRecord] = []
     for p in range(partitions):
@@ -165,7 +163,9 @@ def generate(
             records += _session_partition(part, "in", windows, size, "v")
         elif case == "merge-session-count":
             records += _session_partition(part, "in", windows, size // 2, "a")
-            records += _session_partition(_Partition(rng, p, keys[p]), "in2", windows, size // 2, "b")
+            records += _session_partition(
+                _Partition(rng, p, keys[p]), "in2", windows, size // 2, "b"
+            )
         elif case in ("table-count", "table-reduce", "table-aggregate", "table-source"):
             null_value = 0.1 if case == "table-source" else 0.04
             records += _table_partition(part, "in", size, numbers=5, null_value=null_value)

@@ -8,6 +8,7 @@ goes to a file, named in every error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -163,8 +164,7 @@ class KafkaStreamsApps:
         """Raise if the application stopped on an error."""
         if app_id in self.failures:
             raise RuntimeError(
-                f"Kafka Streams app {app_id} failed: {self.failures[app_id]} "
-                f"(log: {self.log_path})"
+                f"Kafka Streams app {app_id} failed: {self.failures[app_id]} (log: {self.log_path})"
             )
 
     def stop(self, app_id: str, timeout_s: float = 60.0) -> None:
@@ -174,10 +174,8 @@ class KafkaStreamsApps:
     def close(self) -> None:
         try:
             if self._process.stdin is not None and not self._process.stdin.closed:
-                try:
+                with contextlib.suppress(BrokenPipeError):
                     self._process.stdin.close()
-                except BrokenPipeError:
-                    pass
             self._process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self._process.kill()
