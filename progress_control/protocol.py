@@ -1,16 +1,21 @@
-"""Control-record protocol, version 1.
+"""Control-record protocol, versions 1 and 2.
 
 A control record is an ordinary Kafka record that carries progress, not data. It is recognised by
 exactly one ``progress-control`` header; nothing is guessed from key or value. The header value is a
 small binary structure, big-endian::
 
-    version   u8       protocol version (1)
+    version   u8       protocol version (1: unsigned, 2: signed)
     sequence  u64      per-source sequence number, starting at 0
     id_len    u8       length of the source id in bytes (1..255)
     source_id bytes    UTF-8 source id
+    -- version 2 appends the signature (see :mod:`progress_control.trust`):
+    kid_len   u8       length of the key id in bytes (1..255)
+    key_id    bytes    UTF-8 id of the signing key
+    mac       32 bytes HMAC-SHA256 over topic, partition, timestamp, sequence and source id
 
-Versions after 1 keep this prefix and may append fields; a v1 reader accepts trailing bytes only
-when the version says they belong to a newer protocol.
+Versions after 1 keep the v1 prefix and may append fields; a reader accepts trailing bytes only
+when the version says they belong to a newer protocol. So a v1 reader reads a signed record as an
+ordinary (unverified) control record, and a v2 reader reads v1 records as unsigned ones.
 
 Key: a sentinel (default ``__progress_control__``) or null by option; value: null (a tombstone, so
 compaction removes it); partition: always explicit; timestamp: see
@@ -30,12 +35,15 @@ from typing import Protocol
 __all__ = [
     "CONTROL_HEADER",
     "DEFAULT_SENTINEL_KEY",
+    "MAC_SIZE",
     "PROTOCOL_VERSION",
+    "SIGNED_PROTOCOL_VERSION",
     "ControlMarker",
     "ControlRecord",
     "MalformedControlHeaderError",
     "TimestampMode",
     "extrapolated_timestamp_ms",
+    "has_control_header",
     "is_control_record",
     "malformed_control_headers_seen",
     "parse_control_headers",
@@ -43,6 +51,8 @@ __all__ = [
 
 CONTROL_HEADER = "progress-control"
 PROTOCOL_VERSION = 1
+SIGNED_PROTOCOL_VERSION = 2
+MAC_SIZE = 32  # HMAC-SHA256
 DEFAULT_SENTINEL_KEY = b"__progress_control__"
 
 _PREFIX = struct.Struct(">BQB")
@@ -80,6 +90,10 @@ class ControlMarker:
     source_id: str
     sequence: int
     version: int = PROTOCOL_VERSION
+    key_id: str | None = None
+    """Version 2: the id of the key that signed the record."""
+    mac: bytes | None = None
+    """Version 2: the signature (:func:`progress_control.trust.sign`)."""
 
     def __post_init__(self) -> None:
         encoded = self.source_id.encode("utf-8")
@@ -91,11 +105,22 @@ class ControlMarker:
             raise ValueError(f"sequence must fit in an unsigned 64-bit integer: {self.sequence}")
         if not 1 <= self.version <= 255:
             raise ValueError(f"version must be 1..255: {self.version}")
+        signed = self.version >= SIGNED_PROTOCOL_VERSION
+        if signed != (self.key_id is not None and self.mac is not None):
+            raise ValueError("version 2 and later markers carry a key id and a mac, v1 neither")
+        if self.key_id is not None and not 1 <= len(self.key_id.encode("utf-8")) <= 255:
+            raise ValueError(f"key_id must be 1..255 bytes of UTF-8: {self.key_id!r}")
+        if self.mac is not None and len(self.mac) != MAC_SIZE:
+            raise ValueError(f"mac must be {MAC_SIZE} bytes, got {len(self.mac)}")
 
     def encode(self) -> bytes:
         """Serialise to the header value."""
         source = self.source_id.encode("utf-8")
-        return _PREFIX.pack(self.version, self.sequence, len(source)) + source
+        encoded = _PREFIX.pack(self.version, self.sequence, len(source)) + source
+        if self.key_id is not None and self.mac is not None:
+            key_id = self.key_id.encode("utf-8")
+            encoded += bytes((len(key_id),)) + key_id + self.mac
+        return encoded
 
     @classmethod
     def decode(cls, value: bytes | str | None) -> ControlMarker:
@@ -119,7 +144,35 @@ class ControlMarker:
             source_id = raw[_PREFIX.size : end].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise MalformedControlHeaderError("progress-control source id is not UTF-8") from exc
-        return cls(source_id=source_id, sequence=sequence, version=version)
+        if version < SIGNED_PROTOCOL_VERSION:
+            return cls(source_id=source_id, sequence=sequence, version=version)
+        key_id, mac = _decode_signature(raw, end, version)
+        return cls(source_id, sequence, version, key_id=key_id, mac=mac)
+
+
+def _decode_signature(raw: bytes, start: int, version: int) -> tuple[str, bytes]:
+    """The key id and mac a version 2 (or later) header appends after the source id."""
+    kid_len = raw[start] if len(raw) > start else 0
+    kid_end = start + 1 + kid_len
+    end = kid_end + MAC_SIZE
+    if kid_len == 0 or len(raw) < end or (version == SIGNED_PROTOCOL_VERSION and len(raw) != end):
+        raise MalformedControlHeaderError(
+            "progress-control v2 header: key id and signature do not match its length"
+        )
+    try:
+        key_id = raw[start + 1 : kid_end].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedControlHeaderError("progress-control key id is not UTF-8") from exc
+    return key_id, raw[kid_end:end]
+
+
+def has_control_header(headers: HeaderList | None) -> bool:
+    """Whether ``headers`` carry a ``progress-control`` header at all, valid or not. A record that
+    does is never data: consumers validate it as a control record, and skip it when it fails."""
+    if not headers:
+        return False
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return any(name == CONTROL_HEADER for name, _value in pairs)
 
 
 def parse_control_headers(headers: HeaderList | None) -> ControlMarker | None:

@@ -46,8 +46,19 @@ def test_marker_wire_format_is_stable() -> None:
 
 
 def test_newer_versions_may_append_fields() -> None:
-    future = struct.pack(">BQB", 2, 3, 1) + b"x" + b"\x00extra"
-    assert ControlMarker.decode(future) == ControlMarker(source_id="x", sequence=3, version=2)
+    signature = b"\x01k" + b"m" * 32
+    future = struct.pack(">BQB", 3, 3, 1) + b"x" + signature + b"\x00extra"
+    assert ControlMarker.decode(future) == ControlMarker("x", 3, 3, key_id="k", mac=b"m" * 32)
+    # A v1 reader's view of the same bytes: the v1 prefix, the rest belongs to a newer version.
+    assert ControlMarker.decode(future).source_id == "x"
+
+
+def test_v2_markers_must_carry_exactly_their_signature() -> None:
+    v2 = struct.pack(">BQB", 2, 3, 1) + b"x" + b"\x01k" + b"m" * 32
+    assert ControlMarker.decode(v2).key_id == "k"
+    for broken in (v2[:-1], v2 + b"\x00", struct.pack(">BQB", 2, 3, 1) + b"x"):
+        with pytest.raises(MalformedControlHeaderError):
+            ControlMarker.decode(broken)
 
 
 @pytest.mark.parametrize(
