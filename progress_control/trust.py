@@ -185,7 +185,7 @@ class ControlRecordValidator:
             return verdict
         return self._reject(verdict, marker.source_id, topic, partition, f"at {timestamp_ms}")
 
-    def _verdict(
+    def _verdict(  # noqa: PLR0911 - one return per check, in the documented order
         self, marker: ControlMarker, topic: str, partition: int, timestamp_ms: int
     ) -> Verdict:
         policy = self.policy
