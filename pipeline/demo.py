@@ -194,7 +194,6 @@ def _start_pipeline(
         commit_interval_ms=500,
         progress_propagation=control,
         progress_interval_ms=500,
-        kafka={"progress.control.enabled": str(control).lower()},
     )
     app.start()
     stack.callback(app.close)

@@ -1,23 +1,22 @@
 """The runtime's producer: outputs, repartition records, changelog writes, dead letters and
 progress ticks, in one producer transaction per commit interval under exactly-once.
 
-It is our instrumented :class:`interceptor.Producer` (progress control attached by configuration),
-so partitions the runtime stops writing to keep receiving control records, and repartition topics
-carry stream time across sub-topologies.
+Ticks on the runtime's outputs and repartition topics come from one source only: the stream
+thread's progress propagation, at the bound that reaches each sink (see
+:mod:`streams_runtime.processors`). The producer is a plain one, never the interceptor's, whose
+ticks follow another timestamp rule.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 from collections.abc import Sequence
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from interceptor import Producer
 from progress_control.protocol import ControlMarker, ControlRecord
 from streams_runtime.errors import StreamsError
 from streams_runtime.metrics import RuntimeMetrics
@@ -51,12 +50,6 @@ class RecordCollector:
             **settings.producer_config(),
             "on_delivery": self._on_delivery,
         }
-        # Ticks belong on outputs and repartition topics, not on changelogs or dead letters.
-        config.setdefault(
-            "progress.control.topics.exclude",
-            f"{re.escape(settings.application_id)}-.*-changelog,"
-            f"{re.escape(settings.dead_letter_topic or '')}",
-        )
         if self._eos:
             config.setdefault("transactional.id", f"{settings.application_id}-{instance_id}")
             config.setdefault("transaction.timeout.ms", "10000")

@@ -1,8 +1,9 @@
 """Runtime settings: ``App(..., **settings)`` keyword arguments or ``PROGRESS_CONTROL_RUNTIME_*``
 env variables (``__`` nests, e.g. ``PROGRESS_CONTROL_RUNTIME_KAFKA__SECURITY_PROTOCOL``).
 
-Kafka client properties in ``kafka`` are passed to every client untouched; ``progress.control.*``
-keys among them configure the interceptor on the runtime's own producer.
+Kafka client properties in ``kafka`` are passed to every client untouched. The runtime ticks its
+own outputs (``progress_propagation``), so the interceptor's ``progress.control.*`` keys are
+refused: a second source of ticks with another timestamp rule would break the promise ticks make.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import tempfile
 from pathlib import Path
 from typing import Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
 from progress_control.settings import KafkaProperties, component_config
+from progress_control.trust import DEFAULT_MAX_SKEW_MS, TrustPolicy, allowed_sources, parse_keys
 
 __all__ = ["BadRecordPolicy", "ProcessingGuarantee", "RuntimeSettings", "StateEngine"]
 
@@ -94,6 +96,22 @@ class RuntimeSettings(BaseSettings):
     progress_interval_ms: int = Field(
         1000, ge=10, description="How often progress propagation runs."
     )
+    max_control_skew_ms: int = Field(
+        DEFAULT_MAX_SKEW_MS,
+        ge=0,
+        description="Control records dated more than this ahead of the wall clock are skipped.",
+    )
+    control_verification_keys: SecretStr | None = Field(
+        None,
+        description="'id:secret,...': accept only control records signed by one of these keys "
+        "(env or control_verification_keys_file; never pass secrets on a command line).",
+    )
+    control_verification_keys_file: Path | None = Field(
+        None, description="A file holding control_verification_keys (e.g. a mounted Secret)."
+    )
+    control_allowed_sources: str | None = Field(
+        None, description="Comma-separated source ids whose control records are accepted."
+    )
     poll_timeout_ms: int = Field(100, ge=1, description="Longest wait in one consumer poll.")
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Serve Prometheus /metrics on this port (0: any)."
@@ -132,6 +150,36 @@ class RuntimeSettings(BaseSettings):
             )
         return value
 
+    @field_validator("kafka", "producer")
+    @classmethod
+    def _no_interceptor_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        found = sorted(k for k in value if k.startswith("progress.control."))
+        if found:
+            raise ValueError(
+                f"{', '.join(found)}: the runtime ticks its outputs itself "
+                "(progress_propagation, progress_interval_ms); the interceptor is not attached "
+                "to its producer"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _trust(self) -> Self:
+        self.trust_policy()  # invalid keys fail at start-up, with the setting's name
+        return self
+
+    def trust_policy(self) -> TrustPolicy:
+        """Which control records move time (see :mod:`progress_control.trust`)."""
+        spec = ""
+        if self.control_verification_keys is not None:
+            spec = self.control_verification_keys.get_secret_value()
+        if self.control_verification_keys_file is not None:
+            spec = ",".join((spec, self.control_verification_keys_file.read_text().strip()))
+        return TrustPolicy(
+            max_skew_ms=self.max_control_skew_ms,
+            verification_keys=parse_keys(spec),
+            allowed_sources=allowed_sources(self.control_allowed_sources),
+        )
+
     @model_validator(mode="after")
     def _defaults(self) -> Self:
         if self.commit_interval_ms is None:
@@ -160,18 +208,13 @@ class RuntimeSettings(BaseSettings):
         return (self.commit_interval_ms or 30_000) / 1000
 
     def client_config(self) -> dict[str, str]:
-        """Kafka properties shared by every client (without the interceptor's keys)."""
-        return {
-            "bootstrap.servers": self.bootstrap_servers,
-            **{k: v for k, v in self.kafka.items() if not k.startswith("progress.control.")},
-        }
+        """Kafka properties shared by every client."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka}
 
     def consumer_config(self) -> dict[str, str]:
         """Properties of the runtime's consumers (main and restore)."""
         return {**self.client_config(), **self.consumer}
 
     def producer_config(self) -> dict[str, str]:
-        """Properties of the runtime's producer, ``progress.control.*`` keys included (they
-        configure the interceptor attached to it)."""
-        pc = {k: v for k, v in self.kafka.items() if k.startswith("progress.control.")}
-        return {**self.client_config(), **pc, **self.producer}
+        """Properties of the runtime's producer."""
+        return {**self.client_config(), **self.producer}

@@ -134,12 +134,40 @@ def test_settings_defaults_and_errors() -> None:
     pc = RuntimeSettings(
         application_id="a",
         bootstrap_servers="b:1",
-        kafka={"progress.control.start.ms": "5", "client.id": "x"},
+        kafka={"client.id": "x"},
         consumer={"fetch.wait.max.ms": "5"},
     )
-    assert "progress.control.start.ms" not in pc.consumer_config()
     assert pc.consumer_config()["fetch.wait.max.ms"] == "5"
-    assert pc.producer_config()["progress.control.start.ms"] == "5"
+    assert pc.producer_config()["client.id"] == "x"
+    # One source of ticks on the runtime's outputs: its own.
+    with pytest.raises(ValueError, match=r"progress\.control\.start\.ms: the runtime ticks"):
+        RuntimeSettings(
+            application_id="a", bootstrap_servers="b:1", kafka={"progress.control.start.ms": "5"}
+        )
+
+
+def test_control_record_trust_settings(tmp_path: Path) -> None:
+    settings = RuntimeSettings(application_id="a", bootstrap_servers="b:1")
+    assert settings.trust_policy().max_skew_ms == 300_000
+    assert not settings.trust_policy().verification_keys
+    keys = tmp_path / "keys"
+    keys.write_text("k2:fedcba9876543210\n")
+    signed = RuntimeSettings(
+        application_id="a",
+        bootstrap_servers="b:1",
+        max_control_skew_ms=1000,
+        control_verification_keys="k1:0123456789abcdef",
+        control_verification_keys_file=keys,
+        control_allowed_sources="app,sidecar",
+    )
+    policy = signed.trust_policy()
+    assert policy.verification_keys == {"k1": b"0123456789abcdef", "k2": b"fedcba9876543210"}
+    assert policy.allowed_sources == {"app", "sidecar"}
+    assert "0123456789abcdef" not in repr(signed)
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        RuntimeSettings(
+            application_id="a", bootstrap_servers="b:1", control_verification_keys="k:short"
+        )
 
 
 def test_readme_example_builds() -> None:
