@@ -13,6 +13,7 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import fcntl
 import logging
 import os
 import re
@@ -108,19 +109,35 @@ class EmbeddedKafkaBroker:
         return self._process is not None and self._process.poll() is None
 
     def start(self) -> EmbeddedKafkaBroker:
-        """Fetch jars if needed, format storage, start the JVM and wait until it serves metadata."""
+        """Fetch jars if needed, format storage, start the JVM and wait until it serves metadata.
+
+        On a ``data_dir`` that holds a previous run's data the broker restarts on it, with its
+        cluster id, topics and records (and its previous ports when they are free). A data dir
+        that belongs to another broker (another node id or cluster) or that a running broker
+        uses is refused with a :class:`BrokerStartError` naming the problem.
+        """
         if self._process is not None:
             return self
         java = find_java()
         _check_java_version(java)
         jars = fetch_jars(kafka_broker_jars(self.settings.kafka_version), self.settings.cache_dir)
         self._prepare_workdir()
+        previous_port, previous_controller_port = self._previous_ports()
         last_error: BrokerStartError | None = None
         for _ in range(_START_ATTEMPTS):
-            self._port = _free_port(self.settings.host, self.settings.port)
-            self._controller_port = _free_port(
-                self.settings.host, self.settings.controller_port, avoid={self._port}
+            self._port = _free_port(
+                self.settings.host,
+                self.settings.port or previous_port,
+                quiet=not self.settings.port,
             )
+            self._controller_port = _free_port(
+                self.settings.host,
+                self.settings.controller_port or previous_controller_port,
+                avoid={self._port},
+                quiet=not self.settings.controller_port,
+            )
+            # Only the first attempt prefers the previous run's ports: a retry means one was taken.
+            previous_port = previous_controller_port = 0
             try:
                 self._launch(java, classpath(jars))
                 self._wait_ready()
@@ -178,11 +195,28 @@ class EmbeddedKafkaBroker:
         for sub in ("config", "logs", "data"):
             (self._workdir / sub).mkdir(parents=True, exist_ok=True)
 
+    def _previous_ports(self) -> tuple[int, int]:
+        """Client and controller ports of the last run on this data dir (0 when unknown), so a
+        restart keeps the address clients were given."""
+        assert self._workdir is not None
+        try:
+            listeners = _read_properties(self._workdir / "config" / "server.properties").get(
+                "listeners", ""
+            )
+        except OSError:
+            return 0, 0
+        ports = dict(re.findall(r"(PLAINTEXT|CONTROLLER)://[^,]*:(\d+)", listeners))
+        return int(ports.get("PLAINTEXT", 0)), int(ports.get("CONTROLLER", 0))
+
     def _launch(self, java: Path, jar_classpath: str) -> None:
         assert self._workdir is not None
         config = self._workdir / "config"
         server_properties = config / "server.properties"
-        server_properties.write_text(self._server_properties())
+        properties = self._server_properties()
+        log_dirs = _log_dirs(properties)
+        _check_not_in_use(log_dirs)
+        cluster_id, formatted = _existing_storage(log_dirs, properties["node.id"])
+        server_properties.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         log4j = config / "log4j2.properties"
         log4j.write_text(_LOG4J2_TEMPLATE.format(log=self._workdir / "logs" / "server.log"))
         jvm = [
@@ -196,27 +230,10 @@ class EmbeddedKafkaBroker:
             "-cp",
             jar_classpath,
         ]
-        formatted = subprocess.run(
-            [
-                *jvm,
-                "kafka.tools.StorageTool",
-                "format",
-                "--ignore-formatted",
-                "--cluster-id",
-                _random_cluster_id(),
-                "--config",
-                str(server_properties),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
-        if formatted.returncode != 0:
-            raise BrokerStartError(
-                "formatting broker storage failed "
-                f"(exit {formatted.returncode}):\n{formatted.stdout}{formatted.stderr}"
-            )
+        if not formatted:
+            # A fresh data dir gets a new cluster id; a partly formatted one (a log dir added
+            # to log.dirs) is completed with the id its other dirs already carry.
+            self._format_storage(jvm, server_properties, cluster_id or _random_cluster_id())
         with (self._workdir / "logs" / "stdout.log").open("ab") as console:
             self._process = subprocess.Popen(
                 [*jvm, "kafka.Kafka", str(server_properties)],
@@ -228,7 +245,32 @@ class EmbeddedKafkaBroker:
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - only async-signal-safe prctl
             )
 
-    def _server_properties(self) -> str:
+    def _format_storage(self, jvm: list[str], server_properties: Path, cluster_id: str) -> None:
+        result = subprocess.run(
+            [
+                *jvm,
+                "kafka.tools.StorageTool",
+                "format",
+                "--ignore-formatted",
+                "--cluster-id",
+                cluster_id,
+                "--config",
+                str(server_properties),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            output = result.stdout + result.stderr
+            logger.debug("kafka.tools.StorageTool format output:\n%s", output)
+            raise BrokerStartError(
+                f"formatting broker storage in {self._workdir} failed "
+                f"(exit {result.returncode}): {_java_error(output)}"
+            )
+
+    def _server_properties(self) -> dict[str, str]:
         assert self._workdir is not None
         host, port, cport = self.settings.host, self._port, self._controller_port
         properties = {
@@ -255,7 +297,7 @@ class EmbeddedKafkaBroker:
             "auto.create.topics.enable": "true",
             **self.settings.server_properties,
         }
-        return "".join(f"{key}={value}\n" for key, value in properties.items())
+        return properties
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.settings.startup_timeout_s
@@ -332,12 +374,15 @@ def _check_java_version(java: Path) -> None:
         )
 
 
-def _free_port(host: str, preferred: int, avoid: set[int] | None = None) -> int:
-    """``preferred`` when it is free, else a free port chosen by the kernel."""
+def _free_port(
+    host: str, preferred: int, avoid: set[int] | None = None, *, quiet: bool = False
+) -> int:
+    """``preferred`` when it is free, else a free port chosen by the kernel (with a warning
+    unless ``quiet``: a previous run's port being taken is not worth one)."""
     avoid = avoid or set()
     if preferred and preferred not in avoid and _can_bind(host, preferred):
         return preferred
-    if preferred:
+    if preferred and not quiet:
         logger.warning("port %s on %s is in use; picking another", preferred, host)
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -360,6 +405,85 @@ def _accepts_connections(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    """A Java properties file as Kafka writes them (``key=value`` lines, ``#`` comments)."""
+    properties = {}
+    for raw in path.read_text(errors="replace").splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, _, value = line.partition("=")
+        properties[key.strip()] = value.strip()
+    return properties
+
+
+def _log_dirs(properties: dict[str, str]) -> list[Path]:
+    """Every directory the broker keeps data in: ``log.dirs`` and ``metadata.log.dir``."""
+    dirs = [d for d in properties.get("log.dirs", properties.get("log.dir", "")).split(",") if d]
+    if properties.get("metadata.log.dir"):
+        dirs.append(properties["metadata.log.dir"])
+    return list(dict.fromkeys(Path(d.strip()) for d in dirs))
+
+
+def _existing_storage(log_dirs: list[Path], node_id: str) -> tuple[str | None, bool]:
+    """The cluster id the log dirs were formatted with (None when none was), and whether every
+    one of them is formatted. Raises :class:`BrokerStartError` when they belong to another
+    broker: Kafka would refuse them too, but with a stack trace instead of a reason."""
+    found: dict[Path, dict[str, str]] = {}
+    for directory in log_dirs:
+        path = directory / "meta.properties"
+        if path.is_file():
+            found[directory] = _read_properties(path)
+    for directory, meta in found.items():
+        if meta.get("version") != "1" or not meta.get("cluster.id"):
+            raise BrokerStartError(
+                f"{directory} is not a KRaft log dir this broker can use (its meta.properties "
+                f"has version={meta.get('version')}, cluster.id={meta.get('cluster.id')}): "
+                "choose another data dir"
+            )
+        if meta.get("node.id") != node_id:
+            raise BrokerStartError(
+                f"{directory} belongs to another broker: its meta.properties says "
+                f"node.id={meta.get('node.id')}, this broker is node.id={node_id}. Use another "
+                "data dir, or run with that node id "
+                "(PROGRESS_CONTROL_BROKER_SERVER_PROPERTIES__NODE_ID)"
+            )
+    cluster_ids = sorted({meta["cluster.id"] for meta in found.values()})
+    if len(cluster_ids) > 1:
+        raise BrokerStartError(
+            f"the log dirs {', '.join(map(str, found))} belong to different Kafka clusters "
+            f"({', '.join(cluster_ids)}): give this broker the dirs of one cluster"
+        )
+    return (cluster_ids[0] if cluster_ids else None), len(found) == len(log_dirs)
+
+
+def _check_not_in_use(log_dirs: list[Path]) -> None:
+    """Refuse log dirs a running broker holds: Kafka locks ``<dir>/.lock`` (a POSIX record
+    lock, as ``fcntl.lockf`` takes) while it runs."""
+    for directory in log_dirs:
+        lock = directory / ".lock"
+        if not lock.is_file():
+            continue
+        with lock.open("a") as handle:
+            try:
+                fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise BrokerStartError(
+                    f"{directory} is in use by another running Kafka broker: stop it first, "
+                    "or use another data dir"
+                ) from None
+            fcntl.lockf(handle, fcntl.LOCK_UN)
+
+
+def _java_error(output: str) -> str:
+    """The message of the exception a Kafka tool died with, without its stack trace."""
+    for line in output.splitlines():
+        match = re.match(r"(?:Exception in thread \"\S+\" )?[\w.$]+(?:Exception|Error): (.+)", line)
+        if match:
+            return match.group(1).strip()
+    return output.strip()
 
 
 def _random_cluster_id() -> str:
