@@ -14,7 +14,7 @@ from interceptor.metrics import MetricsSnapshot, ProgressControlMetrics, Prometh
 from interceptor.report import ReportSender
 from interceptor.scheduler import IdlePartitionScheduler
 from interceptor.sender import TickSender
-from interceptor.settings import InterceptorSettings, Mode, TopicFilter
+from interceptor.settings import InterceptorSettings, Mode
 
 __all__ = ["DeliveryCallback", "ProgressControl"]
 
@@ -30,7 +30,7 @@ class ProgressControl:
 
     def __init__(self, settings: InterceptorSettings, host_config: Mapping[str, Any]) -> None:
         self.settings = settings
-        include_topic = TopicFilter(settings.topics_include, settings.topics_exclude)
+        include_topic = settings.topic_filter()
         self._activity = PartitionActivity(settings.tick_schedule(), include_topic=include_topic)
         self._metrics = ProgressControlMetrics(self._activity.idle_partitions)
         self._errors_logged = 0

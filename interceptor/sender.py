@@ -1,5 +1,8 @@
 """Sends control records through a producer of its own, never the host's.
 
+Given a signing key (``signing.key.id`` and its secret), every control record carries a signed
+(protocol v2) marker, which readers configured with the key verify; without one, v1 markers.
+
 The tick producer is idempotent and non-transactional, built from the host's connection and
 security settings with everything that could change the host's behaviour removed (transactional
 id, callbacks, delivery tuning). It never raises into the host: a full local queue skips the tick,
@@ -25,6 +28,7 @@ from progress_control.protocol import (
     TimestampMode,
     extrapolated_timestamp_ms,
 )
+from progress_control.trust import sign
 
 __all__ = ["TickSender", "tick_producer_config"]
 
@@ -115,13 +119,18 @@ class TickSender:
         """Produce one control record per due tick (called from the scheduler thread)."""
         if self._producer is None:
             self._producer = KafkaProducer(tick_producer_config(self._host_config, self._settings))
+        signing_key = self._settings.signing_key
         for due in ticks:
             try:
+                timestamp_ms = self._timestamp_ms(due)
+                marker = ControlMarker(self._settings.source_id, self._sequence)
+                if signing_key is not None:  # v2: bound to this topic, partition and timestamp
+                    marker = sign(marker, due.topic, due.partition, timestamp_ms, signing_key)
                 record = ControlRecord(
                     topic=due.topic,
                     partition=due.partition,
-                    timestamp_ms=self._timestamp_ms(due),
-                    marker=ControlMarker(self._settings.source_id, self._sequence),
+                    timestamp_ms=timestamp_ms,
+                    marker=marker,
                     key=self._settings.key,
                 )
                 self._producer.produce(

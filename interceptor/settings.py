@@ -15,18 +15,28 @@ import re
 import socket
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Self
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode
 
 from interceptor.report import parse_address
 from interceptor.schedule import TickSchedule
 from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
 from progress_control.settings import ConfigurationError, component_config
+from progress_control.trust import SigningKey
 
 __all__ = [
     "CONFIG_PREFIX",
+    "DEFAULT_INTERNAL_TOPICS",
     "InterceptorSettings",
     "Mode",
     "TickSettings",
@@ -36,6 +46,26 @@ __all__ = [
 
 CONFIG_PREFIX = "progress.control."
 ENV_PREFIX = "PROGRESS_CONTROL_"
+
+DEFAULT_INTERNAL_TOPICS: tuple[str, ...] = (
+    r"__.*",  # Kafka's own: __consumer_offsets, __transaction_state, __cluster_metadata, ...
+    r"_schemas.*",  # Schema Registry
+    r"_confluent.*",  # Confluent Platform: metrics, license, command, ksqlDB internals
+    r"(.*[-_.])?connect[-_.](.*[-_.])?(offsets|configs|status)",  # Kafka Connect workers
+    r".*\.internal",  # MirrorMaker 2: mm2-offsets.<alias>.internal, <alias>.checkpoints.internal
+    r".*-changelog",  # Kafka Streams, Faust and our runtime's state store changelogs
+    r".*-repartition",  # Kafka Streams and our runtime's repartition topics
+    r".*-subscription-(registration|response)-topic",  # Kafka Streams foreign-key joins
+    r"(changelog|repartition)__.*",  # Quix Streams
+    r".*ksql_processing_log",  # ksqlDB
+    r".*-membership",  # our runtime's membership topic
+    r".*-dlq",  # dead-letter topics (our runtime's default name)
+)
+"""Topics never ticked by default (``topics.internal``): internal and system topics of Kafka and
+the tools around it. A tick there would be a record no one asked for in another tool's state."""
+
+# Settings whose values are never echoed in error messages.
+_SECRET_FIELDS = frozenset({"signing_key_secret"})
 
 
 class Mode(enum.StrEnum):
@@ -82,15 +112,36 @@ class TickSettings(BaseSettings):
     queue_max_messages: int = Field(
         10_000, ge=1, description="Local queue bound of the tick producer; full means skip."
     )
+    topics_internal: Annotated[tuple[str, ...], NoDecode] = Field(
+        DEFAULT_INTERNAL_TOPICS,
+        description="Comma list of regexes (full match) of internal and system topics, never "
+        "ticked; replaces the default list. Kafka's own __* topics are never ticked.",
+    )
+    signing_key_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="Sign every control record (protocol v2) with this key id and the secret "
+        "from signing.key.secret or signing.key.file.",
+    )
+    signing_key_secret: SecretStr | None = Field(
+        None,
+        description="The signing secret (>= 16 bytes UTF-8), from the env or a config dict; "
+        "never from a command line.",
+    )
+    signing_key_file: Path | None = Field(
+        None, description="A file holding the signing secret (e.g. a mounted Kubernetes Secret)."
+    )
+    _signing_key: SigningKey | None = PrivateAttr(None)
 
-    @field_validator("topics_include", "topics_exclude", mode="before")
+    @field_validator("topics_include", "topics_exclude", "topics_internal", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(item.strip() for item in value.split(",") if item.strip())
         return value
 
-    @field_validator("topics_include", "topics_exclude")
+    @field_validator("topics_include", "topics_exclude", "topics_internal")
     @classmethod
     def _valid_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for pattern in value:
@@ -107,7 +158,7 @@ class TickSettings(BaseSettings):
             return None
         return value.encode("utf-8") if isinstance(value, str) else value
 
-    @field_validator("max_records", "end_ms", mode="before")
+    @field_validator("max_records", "end_ms", "signing_key_id", "signing_key_file", mode="before")
     @classmethod
     def _unset(cls, value: Any) -> Any:
         # Env variables cannot be null: "" or "none" unsets an optional bound.
@@ -129,6 +180,60 @@ class TickSettings(BaseSettings):
                 "progress.control.start.ms (env PROGRESS_CONTROL_START_MS)"
             )
         return self
+
+    @model_validator(mode="after")
+    def _signing(self) -> Self:
+        # Read once, at construction: a missing file or a short secret fails here, naming the
+        # setting, never at the first tick. Messages never include the secret.
+        secret_names = (
+            "progress.control.signing.key.secret (env PROGRESS_CONTROL_SIGNING_KEY_SECRET) or "
+            "progress.control.signing.key.file (env PROGRESS_CONTROL_SIGNING_KEY_FILE)"
+        )
+        secret = self._signing_secret()
+        if self.signing_key_id is None:
+            if secret is not None:
+                raise ValueError(
+                    "progress.control.signing.key.id (env PROGRESS_CONTROL_SIGNING_KEY_ID) is "
+                    "required with a signing secret"
+                )
+            return self
+        if secret is None:
+            raise ValueError(f"progress.control.signing.key.id is set: set {secret_names}")
+        if len(secret) < 16:
+            raise ValueError(f"{secret_names}: the signing secret must be at least 16 bytes")
+        self._signing_key = SigningKey(self.signing_key_id, secret)
+        return self
+
+    def _signing_secret(self) -> bytes | None:
+        if self.signing_key_secret is not None and self.signing_key_file is not None:
+            raise ValueError(
+                "set one of progress.control.signing.key.secret and "
+                "progress.control.signing.key.file, not both"
+            )
+        if self.signing_key_secret is not None:
+            return self.signing_key_secret.get_secret_value().encode("utf-8")
+        if self.signing_key_file is None:
+            return None
+        try:
+            # Strip: a Secret written with `echo` or an editor ends with a newline.
+            return self.signing_key_file.read_text(encoding="utf-8").strip().encode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                "progress.control.signing.key.file (env PROGRESS_CONTROL_SIGNING_KEY_FILE): "
+                f"cannot read {str(self.signing_key_file)!r}: {exc.__class__.__name__}"
+            ) from None
+
+    @property
+    def signing_key(self) -> SigningKey | None:
+        """The key every control record is signed with, ``None`` for unsigned (v1) ticks."""
+        return self._signing_key
+
+    def topic_filter(self) -> TopicFilter:
+        """Which topics get ticks: ``topics.include`` minus ``topics.exclude`` and internal
+        topics (``topics.internal``, and always Kafka's own ``__*``)."""
+        return TopicFilter(
+            self.topics_include, (*self.topics_exclude, *self.topics_internal, r"__.*")
+        )
 
     def tick_schedule(self) -> TickSchedule:
         """The schedule these settings describe."""
@@ -160,7 +265,10 @@ class TickSettings(BaseSettings):
                     where = f"{name} (env {ENV_PREFIX}{field.upper()})"
                 else:
                     where = "progress.control settings"
-                problems.append(f"  {where}: {error['msg']} [got {error.get('input')!r}]")
+                # Whole-model errors name their settings themselves; their input is every
+                # value, secrets included, so it is never echoed (nor a secret field's).
+                shown = "" if not field or field in _SECRET_FIELDS else f" [got {error.get('input')!r}]"
+                problems.append(f"  {where}: {error['msg']}{shown}")
             raise ConfigurationError(
                 "invalid progress-control configuration:\n" + "\n".join(problems)
             ) from None
