@@ -24,6 +24,13 @@ class RuntimeMetrics:
         self.stream_time = Gauge(
             "streams_stream_time_ms", "Task stream time (epoch ms).", ["task"], registry=r
         ).labels
+        self.control_records_rejected = Counter(
+            "streams_control_records_rejected",
+            "Records with a progress-control header that failed validation and were skipped"
+            " (malformed, negative-timestamp, future-timestamp, unsigned, bad-signature, ...).",
+            ["reason"],
+            registry=r,
+        ).labels
         self.enforced_processing = Counter(
             "streams_enforced_processing",
             "Records processed while a caught-up input was empty past max.task.idle.ms.",

@@ -5,6 +5,18 @@ a control record triggers at every processor reachable from its source. Time-dri
 (session aggregation, suppression) keep their own observed stream time, the maximum timestamp of
 what reached them, as Kafka Streams' processors do.
 
+**Progress** is what the runtime promises the readers of its outputs when it ticks them: on
+in-order input, records a sink still sends are not older than :meth:`SinkProcessor.progress`.
+It flows through the graph like data (DESIGN §5), not from the task's stream time:
+
+- only forwarded data and input control records move it. A record a filter drops, or an
+  aggregation drops as late or keyless, promises nothing downstream;
+- stateless and table processors keep their input's order, so the data a sink sends moves its
+  progress, and control time passes through them (:meth:`Processor.control_progress`);
+- a session aggregation stamps its output with session ends, which trail its input by up to
+  ``gap + grace``, and holds progress back by as much; data after it is out of order and moves
+  nothing. A suppression needs no hold of its own: what it still buffers ends after that bound.
+
 Tables (a table source and non-windowed aggregations) keep :class:`ValueAndTimestamp` values in
 their key-value store and drop idempotent updates (KIP-557 emit-on-change, see
 :func:`is_idempotent_update`). Table processors forward the new value of every change, ``None``
@@ -26,6 +38,7 @@ from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindow, SessionWindows, merge_sessions
 
 __all__ = [
+    "NO_PROGRESS",
     "FilterProcessor",
     "KeyedStoreProcessor",
     "MapProcessor",
@@ -84,13 +97,20 @@ class ProcessorContext(Protocol):
     def suppress_buffer_size(self, processor: str, size: int) -> None: ...
 
 
+NO_PROGRESS = -1
+
+
 class Processor:
     """Base processor: forwards records and time to its children."""
 
     name = "processor"
+    reorders = False
+    """Whether the timestamps of what this processor forwards may run backwards while its input's
+    run forwards (so data after it promises nothing, see :meth:`SinkProcessor.progress`)."""
 
     def __init__(self) -> None:
         self.children: list[Processor] = []
+        self.parents: list[Processor] = []
 
     def init(self, context: ProcessorContext) -> None:
         """Called once per task before the first record, after state was restored."""
@@ -106,6 +126,13 @@ class Processor:
         """Time passed to ``timestamp`` without data (a control record)."""
         for child in self.children:
             child.advance(timestamp)
+
+    def control_progress(self) -> int:
+        """The progress this processor passes on without data: the control time that reached it,
+        held back by every aggregation on the way (:data:`NO_PROGRESS` when none). Several
+        parents are one time-ordered stream (the task takes records in timestamp order), so the
+        largest counts, as for Kafka Streams' stream time."""
+        return max((parent.control_progress() for parent in self.parents), default=NO_PROGRESS)
 
     def flush(self) -> None:
         """Called before every commit."""
@@ -125,6 +152,14 @@ class SourceProcessor(Processor):
         super().__init__()
         self._key_serde = key_serde
         self._value_serde = value_serde
+        self._control_time = NO_PROGRESS
+
+    def advance(self, timestamp: int) -> None:
+        self._control_time = max(self._control_time, timestamp)
+        super().advance(timestamp)
+
+    def control_progress(self) -> int:
+        return self._control_time
 
     def deserialize(self, source: SourceRecord) -> Record[Any, Any]:
         return Record(
@@ -199,14 +234,25 @@ class SinkProcessor(Processor):
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._context: ProcessorContext | None = None
+        self._sent = NO_PROGRESS
+        self._in_order = True
 
     def init(self, context: ProcessorContext) -> None:
         self._context = context
         if self._internal:
             self.topic = f"{context.application_id}-{self.topic}"
+        self._in_order = not any(p.reorders for p in _ancestors(self))
+
+    def progress(self) -> int:
+        """What a tick on this sink's topic may promise: records this sink still sends have
+        timestamps of at least this, on in-order input (:data:`NO_PROGRESS`: nothing yet). The
+        data it sent counts when nothing before it reorders records; control time always."""
+        sent = self._sent if self._in_order else NO_PROGRESS
+        return max(sent, self.control_progress())
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._context is not None
+        self._sent = max(self._sent, record.timestamp)
         key_serde = self._key_serde
         # Windowed keys are partitioned by their inner key, as Kafka Streams'
         # WindowedStreamPartitioner does: every window of a key lands in one partition.
@@ -223,6 +269,17 @@ class SinkProcessor(Processor):
             record.headers,
             partition_key=partition_key,
         )
+
+
+def _ancestors(processor: Processor) -> list[Processor]:
+    found: list[Processor] = []
+    stack = list(processor.parents)
+    while stack:
+        parent = stack.pop()
+        if parent not in found:
+            found.append(parent)
+            stack.extend(parent.parents)
+    return found
 
 
 def is_idempotent_update(
@@ -499,6 +556,7 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
     """
 
     name = "session_aggregate"
+    reorders = True
 
     def __init__(
         self,
@@ -519,6 +577,7 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
         self._merger = merger
         self._store: SessionStore | None = None
         self.observed_stream_time = -1
+        self._accepted = NO_PROGRESS  # largest timestamp aggregated (not dropped)
         self._next_purge = time.monotonic() + _PURGE_INTERVAL_S
 
     def init(self, context: ProcessorContext) -> None:
@@ -549,6 +608,7 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
         if self._windows.is_late(merged.end, self.observed_stream_time):
             self._context.record_dropped(self._store_name, "late")
             return
+        self._accepted = max(self._accepted, t)
         aggregate = self._initializer()
         # Every session the record merges with is replaced, and its removal forwarded, even one
         # with the merged session's bounds (as Kafka Streams does); only a record landing on a
@@ -569,6 +629,14 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
         self.observed_stream_time = max(self.observed_stream_time, timestamp)
         super().advance(timestamp)
 
+    def control_progress(self) -> int:
+        # Output is stamped with session ends: a record at t (>= what came before, in order) can
+        # still replace retained sessions ending as early as t - gap, and a record within grace
+        # ones ending gap + grace before the latest time seen.
+        seen = max(self._accepted, super().control_progress())
+        held = seen - self._windows.gap_ms - self._windows.grace_ms
+        return held if seen >= 0 and held >= 0 else NO_PROGRESS
+
     def flush(self) -> None:
         # Retention: remove the sessions no record can merge with any more (they are already
         # invisible to process()), with tombstones, so the compacted changelog forgets them too.
@@ -588,7 +656,10 @@ class SuppressProcessor(Processor):
     results): keeps the latest update of every session and forwards it once
     ``end + gap + grace <= observed stream time``. Tombstones (merged-away sessions) remove the
     session, so it is never emitted. The buffer is a changelogged store, so a restart neither
-    loses nor repeats final results; control records advance the observed stream time too."""
+    loses nor repeats final results; control records advance the observed stream time too.
+
+    Progress passes through unchanged: every session still buffered ends after the aggregation's
+    bound (``stream time - gap - grace``), since those ending at or before it were emitted."""
 
     name = "suppress"
 

@@ -27,7 +27,9 @@ class SourceRecord:
     """One record fetched from an input partition, still in serialized form.
 
     ``is_control`` is decided once, from the ``progress-control`` header, when the record is
-    fetched; control records carry no key or value the runtime ever looks at.
+    fetched; control records carry no key or value the runtime ever looks at. ``rejected``: it
+    carries the header but failed validation (:mod:`progress_control.trust`), so it is neither
+    data nor time, only an offset to move past.
     """
 
     topic: str
@@ -38,6 +40,7 @@ class SourceRecord:
     value: bytes | None
     headers: Headers | None
     is_control: bool = False
+    rejected: bool = False
 
     @property
     def tp(self) -> TopicPartitionId:

@@ -18,7 +18,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from progress_control.protocol import is_control_record
+from progress_control.protocol import has_control_header
+from progress_control.trust import ControlRecordValidator, Verdict
 from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordError, BadRecordHandler, StreamsError
 from streams_runtime.metrics import RuntimeMetrics
@@ -56,6 +57,7 @@ class StreamThread:
         self._partition_counts = partition_counts
         self._on_state = on_state
         self._stopping = threading.Event()
+        self._trust = ControlRecordValidator(settings.trust_policy())
         self.collector = RecordCollector(settings, instance_id, metrics)
         self._bad_records = BadRecordHandler(
             settings.bad_record_policy,
@@ -222,16 +224,27 @@ class StreamThread:
                 continue
             offset = msg.offset() or 0
             headers = msg.headers()
+            timestamp = msg.timestamp()[1]
+            control = rejected = False
+            if headers and has_control_header(headers):
+                # A record with our header is never data; a forged or broken one is not time
+                # either: skipped and counted, never fatal, never the bad-record policy.
+                verdict = self._trust.check(topic, partition, timestamp, headers)
+                control = verdict is Verdict.ACCEPTED
+                rejected = not control
+                if rejected:
+                    self._metrics.control_records_rejected(verdict.value).inc()
             batches[TopicPartitionId(topic, partition)].append(
                 SourceRecord(
                     topic,
                     partition,
                     offset,
-                    msg.timestamp()[1],
+                    timestamp,
                     msg.key(),
                     msg.value(),
                     headers,  # type: ignore[arg-type]
-                    bool(headers) and is_control_record(msg),
+                    control,
+                    rejected,
                 )
             )
         for tp, records in batches.items():
@@ -269,22 +282,25 @@ class StreamThread:
             self._paused.difference_update(resume)
 
     def _propagate_progress(self) -> None:
-        """Tick output and repartition partitions that lag behind the stream time of the tasks
-        writing them (the slowest such task here, so ticks never pass a task's own data)."""
+        """Tick output and repartition partitions up to the progress their sinks promise (the
+        least over the tasks here writing them, so a tick never passes what any of them still
+        sends; see :mod:`streams_runtime.processors`). Tasks that took no record yet promise
+        nothing and are left out."""
         horizon: dict[str, int] = {}
         for task in self.tasks.values():
-            stream_time = task.group.stream_time
-            if stream_time < 0:
+            if task.group.stream_time < 0:
                 continue
-            for topic in task.sink_topics:
-                horizon[topic] = min(horizon.get(topic, stream_time), stream_time)
+            for topic, bound in task.sink_progress().items():
+                horizon[topic] = min(horizon.get(topic, bound), bound)
         written = self.collector.written
-        for topic, stream_time in horizon.items():
+        for topic, bound in horizon.items():
+            if bound < 0:
+                continue
             for partition in range(self._partitions_of(topic)):
                 tp = TopicPartitionId(topic, partition)
-                if written.get(tp, -1) < stream_time and self._ticked.get(tp, -1) < stream_time:
-                    self.collector.tick(topic, partition, stream_time)
-                    self._ticked[tp] = stream_time
+                if written.get(tp, -1) < bound and self._ticked.get(tp, -1) < bound:
+                    self.collector.tick(topic, partition, bound)
+                    self._ticked[tp] = bound
 
     def _partitions_of(self, topic: str) -> int:
         count = self._partition_counts.get(topic)

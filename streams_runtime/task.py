@@ -14,7 +14,7 @@ from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordHandler
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.partition_group import LagProvider, PartitionGroup
-from streams_runtime.processors import Processor, SourceProcessor
+from streams_runtime.processors import Processor, SinkProcessor, SourceProcessor
 from streams_runtime.record import Headers, Record, SourceRecord, TopicPartitionId
 from streams_runtime.serdes import SerializationError
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
@@ -101,7 +101,6 @@ class StreamTask:
         self.inputs = tuple(
             TopicPartitionId(t, task_id.partition) for t in subtopology.source_topics
         )
-        self.sink_topics = subtopology.sink_topics
         self._settings = settings
         self._collector = collector
         self._metrics = metrics
@@ -204,12 +203,15 @@ class StreamTask:
 
     def add_records(self, tp: TopicPartitionId, records: Iterable[SourceRecord]) -> int:
         """Buffer fetched records; negative timestamps go to the bad-record policy here (under
-        ``fail``, once every record before it was processed)."""
+        ``fail``, once every record before it was processed); rejected control records are
+        only moved past."""
         if tp in self._poisoned:
             return self.group.buffered(tp)  # fetched past a failing record: read again later
         good = []
         for record in records:
-            if record.timestamp < 0 and not record.is_control:
+            if record.rejected:
+                self._skipped_to[tp] = record.offset + 1
+            elif record.timestamp < 0 and not record.is_control:
                 if self._bad_records.policy is BadRecordPolicy.FAIL:
                     self._poisoned[tp] = record
                     break
@@ -273,6 +275,16 @@ class StreamTask:
                     self._bad_records.handle(record, "processing", exc)
         self._consumed[tp] = record.offset + 1
         return record.is_control
+
+    def sink_progress(self) -> dict[str, int]:
+        """Per output topic, the progress its sinks in this task promise (the least of them;
+        :data:`~streams_runtime.processors.NO_PROGRESS` when one has none yet)."""
+        progress: dict[str, int] = {}
+        for processor in self._processors:
+            if isinstance(processor, SinkProcessor):
+                bound = processor.progress()
+                progress[processor.topic] = min(progress.get(processor.topic, bound), bound)
+        return progress
 
     def flush(self) -> None:
         """Before a commit: let processors do periodic work (retention, gauges), then send the

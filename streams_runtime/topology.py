@@ -99,6 +99,7 @@ class Subtopology:
             made[id(node)] = node.factory()
         for node in self.nodes:
             made[id(node)].children = [made[id(child)] for child in node.children]
+            made[id(node)].parents = [made[id(parent)] for parent in node.parents]
         sources: dict[str, p.SourceProcessor] = {}
         for node, topics in zip(self.nodes, self.node_sources, strict=True):
             processor = made[id(node)]
