@@ -148,7 +148,7 @@ class App:
         if settings.application_server is not None:
             host, _, port = settings.application_server.rpartition(":")
             query_server = QueryServer(
-                self.queries, settings.query_bind_host or host, int(port), settings.query_token
+                self.queries, settings.query_bind_host or host, int(port), settings
             )
             self.query_endpoint = f"{host}:{query_server.port}"
             query_server.start()

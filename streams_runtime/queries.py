@@ -27,6 +27,7 @@ from typing import Any
 
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.murmur2 import partition_for_key
+from streams_runtime.query_security import client_ssl_context, query_token
 from streams_runtime.replication import LagInfo, MemberInfo, Replicator, StorePartition
 from streams_runtime.serdes import (
     Bytes,
@@ -188,6 +189,10 @@ class InteractiveQueries:
         self.thread = thread
         self.replicator = replicator
         self.metrics = metrics
+        self._token = query_token(settings)
+        # With TLS on, every instance serves HTTPS: forwarded queries verify the peer.
+        self._ssl = client_ssl_context(settings)
+        self._scheme = "https" if self._ssl is not None else "http"
         self.forward: Callable[[str, str, str, bool, int | None], QueryResult] = self._forward
 
     # -- metadata -----------------------------------------------------------------------------
@@ -229,6 +234,9 @@ class InteractiveQueries:
         return partition_for_key(self._serialize_key(spec, key), self.partitions(spec))
 
     def _members(self) -> dict[str, MemberInfo]:
+        """The live members this instance believes: only records that verified with the
+        membership secret enter the view (:mod:`streams_runtime.query_security`), so queries
+        and the token are forwarded to verified members only."""
         if self.replicator is None:
             return {}
         members = self.replicator.view.live()
@@ -437,15 +445,17 @@ class InteractiveQueries:
         if max_lag is not None:
             params["max_lag"] = str(max_lag)
         url = (
-            f"http://{endpoint}/stores/{urllib.parse.quote(store, safe='')}"
+            f"{self._scheme}://{endpoint}/stores/{urllib.parse.quote(store, safe='')}"
             f"/keys/{urllib.parse.quote(key_text, safe='')}?{urllib.parse.urlencode(params)}"
         )
-        request = urllib.request.Request(url)
-        if self.settings.query_token:
-            request.add_header("Authorization", f"Bearer {self.settings.query_token}")
+        request = urllib.request.Request(url)  # noqa: S310 - http(s) only, built above
+        if self._token:
+            request.add_header("Authorization", f"Bearer {self._token}")
         timeout = self.settings.query_timeout_ms / 1000
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            with urllib.request.urlopen(  # noqa: S310 - http(s) to a verified member
+                request, timeout=timeout, context=self._ssl
+            ) as response:
                 body = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             try:

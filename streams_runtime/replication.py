@@ -54,6 +54,11 @@ from confluent_kafka import (
 
 from progress_control.protocol import is_control_record
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.query_security import (
+    MembershipAuthenticator,
+    membership_key,
+    security_metrics,
+)
 from streams_runtime.record import TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import (
@@ -236,18 +241,31 @@ class MemberInfo:
 
 
 class MembershipView:
-    """The latest membership record per instance (thread-safe)."""
+    """The latest membership record per instance (thread-safe).
+
+    A record older than the one held for its instance (by heartbeat) is refused: a replayed
+    record, even a validly signed one, cannot turn an instance's view back to an earlier
+    assignment. (Heartbeats are the publishing instance's wall clock, so only that instance's
+    own records are compared with each other.)"""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._members: dict[str, MemberInfo] = {}
 
-    def update(self, instance_id: str, info: MemberInfo | None) -> None:
+    def update(self, instance_id: str, info: MemberInfo | None, left_ms: int | None = None) -> bool:
+        """Take ``info`` for ``instance_id`` (``None``: it left, at ``left_ms`` when known);
+        ``False`` when refused as older than the record held."""
         with self._lock:
+            current = self._members.get(instance_id)
             if info is None:
+                if current is not None and left_ms is not None and left_ms < current.heartbeat_ms:
+                    return False
                 self._members.pop(instance_id, None)
-            else:
-                self._members[instance_id] = info
+                return True
+            if current is not None and info.heartbeat_ms < current.heartbeat_ms:
+                return False
+            self._members[instance_id] = info
+            return True
 
     def members(self) -> dict[str, MemberInfo]:
         with self._lock:
@@ -435,6 +453,17 @@ class Replicator:
         """The advertised query endpoint; set by the app once the server is bound."""
         self.metrics = metrics
         self.view = MembershipView()
+        self._security = security_metrics(metrics)
+        key = membership_key(settings)
+        self._auth = (
+            None if key is None else MembershipAuthenticator(key, settings.membership_topic)
+        )
+        if self._auth is None:
+            logger.warning(
+                "membership records are not authenticated (no membership_secret and no "
+                "query_token): anyone who can write %s can redirect forwarded queries",
+                settings.membership_topic,
+            )
         self._active_tasks = active_tasks
         self._restoring_tasks = restoring_tasks
         self._interval_s = settings.membership_interval_ms / 1000
@@ -501,7 +530,9 @@ class Replicator:
         if self._thread is not None:
             self._thread.join(timeout_s)
         try:
-            self._producer.produce(self.settings.membership_topic, key=self.instance_id.encode())
+            key = self.instance_id.encode()
+            headers = None if self._auth is None else self._auth.headers(key, None, _now_ms())
+            self._producer.produce(self.settings.membership_topic, key=key, headers=headers)
             self._producer.flush(5)
         except (KafkaException, BufferError) as exc:
             logger.warning("membership tombstone not sent: %s", exc)
@@ -547,13 +578,30 @@ class Replicator:
                 continue
             instance = key.decode("utf-8", "replace")
             value = msg.value()
+            left_ms: int | None = None
+            if self._auth is not None:
+                # Before parsing: what does not verify is never believed, nor even read.
+                verdict = self._auth.verify(key, value, msg.headers())
+                if verdict.reason is not None:
+                    self._security.reject_membership(instance, verdict.reason)
+                    continue
+                left_ms = verdict.left_ms
             if value is None:
-                self.view.update(instance, None)
+                if not self.view.update(instance, None, left_ms):
+                    self._security.reject_membership(instance, "replayed", "an older leave")
                 continue
             try:
-                self.view.update(instance, MemberInfo.from_json(value))
+                info = MemberInfo.from_json(value)
             except ValueError as exc:
-                logger.warning("ignoring membership record of %s: %s", instance, exc)
+                self._security.reject_membership(instance, "malformed", str(exc))
+                continue
+            if info.instance_id != instance:
+                self._security.reject_membership(
+                    instance, "key-mismatch", f"the value names {info.instance_id[:100]!r}"
+                )
+                continue
+            if not self.view.update(instance, info):
+                self._security.reject_membership(instance, "replayed", "older than the one held")
 
     def _local_partitions(self, tasks: frozenset[TaskId]) -> set[StorePartition]:
         return {
@@ -588,8 +636,10 @@ class Replicator:
     def publish(self) -> MemberInfo:
         info = self.member_info()
         self.view.update(self.instance_id, info)
+        key, value = self.instance_id.encode(), info.to_json()
+        headers = None if self._auth is None else self._auth.headers(key, value)
         self._producer.produce(
-            self.settings.membership_topic, key=self.instance_id.encode(), value=info.to_json()
+            self.settings.membership_topic, key=key, value=value, headers=headers
         )
         self._producer.poll(0)
         for sp, lag in ((sp, info.lag(sp)) for sp in _store_partitions(info.standby)):

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings
 
 from progress_control.settings import KafkaProperties, component_config
 from progress_control.trust import DEFAULT_MAX_SKEW_MS, TrustPolicy, allowed_sources, parse_keys
+from streams_runtime.query_security import check_query_settings
 
 __all__ = ["BadRecordPolicy", "ProcessingGuarantee", "RuntimeSettings", "StateEngine"]
 
@@ -130,8 +131,46 @@ class RuntimeSettings(BaseSettings):
     query_bind_host: str | None = Field(
         None, description="Address the query server binds to (default: application_server's host)."
     )
-    query_token: str | None = Field(
-        None, description="Bearer token the query server requires (and forwards with); off: none."
+    query_token: SecretStr | None = Field(
+        None,
+        description="Bearer token the query server requires (and forwards with). Required to "
+        "bind a non-loopback address (see query_allow_unauthenticated); env or query_token_file.",
+    )
+    query_token_file: Path | None = Field(
+        None, description="A file holding query_token (e.g. a mounted Secret)."
+    )
+    query_allow_unauthenticated: bool = Field(
+        False,
+        description="Serve queries without a token on a non-loopback address (explicit opt-out).",
+    )
+    query_tls_cert_file: Path | None = Field(
+        None, description="PEM certificate (chain): serve HTTPS and forward queries over HTTPS."
+    )
+    query_tls_key_file: Path | None = Field(
+        None, description="PEM private key of query_tls_cert_file (default: in the same file)."
+    )
+    query_tls_ca_file: Path | None = Field(
+        None, description="CAs that verify other instances' certificates (default: system CAs)."
+    )
+    query_workers: int = Field(8, ge=1, description="Threads answering query requests.")
+    query_max_connections: int = Field(
+        256,
+        ge=1,
+        description="Open query connections at most; above it the oldest idle one is closed.",
+    )
+    query_request_timeout_ms: int = Field(
+        10_000,
+        ge=1,
+        description="Time a connection has to send a complete request header (from connecting "
+        "or from the previous answer); then it is closed.",
+    )
+    membership_secret: SecretStr | None = Field(
+        None,
+        description="HMAC key of membership records, >= 16 bytes (default: derived from "
+        "query_token); env or membership_secret_file.",
+    )
+    membership_secret_file: Path | None = Field(
+        None, description="A file holding membership_secret (e.g. a mounted Secret)."
     )
     query_timeout_ms: int = Field(
         2000, ge=1, description="Timeout of one query forwarded to another instance."
@@ -179,6 +218,11 @@ class RuntimeSettings(BaseSettings):
             verification_keys=parse_keys(spec),
             allowed_sources=allowed_sources(self.control_allowed_sources),
         )
+
+    @model_validator(mode="after")
+    def _query_security(self) -> Self:
+        check_query_settings(self)  # e.g. a non-loopback bind without a token fails at start-up
+        return self
 
     @model_validator(mode="after")
     def _defaults(self) -> Self:
