@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer
 
 from progress_control.protocol import CONTROL_HEADER, ControlMarker, ControlRecord
+from progress_control.trust import SigningKey, sign
 from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
 from streams_runtime.serdes import Json, String
 from tests.helpers import TopicReader, unique_name, wait_for
@@ -216,11 +217,11 @@ def test_outputs_never_get_data_behind_an_earlier_tick(
             time.sleep(0.03)
         sent += len(batch)
         wait_for(
-            lambda: (
+            lambda target=sent: (
                 app.metrics.total("streams_records_processed")
                 + app.metrics.total("streams_control_records")
-                >= sent
-            ),  # noqa: B023 - read while this round's value is current
+                >= target
+            ),
             message=f"round {round_} processed",
         )
     final = reader_for(finals, 2)
@@ -230,3 +231,97 @@ def test_outputs_never_get_data_behind_an_earlier_tick(
         assert len(records) > len(data(records)) > 0, f"{topic}: data and ticks"
         assert behind_earlier_ticks(records) == [], topic
     assert app.metrics.total("streams_dropped_records", reason="late") == 0
+
+
+def _raw_tick(bootstrap: str, topic: str, timestamp: int, header: bytes) -> None:
+    """A record carrying the control header as anyone may write it: any timestamp, any bytes."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(
+        topic,
+        None,
+        b"__progress_control__",
+        0,
+        timestamp=timestamp,
+        headers=[(CONTROL_HEADER, header)],
+    )
+    assert producer.flush(10) == 0
+
+
+def _session_app(builder_sink: tuple[str, str]) -> StreamsBuilder:
+    source, sink = builder_sink
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
+    return session_counts(builder, builder.stream(source), sink, SessionWindows(gap_ms=5_000))
+
+
+def test_bad_control_records_are_skipped_counted_and_never_stop_the_app(
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+) -> None:
+    source, sink = create_topic("clicks"), create_topic("sessions")
+    app_id = unique_name("trust")
+    app = run_app(_session_app((source, sink)), application_id=app_id, commit_interval_ms=100)
+    produce(kafka_bootstrap, source, [In(0, "a", {}, 1000)])
+    marker = ControlMarker("forger", 0).encode()
+    _raw_tick(kafka_bootstrap, source, -5, marker)  # crashed the app before, at every restart
+    # Well-formed and 55 minutes ahead: it closed every open session at once.
+    _raw_tick(kafka_bootstrap, source, int(time.time() * 1000) + 55 * 60_000, marker)
+    _raw_tick(kafka_bootstrap, source, BASE_MS + 1500, b"garbage")
+    produce(kafka_bootstrap, source, [In(0, "a", {}, 2000)])
+    rejected = lambda reason: app.metrics.total(  # noqa: E731
+        "streams_control_records_rejected", reason=reason
+    )
+    wait_for(
+        lambda: processed(app) == 2 and rejected("malformed") == 1,
+        message="the data processed, the bad ticks skipped",
+    )
+    assert rejected("negative-timestamp") == 1
+    assert rejected("future-timestamp") == 1
+    assert app.metrics.total("streams_bad_records") == 0
+    output = reader_for(sink, 1)
+    assert data(output.read()) == []  # a's session is still open: nothing moved time past it
+    produce(kafka_bootstrap, source, [tick(0, 20_000)])
+    wait_for(lambda: sessions(output), message="a's session")
+    assert sessions(output) == [("a", 1000, 2000, 2)]
+    assert app.state == "RUNNING"
+    # A restart reads from the committed offsets, past the bad ticks: no crash, no repeat.
+    app.close()
+    again = run_app(_session_app((source, sink)), application_id=app_id)
+    produce(kafka_bootstrap, source, [In(0, "b", {}, 30_000), tick(0, 40_000)], sequence=5)
+    wait_for(lambda: len(sessions(output)) == 2, message="b's session")
+    assert sessions(output) == [("a", 1000, 2000, 2), ("b", 30_000, 30_000, 1)]
+    assert again.state == "RUNNING"
+    assert again.metrics.total("streams_control_records_rejected") == 0
+
+
+def test_only_signed_ticks_move_time_when_keys_are_set(
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+) -> None:
+    source, sink = create_topic("clicks"), create_topic("sessions")
+    key = SigningKey("k1", b"0123456789abcdef0123")
+    app = run_app(
+        _session_app((source, sink)),
+        control_verification_keys="k1:0123456789abcdef0123",
+        commit_interval_ms=100,
+    )
+    produce(kafka_bootstrap, source, [In(0, "a", {}, 1000), tick(0, 20_000)])
+    wait_for(
+        lambda: app.metrics.total("streams_control_records_rejected", reason="unsigned") == 1,
+        message="the unsigned tick skipped",
+    )
+    output = reader_for(sink, 1)
+    assert data(output.read()) == []
+    signed = sign(ControlMarker("sidecar", 1), source, 0, BASE_MS + 20_000, key)
+    _raw_tick(kafka_bootstrap, source, BASE_MS + 20_000, signed.encode())
+    wait_for(lambda: sessions(output), message="a's session, closed by the signed tick")
+    assert sessions(output) == [("a", 1000, 1000, 1)]
+    # Replayed to another partition or re-dated, a signature no longer verifies.
+    _raw_tick(kafka_bootstrap, source, BASE_MS + 30_000, signed.encode())
+    wait_for(
+        lambda: app.metrics.total("streams_control_records_rejected", reason="bad-signature"),
+        message="the re-dated tick skipped",
+    )
