@@ -125,6 +125,53 @@ class PartitionActivity:
             heapq.heappush(self._deadlines, (deadline, key))
             return deadline
 
+    def resume(
+        self,
+        topic: str,
+        partition: int,
+        timestamp_ms: int,
+        ack_monotonic: float,
+        ticks_seen: int = 0,
+    ) -> float | None:
+        """Start tracking a partition whose idle period began before we looked (a restarted
+        sidecar): its last data record has ``timestamp_ms`` and was written at ``ack_monotonic``
+        (on our clock, estimated), and ``ticks_seen`` ticks already followed it.
+
+        The schedule continues where it is: after ``ticks_seen`` ticks, or, when more were due
+        by now, with the latest of those sent at once (one catch-up tick, not a burst) while the
+        schedule still has ticks to come. A partition idle past its schedule gets none. Return
+        the partition's first deadline, ``None`` when its topic is excluded or it is already
+        tracked (then live activity knows better)."""
+        key = (topic, partition)
+        if not self._include_topic(topic):
+            return None
+        now = self._clock()
+        ack = min(ack_monotonic, now)
+        with self._lock:
+            if key in self._states:
+                return None
+            entry: AckEntry = (timestamp_ms, ack)
+            self.latest[key] = entry
+            due = self._schedule.ticks_due_by((now - ack) * 1000)
+            if ticks_seen >= due:
+                position = ticks_seen
+            elif self._schedule.offset_ms(due) is not None:
+                position = due - 1  # still in its schedule: catch up with the latest due tick
+            else:
+                position = due  # past its schedule: nothing more to send
+            self._states[key] = PartitionState(
+                entry, timestamp_ms, ticks_sent=position, armed_at=now
+            )
+            heapq.heappush(self._deadlines, (now, key))
+            return now
+
+    def ticks_sent(self, key: TopicPartition) -> int | None:
+        """Schedule position of a tracked partition: ticks sent (or skipped as past) in its idle
+        period as of the scheduler's last look; ``None`` when not tracked."""
+        with self._lock:
+            state = self._states.get(key)
+            return None if state is None else state.ticks_sent
+
     def take_due(self, now: float | None = None) -> list[DueTick]:
         """Pop every tick due at ``now`` and arm the partitions' next deadlines."""
         now = self._clock() if now is None else now

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["TickSchedule"]
@@ -48,3 +49,28 @@ class TickSchedule:
         if self.end_ms is not None and offset > self.end_ms:
             return None
         return offset
+
+    def ticks_due_by(self, elapsed_ms: float) -> int:
+        """How many ticks are due within ``elapsed_ms`` of the last data ack: the schedule
+        position of a partition idle that long (all of them once the schedule has ended)."""
+        if self.end_ms is not None:
+            elapsed_ms = min(elapsed_ms, self.end_ms)  # no tick is ever due after end_ms
+        if elapsed_ms < self.start_ms:
+            return 0
+        # Closed form (an idle of hours must not loop per tick), then corrected for rounding.
+        if self.exponential and self.multiplier > 1.0:
+            grown = 1 + (elapsed_ms - self.start_ms) * (self.multiplier - 1) / self.backoff_ms
+            estimate = int(math.log(grown) / math.log(self.multiplier)) + 1
+        else:
+            estimate = int((elapsed_ms - self.start_ms) // self.backoff_ms) + 1
+        if self.max_records is not None:
+            estimate = min(estimate, self.max_records)
+        while estimate > 0 and not self._due(estimate - 1, elapsed_ms):
+            estimate -= 1
+        while self._due(estimate, elapsed_ms):
+            estimate += 1
+        return estimate
+
+    def _due(self, tick: int, elapsed_ms: float) -> bool:
+        offset = self.offset_ms(tick)
+        return offset is not None and offset <= elapsed_ms

@@ -41,6 +41,7 @@ __all__ = [
     "Mode",
     "TickSettings",
     "TopicFilter",
+    "read_secret_file",
     "split_config",
 ]
 
@@ -63,6 +64,8 @@ DEFAULT_INTERNAL_TOPICS: tuple[str, ...] = (
 )
 """Topics never ticked by default (``topics.internal``): internal and system topics of Kafka and
 the tools around it. A tick there would be a record no one asked for in another tool's state."""
+
+_MAX_CACHED_TOPICS = 100_000
 
 # Settings whose values are never echoed in error messages.
 _SECRET_FIELDS = frozenset({"signing_key_secret"})
@@ -185,7 +188,7 @@ class TickSettings(BaseSettings):
     def _signing(self) -> Self:
         # Read once, at construction: a missing file or a short secret fails here, naming the
         # setting, never at the first tick. Messages never include the secret.
-        secret_names = (
+        sources = (
             "progress.control.signing.key.secret (env PROGRESS_CONTROL_SIGNING_KEY_SECRET) or "
             "progress.control.signing.key.file (env PROGRESS_CONTROL_SIGNING_KEY_FILE)"
         )
@@ -198,9 +201,9 @@ class TickSettings(BaseSettings):
                 )
             return self
         if secret is None:
-            raise ValueError(f"progress.control.signing.key.id is set: set {secret_names}")
+            raise ValueError(f"progress.control.signing.key.id is set: set {sources}")
         if len(secret) < 16:
-            raise ValueError(f"{secret_names}: the signing secret must be at least 16 bytes")
+            raise ValueError(f"{sources}: the signing secret must be at least 16 bytes")
         self._signing_key = SigningKey(self.signing_key_id, secret)
         return self
 
@@ -214,14 +217,10 @@ class TickSettings(BaseSettings):
             return self.signing_key_secret.get_secret_value().encode("utf-8")
         if self.signing_key_file is None:
             return None
-        try:
-            # Strip: a Secret written with `echo` or an editor ends with a newline.
-            return self.signing_key_file.read_text(encoding="utf-8").strip().encode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(
-                "progress.control.signing.key.file (env PROGRESS_CONTROL_SIGNING_KEY_FILE): "
-                f"cannot read {str(self.signing_key_file)!r}: {exc.__class__.__name__}"
-            ) from None
+        return read_secret_file(
+            self.signing_key_file,
+            "progress.control.signing.key.file (env PROGRESS_CONTROL_SIGNING_KEY_FILE)",
+        )
 
     @property
     def signing_key(self) -> SigningKey | None:
@@ -267,7 +266,9 @@ class TickSettings(BaseSettings):
                     where = "progress.control settings"
                 # Whole-model errors name their settings themselves; their input is every
                 # value, secrets included, so it is never echoed (nor a secret field's).
-                shown = "" if not field or field in _SECRET_FIELDS else f" [got {error.get('input')!r}]"
+                shown = (
+                    "" if not field or field in _SECRET_FIELDS else f" [got {error.get('input')!r}]"
+                )
                 problems.append(f"  {where}: {error['msg']}{shown}")
             raise ConfigurationError(
                 "invalid progress-control configuration:\n" + "\n".join(problems)
@@ -291,6 +292,17 @@ class InterceptorSettings(TickSettings):
         return value
 
 
+def read_secret_file(path: Path, setting: str) -> bytes:
+    """A secret from a file (UTF-8, surrounding whitespace stripped: a Secret written with
+    ``echo`` ends with a newline); ``ValueError`` naming ``setting``, never the content."""
+    try:
+        return path.read_text(encoding="utf-8").strip().encode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"{setting}: cannot read {str(path)!r}: {exc.__class__.__name__}"
+        ) from None
+
+
 def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a producer config into (``progress.control.*`` keys, everything else)."""
     ours = {k: v for k, v in config.items() if k.startswith(CONFIG_PREFIX)}
@@ -311,5 +323,6 @@ class TopicFilter:
         if decided is None:
             included = not self._include or any(p.fullmatch(topic) for p in self._include)
             decided = included and not any(p.fullmatch(topic) for p in self._exclude)
-            self._decided[topic] = decided
+            if len(self._decided) < _MAX_CACHED_TOPICS:  # names may come from untrusted reports
+                self._decided[topic] = decided
         return decided

@@ -18,12 +18,14 @@ _MAX_DATAGRAM = 65_536
 
 
 class ReportListener:
-    """A thread that turns report datagrams into ``on_ack(topic, partition, ts, ack_monotonic)``."""
+    """A thread that turns report datagrams into
+    ``on_ack(source, topic, partition, ts, ack_monotonic)`` calls; the callback decides whether
+    to trust them (:mod:`sidecar.admission`)."""
 
     def __init__(
         self,
         address: str,
-        on_ack: Callable[[str, int, int, float], None],
+        on_ack: Callable[[str, str, int, int, float], None],
         on_malformed: Callable[[], None],
     ) -> None:
         host, port = parse_address(address, any_port=True)
@@ -71,6 +73,9 @@ class ReportListener:
                 continue
             # The report's wall-clock ack times, on our monotonic clock.
             now_mono, now_wall_ms = time.monotonic(), time.time() * 1000
-            for p in report.partitions:
-                ack = now_mono - max(0.0, now_wall_ms - p.last_ack_ms) / 1000
-                self._on_ack(p.topic, p.partition, p.last_timestamp_ms, ack)
+            try:
+                for p in report.partitions:
+                    ack = now_mono - max(0.0, now_wall_ms - p.last_ack_ms) / 1000
+                    self._on_ack(report.source, p.topic, p.partition, p.last_timestamp_ms, ack)
+            except Exception:  # the listener must outlive any one report
+                logger.exception("could not handle an activity report")

@@ -6,7 +6,16 @@ Sources of activity, usable together:
   all watched partitions; a partition whose end offset moved beyond what we ourselves appended had
   activity, and its max timestamp (KIP-734) becomes the last data timestamp. This serves producers
   in any language, with no interceptor at all.
-* **reports** from in-pod interceptors in report mode (:mod:`sidecar.reports`).
+* **reports** from in-pod interceptors in report mode (:mod:`sidecar.reports`), checked before
+  they are trusted (:mod:`sidecar.admission`): timestamps in range, topics and partitions that
+  exist and pass the filter, at most ``max.tracked.partitions`` partitions.
+
+**Restarts and rollouts.** A partition the watch sees for the first time resumes its schedule
+where it is instead of starting over: its idle period is dated by the timestamp of its last data
+record, and the ticks already after that record (ours, or a previous replica's) count as sent;
+of the ticks due while no sidecar ran only the latest is sent, and only while the schedule has
+ticks to come. So a partition idle past its schedule gets no tick after a restart, and one idle
+for a little while continues where its schedule is.
 
 The schedule and the ticks are the interceptor's own (:class:`PartitionActivity`,
 :class:`IdlePartitionScheduler`, :class:`TickSender`). Before sending, due ticks are **verified**
@@ -31,11 +40,11 @@ from interceptor.activity import DueTick, PartitionActivity, TopicPartition
 from interceptor.metrics import ProgressControlMetrics, PrometheusCollector
 from interceptor.scheduler import IdlePartitionScheduler
 from interceptor.sender import TickSender
-from interceptor.settings import TopicFilter
+from sidecar.admission import ActivityAdmission
 from sidecar.http import HealthServer
 from sidecar.reports import ReportListener
 from sidecar.settings import SidecarSettings
-from sidecar.watch import BrokerWatch
+from sidecar.watch import BrokerWatch, PartitionTail
 
 __all__ = ["ProgressControlSidecar"]
 
@@ -44,6 +53,8 @@ logger = logging.getLogger(__name__)
 _TICK_REPORT_POLL_S = 1.0
 _MAX_RETRY_S = 30.0
 _PEEK_LIMIT = 64  # more new records than this on a partition: data, no need to read them
+_Ranges = dict[TopicPartition, tuple[int, int]]
+_LAST_RECORDS = 2  # a restart reads this many first: the last record, or a transaction marker
 
 
 class ProgressControlSidecar:
@@ -52,7 +63,7 @@ class ProgressControlSidecar:
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
         client_log = logging.getLogger("sidecar.librdkafka")
-        include_topic = TopicFilter(settings.topics_include, settings.topics_exclude)
+        include_topic = settings.topic_filter()
         jitter_ms = random.randint(0, settings.jitter_ms)  # noqa: S311 - spreading, not secrecy
         schedule = dataclasses.replace(
             settings.tick_schedule(), start_ms=settings.start_ms + jitter_ms
@@ -76,6 +87,17 @@ class ProgressControlSidecar:
             "Malformed reports dropped.",
             registry=self.registry,
         )
+        self._dropped = Counter(
+            "progress_control_activity_dropped",
+            "Reported or watched activity dropped (origin: report or watch), by reason.",
+            ["origin", "reason"],
+            registry=self.registry,
+        )
+        self._resumed = Counter(
+            "progress_control_partitions_resumed",
+            "Partitions whose schedule was resumed from the broker at first sight.",
+            registry=self.registry,
+        )
         self._watch_errors = Counter(
             "progress_control_broker_errors",
             "Failed broker requests (watch, verification).",
@@ -95,6 +117,16 @@ class ProgressControlSidecar:
             include_topic,
             timeout_s=settings.admin_timeout_s,
             metadata_refresh_s=settings.metadata_refresh_ms / 1000,
+            max_partitions=settings.max_tracked_partitions,
+        )
+        self._admission = ActivityAdmission(
+            include_topic=include_topic,
+            partition_count=self._partition_count,
+            tracked=self.activity.latest.__contains__,
+            tracked_count=self.activity.latest.__len__,
+            max_skew_ms=settings.max_skew_ms,
+            max_tracked_partitions=settings.max_tracked_partitions,
+            dropped=self._dropped,
         )
         self._lock = threading.Lock()
         self._seen_end: dict[TopicPartition, int] = {}
@@ -171,9 +203,19 @@ class ProgressControlSidecar:
         if deadline is not None:
             self._scheduler.arm(deadline)
 
-    def _on_report_ack(self, topic: str, partition: int, timestamp_ms: int, ack: float) -> None:
+    def _on_report_ack(
+        self, source: str, topic: str, partition: int, timestamp_ms: int, ack: float
+    ) -> None:
         self._reports.inc()
-        self._record_activity(topic, partition, timestamp_ms, ack)
+        if self._admission.admit_report(source, topic, partition, timestamp_ms):
+            self._record_activity(topic, partition, timestamp_ms, ack)
+
+    def _partition_count(self, topic: str) -> int | None:
+        try:
+            return self._watch.partition_count(topic)
+        except Exception as exc:  # broker unreachable: only what we already know exists
+            logger.debug("metadata refresh for a reported topic failed: %s", exc)
+            return self._watch.partition_count(topic, refresh=False)
 
     def _watch_loop(self) -> None:
         retry_s = 1.0
@@ -198,19 +240,7 @@ class ProgressControlSidecar:
             return
         observed_at = time.monotonic()
         ends = self._watch.end_offsets(partitions)
-        quiet: dict[TopicPartition, tuple[int, int]] = {}
-        busy: list[TopicPartition] = []
-        with self._lock:
-            for key, end in ends.items():
-                seen = self._seen_end.get(key)
-                self._seen_end[key] = end
-                if seen is None:  # first sight: count as activity now (if it ever had data)
-                    if end > 0:
-                        busy.append(key)
-                elif end - seen > _PEEK_LIMIT:
-                    busy.append(key)
-                elif end > seen:
-                    quiet[key] = (seen, end)
+        quiet, busy, first = self._classify(ends)
         # A few new records on a quiet partition may be only ticks (another replica's, or ours):
         # read them; ticks are not activity.
         for key, timestamp_ms in self._watch.data_timestamps(quiet).items():
@@ -222,11 +252,69 @@ class ProgressControlSidecar:
             for key, timestamp_ms in self._watch.max_timestamps(busy).items():
                 if timestamp_ms >= 0:
                     self._record_data(key, ends[key], timestamp_ms, observed_at)
+        if first:
+            self._resume(first, observed_at)
+
+    def _classify(
+        self, ends: dict[TopicPartition, int]
+    ) -> tuple[
+        dict[TopicPartition, tuple[int, int]], list[TopicPartition], dict[TopicPartition, int]
+    ]:
+        """Split partitions by what moved since the last look: (quiet: a few new records, to
+        read; busy: many, data for sure; first: seen for the first time, to resume)."""
+        quiet: dict[TopicPartition, tuple[int, int]] = {}
+        busy: list[TopicPartition] = []
+        first: dict[TopicPartition, int] = {}
+        with self._lock:
+            for key, end in ends.items():
+                seen = self._seen_end.get(key)
+                self._seen_end[key] = end
+                if seen is None:
+                    if end > 0:  # empty partitions wait for their first data
+                        first[key] = end
+                elif end - seen > _PEEK_LIMIT:
+                    busy.append(key)
+                elif end > seen:
+                    quiet[key] = (seen, end)
+        return quiet, busy, first
 
     def _record_data(self, key: TopicPartition, end: int, timestamp_ms: int, ack: float) -> None:
+        if not self._admission.admit_watched(key):
+            return
         with self._lock:
             self._data_end[key] = (ack, end)
         self._record_activity(key[0], key[1], timestamp_ms, ack)
+
+    def _resume(self, ends: dict[TopicPartition, int], observed_at: float) -> None:
+        """Partitions seen for the first time (all of them after a restart): date their idle
+        period by their last data record and count the ticks already after it."""
+        # Most partitions end with data: read only their last record(s) first; read further
+        # back only where the tail is ticks, which are small.
+        tails = self._watch.tails(ends, _LAST_RECORDS)
+        again = {
+            k: end for k, end in ends.items() if k not in tails or tails[k].data_offset is None
+        }
+        tails |= self._watch.tails(again, _PEEK_LIMIT)
+        unread = [key for key in ends if key not in tails]
+        max_timestamps = self._watch.max_timestamps(unread) if unread else {}
+        wall_ms = time.time() * 1000
+        for key, end in ends.items():
+            tail = tails.get(key)
+            if tail is not None:
+                timestamp_ms, ticks_seen, data_end = _idle_period(tail)
+            else:  # nothing readable: date it by the partition's max timestamp (KIP-734)
+                timestamp_ms, ticks_seen, data_end = max_timestamps.get(key, -1), 0, end
+            if timestamp_ms < 0 or not self._admission.admit_watched(key):
+                continue
+            # The record's timestamp stands for its append time (exact with LogAppendTime;
+            # a producer whose event time lags the clock makes its partition look idler).
+            ack = observed_at - max(0.0, wall_ms - timestamp_ms) / 1000
+            with self._lock:
+                self._data_end[key] = (ack, data_end)
+            deadline = self.activity.resume(key[0], key[1], timestamp_ms, ack, ticks_seen)
+            if deadline is not None:
+                self._resumed.inc()
+                self._scheduler.arm(deadline)
 
     def _set_ready(self, ready: bool) -> None:
         if ready != self._ready.is_set():
@@ -263,3 +351,13 @@ class ProgressControlSidecar:
                     verified.append(tick)
         if verified:
             self._sender.send(verified)
+
+
+def _idle_period(tail: PartitionTail) -> tuple[int, int, int]:
+    """(data timestamp, ticks already sent, end offset of the data) of a partition's current
+    idle period, from its last records. Only ticks read: the data is further back, so the
+    period is at least as old as the first of them, with at least that many ticks sent."""
+    if tail.data_offset is not None and tail.data_timestamp_ms is not None:
+        return tail.data_timestamp_ms, tail.controls_after, tail.data_offset + 1
+    timestamp_ms = tail.first_control_timestamp_ms
+    return (-1 if timestamp_ms is None else timestamp_ms), tail.controls_after, tail.first_offset

@@ -3,7 +3,9 @@ and a secrets directory for Kafka credentials.
 
 Precedence: env variables, then the YAML file named by ``PROGRESS_CONTROL_CONFIG_FILE``, then
 defaults. Every file in ``kafka_secrets_dir`` (a mounted Kubernetes Secret) named like a Kafka
-property, e.g. ``sasl.password``, is merged into ``kafka``.
+property, e.g. ``sasl.password``, is merged into ``kafka``; a file named
+``progress.control.signing.key.secret`` there is the signing secret instead (when neither
+``signing.key.secret`` nor ``signing.key.file`` is set).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, YamlConfigSettingsSource
 
 from interceptor.report import parse_address
-from interceptor.settings import TickSettings
+from interceptor.settings import TickSettings, read_secret_file
 from progress_control.settings import KafkaProperties
+from progress_control.trust import DEFAULT_MAX_SKEW_MS
 
 __all__ = ["LogFormat", "SidecarSettings"]
 
 DEFAULT_SECRETS_DIR = Path("/var/run/secrets/progress-control")
+SIGNING_SECRET_FILE = "progress.control.signing.key.secret"  # noqa: S105 - a file name
+"""The signing secret's file name in ``kafka_secrets_dir``."""
 
 
 class LogFormat(enum.StrEnum):
@@ -55,6 +60,16 @@ class SidecarSettings(TickSettings):
     )
     http_host: str = Field("127.0.0.1", description="Bind address of /healthz /readyz /metrics.")
     http_port: int = Field(8081, ge=0, le=65535, description="HTTP port (0: any free port).")
+    max_skew_ms: int = Field(
+        DEFAULT_MAX_SKEW_MS,
+        ge=0,
+        description="Reports of records dated more than this ahead of the wall clock are dropped.",
+    )
+    max_tracked_partitions: int = Field(
+        10_000,
+        ge=1,
+        description="Bound on partitions with tracked activity; beyond it new ones are dropped.",
+    )
     admin_timeout_s: float = Field(10.0, gt=0, description="Timeout of one admin request.")
     shutdown_timeout_s: float = Field(10.0, gt=0, description="Bound on a clean stop.")
     log_level: str = Field("INFO", pattern=r"(?i)^(debug|info|warning|error|critical)$")
@@ -69,10 +84,19 @@ class SidecarSettings(TickSettings):
             parse_address(value, any_port=True)
         return value
 
+    def _signing_secret(self) -> bytes | None:
+        secret = super()._signing_secret()
+        mounted = self.kafka_secrets_dir / SIGNING_SECRET_FILE
+        if secret is None and mounted.is_file():
+            return read_secret_file(mounted, f"{SIGNING_SECRET_FILE} in kafka.secrets.dir")
+        return secret
+
     @model_validator(mode="after")
     def _kafka_connection(self) -> Self:
         if self.kafka_secrets_dir.is_dir():
             for path in sorted(self.kafka_secrets_dir.iterdir()):
+                if path.name == SIGNING_SECRET_FILE:
+                    continue  # ours (see _signing_secret), not a Kafka property
                 if path.is_file() and not path.name.startswith("."):
                     self.kafka[path.name] = path.read_text().strip()
         if not self.kafka.get("bootstrap.servers"):

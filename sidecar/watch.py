@@ -1,9 +1,13 @@
-"""What the broker knows about the watched partitions: end offsets and max timestamps (KIP-734)."""
+"""What the broker knows about the watched partitions: end offsets and max timestamps (KIP-734),
+which topics exist, and the records at the tail of a partition (data, or ticks after its data)."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -11,12 +15,30 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from interceptor.activity import TopicPartition
-from progress_control.protocol import is_control_record
+from progress_control.protocol import has_control_header
 
-__all__ = ["BrokerWatch"]
+__all__ = ["BrokerWatch", "PartitionTail"]
+
+logger = logging.getLogger(__name__)
 
 _LATEST: Any = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 _MAX_TIMESTAMP: Any = OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
+_MIN_FORCED_REFRESH_S = 1.0  # bound on metadata requests that unknown topics in reports cause
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionTail:
+    """The last records of a partition, as a restarted sidecar needs them."""
+
+    first_offset: int
+    """Offset of the first record read."""
+    data_offset: int | None
+    """Offset of the last data record read, ``None`` when only control records were read."""
+    data_timestamp_ms: int | None
+    controls_after: int
+    """Control records after that data record (after ``first_offset`` when there was none)."""
+    first_control_timestamp_ms: int | None
+    """Timestamp of the first of those control records."""
 
 
 class BrokerWatch:
@@ -30,6 +52,7 @@ class BrokerWatch:
         *,
         timeout_s: float,
         metadata_refresh_s: float,
+        max_partitions: int | None = None,
     ) -> None:
         self._client_config = client_config
         self._admin = AdminClient(client_config)
@@ -37,23 +60,65 @@ class BrokerWatch:
         self._include_topic = include_topic
         self._timeout_s = timeout_s
         self._refresh_s = metadata_refresh_s
+        self._max_partitions = max_partitions
+        self._lock = threading.Lock()  # metadata is refreshed by the watch and report threads
         self._partitions: list[TopicPartition] = []
+        self._topics: dict[str, int] = {}
         self._refreshed_at: float | None = None
+        self._truncation_logged = False
 
     def partitions(self) -> list[TopicPartition]:
         """Watched partitions; metadata is re-read every ``metadata_refresh_s`` so new topics and
-        partitions are picked up. Internal topics (``__*``) are never watched."""
+        partitions are picked up. Internal topics (``__*``) are never watched; beyond
+        ``max_partitions`` the rest are not watched (logged once)."""
         now = time.monotonic()
         if self._refreshed_at is None or now - self._refreshed_at >= self._refresh_s:
-            metadata = self._admin.list_topics(timeout=self._timeout_s)
-            self._partitions = sorted(
-                (name, partition)
-                for name, topic in metadata.topics.items()
-                if topic.error is None and not name.startswith("__") and self._include_topic(name)
-                for partition in topic.partitions
-            )
-            self._refreshed_at = now
+            self._refresh(now)
         return self._partitions
+
+    def partition_count(self, topic: str, *, refresh: bool = True) -> int | None:
+        """Partitions of ``topic`` on the broker, ``None`` when it does not exist. An unknown
+        topic re-reads metadata first (``refresh``), at most once per second, so a topic
+        created after the last periodic refresh is found and a flood of made-up names costs
+        one request per second."""
+        count = self._topics.get(topic)
+        if count is None and refresh:
+            now = time.monotonic()
+            stale = self._refreshed_at is None or now - self._refreshed_at >= _MIN_FORCED_REFRESH_S
+            if stale:
+                self._refresh(now)
+                count = self._topics.get(topic)
+        return count
+
+    def _refresh(self, now: float) -> None:
+        with self._lock:
+            if self._refreshed_at is not None and now < self._refreshed_at:
+                return  # another thread refreshed while we waited for the lock
+            metadata = self._admin.list_topics(timeout=self._timeout_s)
+            topics = {
+                name: len(topic.partitions)
+                for name, topic in metadata.topics.items()
+                if topic.error is None
+            }
+            watched = sorted(
+                (name, partition)
+                for name, count in topics.items()
+                if not name.startswith("__") and self._include_topic(name)
+                for partition in range(count)
+            )
+            limit = self._max_partitions
+            if limit is not None and len(watched) > limit:
+                if not self._truncation_logged:
+                    self._truncation_logged = True
+                    logger.warning(
+                        "%d partitions match the topic filter; watching the first %d "
+                        "(max_tracked_partitions)",
+                        len(watched),
+                        limit,
+                    )
+                watched = watched[:limit]
+            self._topics, self._partitions = topics, watched  # each one atomic store
+            self._refreshed_at = time.monotonic()
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Log end offset of each partition."""
@@ -88,7 +153,7 @@ class BrokerWatch:
                     offset = msg.offset() or 0
                     if offset >= ranges[key][1] - 1:
                         pending.discard(key)
-                    if offset < ranges[key][1] and not is_control_record(msg):
+                    if offset < ranges[key][1] and not has_control_header(msg.headers()):
                         current, timestamp_ms = found[key], msg.timestamp()[1]
                         found[key] = timestamp_ms if current is None else max(current, timestamp_ms)
         finally:
@@ -98,6 +163,41 @@ class BrokerWatch:
                 found[key] = -1
         return found
 
+    def tails(
+        self, ends: dict[TopicPartition, int], window: int
+    ) -> dict[TopicPartition, PartitionTail]:
+        """Read the last ``window`` records below each partition's end offset: where its last
+        data record is and how many control records followed it. Partitions of which nothing
+        could be read (all deleted, only transaction markers, or not in time) are left out."""
+        records: dict[TopicPartition, list[tuple[int, bool, int]]] = {key: [] for key in ends}
+        if not ends:
+            return {}
+        consumer = self._reader()
+        consumer.assign(
+            [KafkaTopicPartition(t, p, max(0, end - window)) for (t, p), end in ends.items()]
+        )
+        pending = {key for key, end in ends.items() if end > 0}
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            while pending and time.monotonic() < deadline:
+                for msg in consumer.consume(500, timeout=0.2):
+                    key = (msg.topic() or "", msg.partition() or 0)
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            raise KafkaException(error)
+                        pending.discard(key)
+                        continue
+                    offset = msg.offset() or 0
+                    if offset >= ends[key] - 1:
+                        pending.discard(key)
+                    if offset < ends[key]:
+                        control = has_control_header(msg.headers())
+                        records[key].append((offset, control, msg.timestamp()[1]))
+        finally:
+            consumer.unassign()
+        return {key: tail for key, read in records.items() if (tail := _tail(read)) is not None}
+
     def _reader(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer(
@@ -106,6 +206,7 @@ class BrokerWatch:
                     "group.id": "progress-control-sidecar",  # never joins: assign() only
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",  # below the log start: read from it
                     "fetch.wait.max.ms": 10,
                 }
             )
@@ -124,3 +225,18 @@ class BrokerWatch:
             ((tp.topic, tp.partition), future.result(timeout=self._timeout_s))
             for tp, future in futures.items()
         ]
+
+
+def _tail(read: list[tuple[int, bool, int]]) -> PartitionTail | None:
+    """Summarise ``(offset, is control record, timestamp)`` in offset order."""
+    if not read:
+        return None
+    data = [i for i, (_offset, control, _ts) in enumerate(read) if not control]
+    after = read[data[-1] + 1 :] if data else read
+    return PartitionTail(
+        first_offset=read[0][0],
+        data_offset=read[data[-1]][0] if data else None,
+        data_timestamp_ms=read[data[-1]][2] if data else None,
+        controls_after=len(after),
+        first_control_timestamp_ms=after[0][2] if after else None,
+    )

@@ -646,3 +646,88 @@ def test_offsets_grow_by_at_least_the_backoff(schedule: TickSchedule, tick: int)
     assert previous is not None
     assert current - previous >= schedule.backoff_ms - 1e-3
     assert current - previous == pytest.approx(schedule.spacing_ms(tick), rel=1e-6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedule=schedules(), elapsed_ms=st.floats(0, 1e12) | st.integers(0, 10_000_000))
+def test_ticks_due_by_counts_the_offsets_passed(schedule: TickSchedule, elapsed_ms: float) -> None:
+    offsets = planned_offsets_ms(schedule)
+    assert schedule.ticks_due_by(elapsed_ms) == sum(1 for o in offsets if o <= elapsed_ms)
+    for offset in offsets:  # exactly at a tick's offset, that tick is due
+        assert schedule.ticks_due_by(offset) == sum(1 for o in offsets if o <= offset)
+
+
+def test_ticks_due_by_an_idle_of_years_does_not_loop_per_tick() -> None:
+    fixed = TickSchedule(1, 1, max_records=None, end_ms=10**12)
+    assert fixed.ticks_due_by(3e16) == 10**12
+    exponential = TickSchedule(1, 1, exponential=True, multiplier=1.00001, max_records=10**9)
+    tick = 10**6
+    assert exponential.ticks_due_by(exponential.offset_ms(tick) or 0) == tick + 1
+
+
+# --- PartitionActivity.resume: a restarted sidecar continues each partition's schedule ----------
+
+RESUME_SCHEDULE = TickSchedule(10_000, 1_000, exponential=True, multiplier=2.0, max_records=10)
+"""The defaults: ticks 10, 11, 13, 17, 25, 41, 73, 137, 265, 521 s after the last data."""
+
+
+def resumed(idle_s: float, ticks_seen: int = 0) -> Driver:
+    driver = Driver(RESUME_SCHEDULE)
+    ack = driver.clock.now - idle_s
+    deadline = driver.activity.resume("t", 0, YEAR_2001_MS, ack, ticks_seen)
+    assert deadline == driver.clock.now
+    driver.acks[("t", 0)] = [(ack, YEAR_2001_MS)]
+    driver.run_until(driver.clock.now + 1_000)
+    return driver
+
+
+@pytest.mark.parametrize("idle_s", [522.0, 3_600.0, 7 * 86_400.0])
+@pytest.mark.parametrize("ticks_seen", [0, 3, 10, 64])
+def test_a_partition_idle_past_its_schedule_gets_no_tick(idle_s: float, ticks_seen: int) -> None:
+    driver = resumed(idle_s, ticks_seen)
+    assert driver.emitted == []
+    assert driver.activity.ticks_sent(("t", 0)) == max(10, ticks_seen)
+
+
+def test_a_partition_mid_schedule_continues_at_its_planned_times() -> None:
+    # Idle 30 s with ticks 0..4 on the partition (the last one at 25 s): tick 5 at 41 s, ...
+    driver = resumed(30.0, ticks_seen=5)
+    ack = driver.acks[("t", 0)][0][0]
+    assert [e.tick.tick for e in driver.emitted] == [5, 6, 7, 8, 9]
+    assert [e.at - ack for e in driver.emitted] == pytest.approx([41, 73, 137, 265, 521])
+    assert {e.tick.last_data_timestamp_ms for e in driver.emitted} == {YEAR_2001_MS}
+
+
+def test_ticks_due_while_no_one_looked_are_one_catch_up_tick() -> None:
+    # Idle 30 s, no tick on the partition (a new sidecar): tick 4 (due at 25 s) now, not 0..4.
+    driver = resumed(30.0, ticks_seen=0)
+    ack = driver.acks[("t", 0)][0][0]
+    assert [e.tick.tick for e in driver.emitted] == [4, 5, 6, 7, 8, 9]
+    assert driver.emitted[0].at - ack == pytest.approx(30.0)
+    # Then the schedule's spacing from that tick (16 s before tick 5, 32 s before tick 6, ...).
+    assert [e.at - ack for e in driver.emitted[1:]] == pytest.approx([46, 78, 142, 270, 526])
+
+
+def test_more_ticks_seen_than_due_are_not_repeated() -> None:
+    driver = resumed(12.0, ticks_seen=4)  # another replica ran ahead: continue after them
+    assert [e.tick.tick for e in driver.emitted] == [4, 5, 6, 7, 8, 9]
+
+
+def test_a_fresh_idle_period_resumes_as_a_whole_schedule() -> None:
+    driver = resumed(1.0)
+    ack = driver.acks[("t", 0)][0][0]
+    assert [e.tick.tick for e in driver.emitted] == list(range(10))
+    assert driver.emitted[0].at - ack == pytest.approx(10.0)
+
+
+def test_resume_leaves_tracked_and_excluded_partitions_alone() -> None:
+    activity = PartitionActivity(
+        RESUME_SCHEDULE, include_topic=lambda t: t != "x", clock=FakeClock()
+    )
+    assert activity.resume("x", 0, 0, 0.0) is None
+    assert ("x", 0) not in activity.latest
+    activity.record_data_ack("t", 0, 5, 1_000.0)
+    assert activity.resume("t", 0, 0, 0.0, 3) is None
+    assert activity.latest[("t", 0)] == (5, 1_000.0)
+    assert activity.ticks_sent(("t", 0)) == 0
+    assert activity.ticks_sent(("t", 1)) is None

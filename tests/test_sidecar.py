@@ -85,16 +85,18 @@ def test_broker_watch_ticks_exactly_the_idle_partitions(
 ) -> None:
     topic = create_topic("watch", partitions=4)
     reader = reader_for(topic, 4)
-    first = PlainProducer({"bootstrap.servers": kafka_bootstrap})
-    for partition in (2, 3):
-        first.produce(topic, b"first", b"k", partition=partition)
-    first.flush(10)
     stop_writing = keep_writing(kafka_bootstrap, topic, (0, 1))
     try:
         settings = sidecar_settings(  # start.ms well above any stall of the busy writer
             kafka_bootstrap, **{"topics.include": topic, "source.id": "watcher", "start.ms": 1500}
         )
         with ProgressControlSidecar(settings) as sidecar:
+            # Data after the sidecar's first look: a new idle period, seen as it starts.
+            wait_for(sidecar.is_ready, message="the sidecar's first look at the broker")
+            first = PlainProducer({"bootstrap.servers": kafka_bootstrap})
+            for partition in (2, 3):
+                first.produce(topic, b"first", b"k", partition=partition)
+            first.flush(10)
             wait_for(
                 lambda: ticks_by_partition(reader.ticks()) == {2: 3, 3: 3},
                 timeout_s=30,
@@ -157,11 +159,8 @@ def test_three_replicas_send_about_as_many_ticks_as_one(
     def run(replicas: int) -> int:
         topic = create_topic("replicas", partitions=4)
         reader = reader_for(topic, 4)
-        producer = PlainProducer({"bootstrap.servers": kafka_bootstrap})
-        for partition in range(4):
-            producer.produce(topic, b"v", b"k", partition=partition)
-        producer.flush(10)
         with ExitStack() as stack:
+            sidecars = []
             for replica in range(replicas):
                 # Replicas draw a random jitter; here they are spread deterministically (300 ms
                 # apart) so the test does not depend on the draw.
@@ -169,7 +168,13 @@ def test_three_replicas_send_about_as_many_ticks_as_one(
                     kafka_bootstrap,
                     **{"topics.include": topic, "start.ms": 600 + 300 * replica},
                 )
-                stack.enter_context(ProgressControlSidecar(settings))
+                sidecars.append(stack.enter_context(ProgressControlSidecar(settings)))
+            # The data comes once every replica has looked: all see its idle period start.
+            wait_for(lambda: all(s.is_ready() for s in sidecars), message="replicas ready")
+            producer = PlainProducer({"bootstrap.servers": kafka_bootstrap})
+            for partition in range(4):
+                producer.produce(topic, b"v", b"k", partition=partition)
+            producer.flush(10)
             wait_for(lambda: len(reader.ticks()) >= 12, timeout_s=30, message="ticks")
             reader.read(quiet_s=2.0)  # every replica's schedule is over by now
         return len(reader.ticks())
