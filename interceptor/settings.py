@@ -56,7 +56,7 @@ DEFAULT_INTERNAL_TOPICS: tuple[str, ...] = (
     r".*\.internal",  # MirrorMaker 2: mm2-offsets.<alias>.internal, <alias>.checkpoints.internal
     r".*-changelog",  # Kafka Streams, Faust and our runtime's state store changelogs
     r".*-repartition",  # Kafka Streams and our runtime's repartition topics
-    r".*-subscription-(registration|response)-topic",  # Kafka Streams foreign-key joins
+    r".*-SUBSCRIPTION-(REGISTRATION|RESPONSE)-[0-9]+-topic",  # Kafka Streams foreign-key joins
     r"(changelog|repartition)__.*",  # Quix Streams
     r".*ksql_processing_log",  # ksqlDB
     r".*-membership",  # our runtime's membership topic

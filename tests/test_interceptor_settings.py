@@ -33,6 +33,7 @@ from interceptor.schedule import TickSchedule
 from interceptor.settings import InterceptorSettings, Mode, TopicFilter, split_config
 from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
 from progress_control.settings import ConfigurationError
+from progress_control.trust import SigningKey
 
 
 @pytest.fixture(autouse=True)
@@ -855,3 +856,151 @@ def test_report_sender_without_a_listener_does_not_raise() -> None:
             sender.send()
     finally:
         sender.close()
+
+
+# --- signing key ---------------------------------------------------------------------------------
+
+SECRET = "s3cret-of-at-least-16-bytes"  # noqa: S105 - a test value
+
+
+def test_no_signing_key_by_default() -> None:
+    assert InterceptorSettings.from_config({}).signing_key is None
+
+
+def test_signing_key_from_config_keys() -> None:
+    s = InterceptorSettings.from_config(
+        {"progress.control.signing.key.id": "k1", "progress.control.signing.key.secret": SECRET}
+    )
+    assert s.signing_key == SigningKey("k1", SECRET.encode())
+    assert SECRET not in repr(s)
+    assert SECRET not in repr(s.signing_key)
+    assert SECRET not in str(s.model_dump())
+
+
+def test_signing_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROGRESS_CONTROL_SIGNING_KEY_ID", "k2")
+    monkeypatch.setenv("PROGRESS_CONTROL_SIGNING_KEY_SECRET", SECRET)
+    assert InterceptorSettings.from_config({}).signing_key == SigningKey("k2", SECRET.encode())
+
+
+def test_signing_secret_from_a_file_without_its_newline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    secret_file = tmp_path / "signing-secret"
+    secret_file.write_text(SECRET + "\n")
+    monkeypatch.setenv("PROGRESS_CONTROL_SIGNING_KEY_FILE", str(secret_file))
+    s = InterceptorSettings.from_config({"progress.control.signing.key.id": "k3"})
+    assert s.signing_key == SigningKey("k3", SECRET.encode())
+
+
+@pytest.mark.parametrize(
+    ("config", "names"),
+    [
+        (
+            {
+                "progress.control.signing.key.id": "k",
+                "progress.control.signing.key.secret": "x" * 15,
+            },
+            ["progress.control.signing.key.secret", "at least 16 bytes"],
+        ),
+        (
+            {"progress.control.signing.key.secret": SECRET},
+            ["progress.control.signing.key.id", "PROGRESS_CONTROL_SIGNING_KEY_ID"],
+        ),
+        (
+            {"progress.control.signing.key.id": "k"},
+            ["progress.control.signing.key.secret", "progress.control.signing.key.file"],
+        ),
+        (
+            {"progress.control.signing.key.id": "k", "progress.control.signing.key.file": "/nope"},
+            ["progress.control.signing.key.file", "PROGRESS_CONTROL_SIGNING_KEY_FILE", "/nope"],
+        ),
+        (
+            {
+                "progress.control.signing.key.id": "k" * 256,
+                "progress.control.signing.key.secret": SECRET,
+            },
+            ["progress.control.signing.key.id", "PROGRESS_CONTROL_SIGNING_KEY_ID"],
+        ),
+    ],
+)
+def test_invalid_signing_settings_fail_naming_the_setting_never_the_secret(
+    config: dict[str, Any], names: list[str]
+) -> None:
+    message = _error(config)
+    for name in names:
+        assert name in message
+    assert SECRET not in message
+    assert "x" * 15 not in message
+
+
+def test_a_secret_and_a_secret_file_are_ambiguous(tmp_path: Path) -> None:
+    (tmp_path / "s").write_text(SECRET)
+    message = _error(
+        {
+            "progress.control.signing.key.id": "k",
+            "progress.control.signing.key.secret": SECRET,
+            "progress.control.signing.key.file": str(tmp_path / "s"),
+        }
+    )
+    assert "not both" in message
+    assert SECRET not in message
+
+
+# --- internal topics -----------------------------------------------------------------------------
+
+INTERNAL = [
+    "__consumer_offsets",
+    "__transaction_state",
+    "_schemas",
+    "_confluent-metrics",
+    "_confluent-ksql-default__command_topic",
+    "connect-offsets",
+    "connect-configs",
+    "connect-status",
+    "connect-cluster-offsets",
+    "docker-connect-status",
+    "mm2-offsets.source.internal",
+    "source.checkpoints.internal",
+    "orders-app-counts-store-changelog",
+    "orders-app-KSTREAM-AGGREGATE-0000000003-repartition",
+    "orders-app-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000006-topic",
+    "orders-app-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000008-topic",
+    "changelog__group--topic--store",
+    "repartition__group--topic--op",
+    "default_ksql_processing_log",
+    "sessions-app-membership",
+    "sessions-app-dlq",
+]
+DATA = ["clicks", "orders", "connect-events", "changelogs", "schemas", "payments.internal.v2"]
+
+
+def test_internal_and_system_topics_are_excluded_by_default() -> None:
+    accept = InterceptorSettings.from_config({}).topic_filter()
+    assert [t for t in INTERNAL if accept(t)] == []
+    assert [t for t in DATA if accept(t)] == DATA
+
+
+def test_the_internal_list_can_be_replaced_but_kafka_topics_stay_excluded() -> None:
+    s = InterceptorSettings.from_config({"progress.control.topics.internal": "orders"})
+    accept = s.topic_filter()
+    assert not accept("orders")
+    assert accept("orders-app-counts-store-changelog")
+    assert not accept("__consumer_offsets")
+    everything = InterceptorSettings.from_config({"progress.control.topics.internal": ""})
+    assert everything.topics_internal == ()
+    assert everything.topic_filter()("_schemas")
+    assert not everything.topic_filter()("__transaction_state")
+
+
+def test_include_cannot_reopen_an_internal_topic() -> None:
+    s = InterceptorSettings.from_config({"progress.control.topics.include": ".*-changelog"})
+    assert not s.topic_filter()("app-store-changelog")
+
+
+def test_topic_filter_cache_is_bounded() -> None:
+    accept = TopicFilter((), ("x.*",))
+    for n in range(100_100):
+        accept(f"t{n}")
+    assert len(accept._decided) <= 100_000
+    assert accept("t100099")
