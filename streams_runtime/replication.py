@@ -586,6 +586,10 @@ class Replicator:
                     self._security.reject_membership(instance, verdict.reason)
                     continue
                 left_ms = verdict.left_ms
+            if instance == self.instance_id:
+                # Its own state is known first-hand (publish puts it in the view); the records
+                # read back are older than that by the time they arrive.
+                continue
             if value is None:
                 if not self.view.update(instance, None, left_ms):
                     self._security.reject_membership(instance, "replayed", "an older leave")

@@ -5,33 +5,65 @@ three-instance failover (SIGKILL the active while a client keeps querying) is a 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
+import http.client
 import json
+import shutil
 import socket
+import ssl
+import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from progress_control.settings import ConfigurationError, load_settings
 from streams_runtime import App, StreamsBuilder
 from streams_runtime.murmur2 import murmur2, partition_for_key, to_positive
-from streams_runtime.queries import InvalidKeyError, NotAvailableError, UnknownStoreError
+from streams_runtime.queries import (
+    InvalidKeyError,
+    NotAvailableError,
+    QueryError,
+    UnknownStoreError,
+)
+from streams_runtime.query_security import (
+    LEFT_MS_HEADER,
+    MAC_HEADER,
+    MembershipAuthenticator,
+    MembershipVerdict,
+    is_loopback_host,
+    membership_key,
+    query_token,
+)
 from streams_runtime.replication import (
     LagInfo,
     MemberInfo,
+    MembershipView,
     StorePartition,
     rendezvous_standbys,
     standby_placement,
 )
 from streams_runtime.serdes import Integer, String
+from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import changelog_topic
 from tests.helpers import unique_name, wait_for
 
 TOKEN = "s3cret"  # noqa: S105 - a test token
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+# What the instances derive from the token without a membership_secret (a test of the forgery
+# check signs a record with it, as an insider holding the token could).
+TOKEN_MEMBERSHIP_KEY = hmac.new(
+    TOKEN.encode(), b"progress-control/membership-key-from-query-token/v1", hashlib.sha256
+).digest()
 
 # -- pure ----------------------------------------------------------------------------------------
 
@@ -166,42 +198,53 @@ def high_watermark(bootstrap: str, topic: str, partition: int) -> int:
         consumer.close()
 
 
-@pytest.fixture
-def two_instances(
-    kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
+@contextlib.contextmanager
+def table_instances(
+    bootstrap: str,
+    create_topic: Callable[..., str],
+    tmp_path: Path,
+    count: int = 2,
+    **settings: Any,
 ) -> Iterator[tuple[list[App], str, str, str]]:
-    """Two in-process instances of a topology with a String-keyed and an Integer-keyed table,
-    one standby per store partition, a query token."""
+    """``count`` in-process instances of a topology with a String-keyed and an Integer-keyed
+    table, one standby per store partition, a query token (``settings`` override)."""
     strings, ints = create_topic("strings", partitions=2), create_topic("ints", partitions=2)
     application_id = unique_name("queries")
+    options: dict[str, Any] = {
+        "application_id": application_id,
+        "bootstrap_servers": bootstrap,
+        "commit_interval_ms": 100,
+        "application_server": "127.0.0.1:0",
+        "num_standby_replicas": 1,
+        "membership_interval_ms": 300,
+        "query_token": TOKEN,
+        "consumer": {"session.timeout.ms": "6000"},
+        **settings,
+    }
     apps = []
-    for n in range(2):
+    for n in range(count):
         builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())
         builder.table(strings, store_name="strings")
         builder.table(ints, key_serde=Integer(), store_name="ints")
-        apps.append(
-            App(
-                builder,
-                application_id=application_id,
-                bootstrap_servers=kafka_bootstrap,
-                state_dir=tmp_path / f"state-{n}",
-                commit_interval_ms=100,
-                application_server="127.0.0.1:0",
-                num_standby_replicas=1,
-                membership_interval_ms=300,
-                query_token=TOKEN,
-                consumer={"session.timeout.ms": "6000"},
-            )
-        )
+        apps.append(App(builder, state_dir=tmp_path / f"state-{n}", **options))
     for app in apps:
         app.start()
     try:
         for app in apps:
-            assert app.wait_until("RUNNING", 60)
+            assert app.wait_until("RUNNING", 60), app.error
         yield apps, strings, ints, application_id
     finally:
         for app in apps:
             app.close()
+
+
+@pytest.fixture
+def two_instances(
+    kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
+) -> Iterator[tuple[list[App], str, str, str]]:
+    """Two instances (see :func:`table_instances`)."""
+    with table_instances(kafka_bootstrap, create_topic, tmp_path) as instances:
+        yield instances
 
 
 def all_partitions_placed(apps: list[App]) -> bool:
@@ -357,3 +400,478 @@ def test_bad_queries_get_clean_4xx(two_instances: tuple[list[App], str, str, str
     assert status == 200
     assert body["status"] == "ok"
     assert app.state == "RUNNING"
+
+
+# -- security: authentication, exposure, slow clients, membership, TLS (issue 16) ---------------
+
+
+def test_loopback_hosts() -> None:
+    for host in ("127.0.0.1", "127.5.0.1", "localhost", "LOCALHOST", "::1", "[::1]"):
+        assert is_loopback_host(host), host
+    for host in ("0.0.0.0", "", "::", "10.0.0.5", "example.com", "::ffff:10.0.0.1"):  # noqa: S104
+        assert not is_loopback_host(host), host
+    assert is_loopback_host("::ffff:127.0.0.1")
+
+
+def settings_error(**settings: Any) -> str:
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(RuntimeSettings, application_id="a", bootstrap_servers="b:9092", **settings)
+    return str(caught.value)
+
+
+def test_query_settings_errors_name_the_setting(tmp_path: Path) -> None:
+    message = settings_error(query_token="t", query_token_file=tmp_path / "t")  # noqa: S106
+    assert "query_token_file" in message
+    message = settings_error(membership_secret="too-short")  # noqa: S106
+    assert "membership_secret" in message
+    assert "16 bytes" in message
+    message = settings_error(query_tls_key_file=tmp_path / "key.pem")
+    assert "query_tls_cert_file" in message
+    message = settings_error(query_tls_cert_file=tmp_path / "missing.pem")
+    assert "query_tls_cert_file" in message
+    message = settings_error(query_token_file=tmp_path / "missing")
+    assert "query_token_file" in message
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file\n")
+    settings = load_settings(
+        RuntimeSettings,
+        application_id="a",
+        bootstrap_servers="b:9092",
+        application_server="10.1.2.3:8080",
+        query_token_file=token_file,
+    )
+    assert query_token(settings) == "from-a-file"
+    assert membership_key(settings) not in {None, b"from-a-file"}  # derived, not the token
+    own = load_settings(
+        RuntimeSettings, application_id="a", bootstrap_servers="b:9092", membership_secret="x" * 16
+    )
+    assert membership_key(own) == b"x" * 16
+    assert "x" * 16 not in repr(own)  # a SecretStr
+
+
+def test_membership_records_are_authenticated() -> None:
+    auth = MembershipAuthenticator(b"k" * 16, "app-membership")
+    key, value = b"i1", MemberInfo("i1", "h:1", 1000, 1000, active={"s": (0,)}).to_json()
+    headers = auth.headers(key, value)
+    assert auth.verify(key, value, headers).reason is None
+    assert auth.verify(key, value, dict(headers)).reason is None
+    # Any change to the value, the key, the topic or the secret breaks it.
+    assert auth.verify(key, value.replace(b"h:1", b"h:2"), headers).reason == "bad-signature"
+    assert auth.verify(b"i2", value, headers).reason == "bad-signature"
+    other_app = MembershipAuthenticator(b"k" * 16, "other-membership")
+    assert other_app.verify(key, value, headers).reason == "bad-signature"
+    assert MembershipAuthenticator(b"x" * 16, "app-membership").verify(
+        key, value, headers
+    ) == MembershipVerdict("bad-signature")
+    assert auth.verify(key, value, None).reason == "unsigned"
+    assert auth.verify(key, value, [(MAC_HEADER, b"zz")]).reason == "bad-signature"
+    assert auth.verify(key, value, headers + headers).reason == "unsigned"  # ambiguous
+    # Tombstones sign the time of the leave.
+    tomb = auth.headers(key, None, 5000)
+    assert auth.verify(key, None, tomb) == MembershipVerdict(None, 5000)
+    moved = [(k, b"9000" if k == LEFT_MS_HEADER else v) for k, v in tomb]
+    assert auth.verify(key, None, moved).reason == "bad-signature"
+    assert auth.verify(key, None, tomb[:1]).reason == "bad-signature"
+    assert auth.verify(key, value, tomb).reason == "bad-signature"
+
+
+def test_membership_view_refuses_older_records() -> None:
+    view = MembershipView()
+    new, old = MemberInfo("i1", "h:1", 2000, 1000), MemberInfo("i1", "h:9", 1000, 1000)
+    assert view.update("i1", new)
+    assert not view.update("i1", old)  # a replay of an earlier (valid) record
+    assert view.members()["i1"] == new
+    assert not view.update("i1", None, left_ms=1500)  # an older leave
+    assert "i1" in view.members()
+    assert view.update("i1", None, left_ms=2500)
+    assert view.members() == {}
+
+
+@pytest.mark.broker
+def test_non_loopback_bind_needs_a_token_or_an_explicit_opt_out(
+    kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = create_topic("exposed")
+
+    def app(**settings: Any) -> App:
+        builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())
+        builder.table(topic, store_name="t")
+        return App(
+            builder,
+            application_id=unique_name("exposed"),
+            bootstrap_servers=kafka_bootstrap,
+            state_dir=tmp_path / unique_name("state"),
+            **settings,
+        )
+
+    for settings in (
+        {"application_server": "0.0.0.0:0"},
+        {"application_server": "127.0.0.1:0", "query_bind_host": "0.0.0.0"},  # noqa: S104
+        {"application_server": "10.0.0.5:0"},
+    ):
+        with pytest.raises(ConfigurationError) as caught:
+            app(**settings)
+        message = str(caught.value)
+        assert "query_token" in message, message
+        assert "PROGRESS_CONTROL_RUNTIME_QUERY_TOKEN" in message
+        assert "query_allow_unauthenticated" in message
+    # With a token, or the explicit opt-out, it starts and serves on every interface.
+    opened: list[tuple[dict[str, Any], str | None]] = [
+        ({"query_token": TOKEN}, TOKEN),
+        ({"query_allow_unauthenticated": True}, None),
+    ]
+    for options, token in opened:
+        running = app(application_server="0.0.0.0:0", **options)
+        running.start()
+        try:
+            assert running.wait_until("RUNNING", 60), running.error
+            assert running.query_endpoint is not None
+            port = running.query_endpoint.rsplit(":", 1)[1]
+            url = f"http://127.0.0.1:{port}/stores/t/keys/nope"
+            # 503 until the task is assigned; then "not found" is the answer.
+            wait_for(lambda: http_get(url, token)[0] == 404, timeout_s=60, message="an answer")  # noqa: B023
+            assert http_get(url, token)[1]["found"] is False
+            if token is not None:
+                assert http_get(f"http://127.0.0.1:{port}/stores/t/keys/nope", None)[0] == 401
+        finally:
+            running.close()
+
+
+@pytest.mark.broker
+def test_unauthenticated_and_wrong_token_reads_are_refused(
+    two_instances: tuple[list[App], str, str, str], kafka_bootstrap: str
+) -> None:
+    apps, strings, _ints, _ = two_instances
+    produce_table(kafka_bootstrap, strings, {"k1": "v1"}, String())
+    app = apps[0]
+    base = f"http://{app.query_endpoint}"
+    wait_for(
+        lambda: http_get(f"{base}/stores/strings/keys/k1")[0] == 200,
+        timeout_s=60,
+        message="k1 answered with the token",
+    )
+    for path in ("/stores/strings/keys/k1", "/metadata/strings/k1", "/lags"):
+        for token in (None, "wrong", TOKEN + "x", TOKEN[:-1], ""):
+            status, body = http_get(base + path, token)
+            assert (status, body["error"]) == (401, "Unauthorized"), (path, token)
+            assert "v1" not in json.dumps(body)
+    # Other schemes and a token without a scheme are refused too.
+    for header in (f"Basic {TOKEN}", TOKEN, f"Bearer{TOKEN}"):
+        request = urllib.request.Request(f"{base}/stores/strings/keys/k1")  # noqa: S310
+        request.add_header("Authorization", header)
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=10)  # noqa: S310
+        assert caught.value.code == 401
+        assert caught.value.headers["WWW-Authenticate"] == "Bearer"
+    assert app.metrics.total("streams_query_unauthorized") >= 18
+    # Liveness needs no token and tells nothing; with it, the instance.
+    assert http_get(f"{base}/health", None) == (200, {"status": "ok"})
+    assert http_get(f"{base}/health")[1]["instance_id"] == app.instance_id
+    status, body = http_get(f"{base}/stores/strings/keys/k1", f"{TOKEN}  ")  # spaces are trimmed
+    assert (status, body["value"]) == (200, "v1")
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(4096, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+
+
+@pytest.mark.broker
+def test_idle_and_slow_connections_do_not_starve_queries(
+    kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """200 connections that never finish a request (100 silent, 100 sending half a header)
+    against a server with 2 workers and a cap of 64 connections: a real query is answered,
+    the cap holds, and every idle connection is closed after the request timeout."""
+    with table_instances(
+        kafka_bootstrap,
+        create_topic,
+        tmp_path,
+        count=1,
+        num_standby_replicas=0,
+        query_workers=2,
+        query_max_connections=64,
+        query_request_timeout_ms=5000,
+    ) as (apps, strings, _ints, _):
+        app = apps[0]
+        produce_table(kafka_bootstrap, strings, {"k1": "v1"}, String())
+        url = f"http://{app.query_endpoint}/stores/strings/keys/k1"
+        wait_for(lambda: http_get(url)[0] == 200, timeout_s=60, message="k1 answered")
+        host, port = str(app.query_endpoint).rsplit(":", 1)
+        idle: list[socket.socket] = []
+        try:
+            for n in range(200):
+                sock = socket.create_connection((host, int(port)), timeout=10)
+                if n % 2:
+                    sock.sendall(b"GET /stores/strings/keys/k1 HTTP/1.1\r\nHost: x\r\n")
+                idle.append(sock)
+
+            def connections() -> float:
+                return app.metrics.registry.get_sample_value("streams_query_connections") or 0
+
+            # The server is full of idle connections (and held the cap)...
+            wait_for(lambda: connections() == 64, timeout_s=30, message="64 open connections")
+            # ... and still answers, promptly, over a new connection.
+            status, body = http_get(url)  # a 5 s client timeout
+            assert (status, body["value"], body["served_by"]) == (200, "v1", "active")
+            assert connections() <= 64
+            evicted = app.metrics.total("streams_query_connections_closed", reason="evicted")
+            assert evicted >= 200 - 64
+            # Keep-alive: two requests on one connection, as HTTP/1.1 clients send them.
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            for _ in range(2):
+                conn.request("GET", "/stores/strings/keys/k1", headers=AUTH)
+                response = conn.getresponse()
+                assert (response.status, json.loads(response.read())["value"]) == (200, "v1")
+            conn.close()
+            # Connections that never complete a request are closed by the server.
+            wait_for(
+                lambda: all(_closed_by_server(s) for s in idle),
+                timeout_s=60,
+                interval_s=0.5,
+                message="idle connections closed by the server",
+            )
+            assert app.metrics.total("streams_query_connections_closed", reason="timeout") >= 1
+            assert http_get(url)[0] == 200
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+class _Listener:
+    """A tiny HTTP server posing as a forged member: records every request it gets."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                listener.requests.append(f"{self.path} {self.headers.get('Authorization')}")
+                data = b'{"error": "Forged", "message": "forged member"}'
+                self.send_response(503)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _forged(instance_id: str, endpoint: str, partitions: int = 2) -> bytes:
+    every = {"strings": tuple(range(partitions)), "ints": tuple(range(partitions))}
+    now = int(time.time() * 1000)
+    # Live for an hour, heartbeat ahead of any real one: if believed, it would win.
+    return MemberInfo(instance_id, endpoint, now + 600_000, 3_600_000, active=every).to_json()
+
+
+@pytest.mark.broker
+def test_forged_members_are_ignored_and_never_get_queries(  # noqa: PLR0915 - one scenario
+    two_instances: tuple[list[App], str, str, str], kafka_bootstrap: str
+) -> None:
+    apps, strings, _ints, application_id = two_instances
+    rows = {f"k{i}": f"v{i}" for i in range(20)}
+    produce_table(kafka_bootstrap, strings, rows, String())
+    wait_for(lambda: all_partitions_placed(apps), timeout_s=60, message="actives and standbys")
+    wait_for(
+        lambda: all(apps[0].get("strings", k).found for k in rows),
+        timeout_s=60,
+        message="every row readable",
+    )
+    topic = f"{application_id}-membership"
+    attacker = _Listener()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    try:
+        victim = apps[1].instance_id
+        wrong = MembershipAuthenticator(b"not-the-shared-secret", topic)
+        forged = [
+            # A new member claiming every partition, unsigned; one sorting first, signed with
+            # another key; and the real second instance's id moved to the attacker's host.
+            (b"0-forged", _forged("0-forged", attacker.endpoint), None),
+            (b"00-forged", _forged("00-forged", attacker.endpoint), "wrong-key"),
+            (victim.encode(), _forged(victim, attacker.endpoint), None),
+            (victim.encode(), None, None),  # an unsigned tombstone of a real member
+        ]
+        for record_key, record_value, signer in forged:
+            headers = wrong.headers(record_key, record_value, 0) if signer else None
+            producer.produce(topic, key=record_key, value=record_value, headers=headers)
+        producer.flush(30)
+
+        def rejected(app: App, reason: str) -> float:
+            return app.metrics.total("streams_membership_records_rejected", reason=reason)
+
+        wait_for(
+            lambda: all(
+                rejected(app, "unsigned") == 3 and rejected(app, "bad-signature") == 1
+                for app in apps
+            ),
+            timeout_s=30,
+            message="forged records read and rejected by both instances",
+        )
+        for app in apps:
+            assert app.metrics.total("streams_membership_records_rejected") == len(forged)
+            assert app.queries is not None
+            assert set(app.queries._members()) == {a.instance_id for a in apps}
+        # Every key, through either instance, is answered by the real instances; metadata never
+        # names the attacker; and the attacker never hears a thing.
+        for app in apps:
+            for key, value in rows.items():
+                result = app.get("strings", key)
+                assert (result.value, result.served_by) == (value, "active")
+                assert result.instance_id in {a.instance_id for a in apps}
+                meta = app.query_metadata_for_key("strings", key)
+                assert attacker.endpoint not in [meta.active_host, *meta.standby_hosts]
+            status, body = http_get(f"http://{app.query_endpoint}/stores/strings/keys/k3")
+            assert (status, body["value"]) == (200, "v3")
+        assert attacker.requests == []
+        # A replayed valid record (the victim's first one, headers and all) is refused: it is
+        # older than the record held.
+        reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_name("replay")})
+        try:
+            reader.assign([TopicPartition(topic, 0, 0)])
+            first = wait_for(
+                lambda: next(
+                    (
+                        m
+                        for m in reader.consume(100, 1)
+                        if m.error() is None and m.key() == victim.encode() and m.value()
+                    ),
+                    None,
+                ),
+                timeout_s=30,
+                message="the victim's first membership record",
+            )
+        finally:
+            reader.close()
+        producer.produce(topic, key=first.key(), value=first.value(), headers=first.headers())
+        producer.flush(30)
+        wait_for(
+            lambda: (
+                apps[0].metrics.total("streams_membership_records_rejected", reason="replayed") >= 1
+            ),
+            timeout_s=30,
+            message="the replayed record refused",
+        )
+        assert attacker.requests == []
+        # Control: a record signed with the shared secret *is* believed, so the attacker would
+        # get forwarded queries (with the token) if the check were not there.
+        real = MembershipAuthenticator(TOKEN_MEMBERSHIP_KEY, topic)
+        signed = _forged(victim, attacker.endpoint)
+        producer.produce(
+            topic, key=victim.encode(), value=signed, headers=real.headers(victim.encode(), signed)
+        )
+        producer.flush(30)
+        routed = next(
+            key
+            for key in rows
+            if apps[0].query_metadata_for_key("strings", key).active_host != apps[0].query_endpoint
+        )
+
+        def forwarded_to_attacker() -> bool:
+            with contextlib.suppress(QueryError):
+                apps[0].get("strings", routed)
+            return bool(attacker.requests)
+
+        wait_for(forwarded_to_attacker, timeout_s=30, message="a signed forgery believed")
+        assert f"Bearer {TOKEN}" in attacker.requests[0]
+    finally:
+        attacker.close()
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("neither the cryptography package nor the openssl CLI is available")
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.mark.broker
+def test_tls_round_trip_and_forwarding_over_https(
+    kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    cert, key = _self_signed(tmp_path)
+    tls: dict[str, Any] = {
+        "query_tls_cert_file": cert,
+        "query_tls_key_file": key,
+        "query_tls_ca_file": cert,
+    }
+    with table_instances(kafka_bootstrap, create_topic, tmp_path, **tls) as instances:
+        apps, strings, _ints, _ = instances
+        rows = {f"k{i}": f"v{i}" for i in range(20)}
+        produce_table(kafka_bootstrap, strings, rows, String())
+        wait_for(lambda: all_partitions_placed(apps), timeout_s=60, message="actives, standbys")
+        client = ssl.create_default_context(cafile=str(cert))
+
+        def https_get(url: str, token: str | None = TOKEN) -> tuple[int, dict[str, Any]]:
+            request = urllib.request.Request(url)  # noqa: S310 - a local test server
+            if token is not None:
+                request.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(request, timeout=10, context=client) as response:  # noqa: S310
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        def forwarded() -> dict[str, Any] | None:
+            # A key whose active is the other instance, asked here: forwarded over HTTPS.
+            for app in apps:
+                for k, value in rows.items():
+                    meta = app.query_metadata_for_key("strings", k)
+                    if meta.active_host in {None, app.query_endpoint}:
+                        continue
+                    status, body = https_get(
+                        f"https://{app.query_endpoint}/stores/strings/keys/{k}"
+                    )
+                    if status == 200 and body["instance_id"] != app.instance_id:
+                        assert (body["value"], body["served_by"]) == (value, "active")
+                        return body
+            return None
+
+        wait_for(forwarded, timeout_s=60, interval_s=0.3, message="a query forwarded over https")
+        base = f"https://{apps[0].query_endpoint}"
+        assert https_get(f"{base}/stores/strings/keys/k1", None)[0] == 401
+        assert https_get(f"{base}/stores/strings/keys/k1")[1]["value"] == "v1"
+        # Plain HTTP to the TLS port gets no answer; an unverified client is refused by its own
+        # side (the certificate is not in the system's CAs); the server keeps serving.
+        with pytest.raises((OSError, http.client.HTTPException)):
+            http_get(f"http://{apps[0].query_endpoint}/health", None)
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"{base}/health", timeout=10)  # noqa: S310
+        assert apps[0].metrics.total("streams_query_connections_closed", reason="tls") >= 1
+        assert https_get(f"{base}/health", None) == (200, {"status": "ok"})
