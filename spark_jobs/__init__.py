@@ -2,6 +2,10 @@
 
 Control records (see :mod:`progress_control.protocol`) advance the streaming job's watermark and
 are dropped before aggregation, so sessions close after the gap even when no new data arrives.
+They are validated first (:mod:`spark_jobs.trust`, the rules of :mod:`progress_control.trust`);
+one that fails is neither data nor time, only counted and logged. Which ones pass is a
+:class:`progress_control.trust.TrustPolicy` (``StreamConfig.trust``, ``run_batch(trust=...)``),
+read from ``PROGRESS_CONTROL_SPARK_*`` env variables by :func:`load_job_settings`.
 
 Typical use::
 
@@ -30,7 +34,14 @@ from spark_jobs.reconcile import (
 )
 from spark_jobs.session import connector_jars, spark_session
 from spark_jobs.sessionize import Session, collect_sessions, sessionize, sessionize_events
-from spark_jobs.source import KafkaSource, MalformedRecord, parse_records, read_kafka
+from spark_jobs.settings import SparkJobSettings, load_job_settings
+from spark_jobs.source import (
+    KafkaSource,
+    MalformedRecord,
+    RecordCounts,
+    parse_records,
+    read_kafka,
+)
 from spark_jobs.stream import (
     SessionizationStream,
     StreamConfig,
@@ -50,9 +61,11 @@ __all__ = [
     "KafkaSource",
     "MalformedRecord",
     "ReconciliationReport",
+    "RecordCounts",
     "RuntimeSession",
     "Session",
     "SessionizationStream",
+    "SparkJobSettings",
     "StreamConfig",
     "StreamFailedError",
     "StreamMetrics",
@@ -61,6 +74,7 @@ __all__ = [
     "collect_sessions",
     "connector_jars",
     "format_interval",
+    "load_job_settings",
     "parse_duration_ms",
     "parse_instant_ms",
     "parse_records",

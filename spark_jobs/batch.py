@@ -6,22 +6,37 @@ per-partition JSON) or as record timestamps; sessions are computed with the same
 :func:`spark_jobs.sessionize.sessionize_events` as the streaming job, so on the same records they
 are the same rows.
 
+Control records are validated with the streaming job's rules (:mod:`spark_jobs.trust`; the wall
+clock of the future-timestamp check is the query's start): one that fails is neither data nor
+time, counted per reason (:attr:`BatchResult.rejected_control_records`) and logged once per source
+and reason.
+
 A batch sees every session, including those still open at the end of the range. With
 ``closed_only`` it keeps what the streaming job would have emitted after reading the same
-records: sessions whose window end is at or before the final watermark (latest record timestamp,
-control records included, minus the watermark delay).
+records: sessions whose window end is at or before the final watermark (latest timestamp of a
+valid event or accepted control record, minus the watermark delay).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as sf
 
+from progress_control.trust import TrustPolicy
 from spark_jobs.sessionize import sessionize_events
-from spark_jobs.source import KafkaSource, error_rows, parse_records, read_kafka, record_counts
+from spark_jobs.source import (
+    KafkaSource,
+    RecordCounts,
+    error_rows,
+    moves_time,
+    parse_records,
+    read_kafka,
+    record_counts,
+)
+from spark_jobs.trust import RejectionLog, redact_key_material
 
 __all__ = ["BatchRange", "BatchResult", "batch_sessions", "read_range", "run_batch"]
 
@@ -58,6 +73,9 @@ class BatchResult:
     control_records: int
     malformed_records: int
     max_event_time_ms: int | None
+    """Latest timestamp of a valid event or an accepted control record."""
+    rejected_control_records: Mapping[str, int] = field(default_factory=dict)
+    """Control records skipped (neither data nor time) per reason; only reasons that occurred."""
 
 
 def batch_sessions(
@@ -69,21 +87,27 @@ def batch_sessions(
     closed_only: bool = False,
     watermark_delay_ms: int = 0,
     observation: Observation | None = None,
+    trust: TrustPolicy | None = None,
 ) -> DataFrame:
     """Sessions (columns :data:`spark_jobs.sessionize.SESSION_COLUMNS`) of a range of records.
 
-    ``observation``, if given, receives the counts ``data``, ``control``, ``malformed`` and
-    ``max_event_time`` (epoch ms) once an action on the result has run.
+    ``trust`` says which control records count (default: the
+    :class:`~progress_control.trust.TrustPolicy` defaults). ``observation``, if given, receives
+    :func:`spark_jobs.source.record_counts` (read them with
+    :meth:`spark_jobs.source.RecordCounts.from_metrics`) once an action on the result has run.
     """
     if watermark_delay_ms < 0:
         raise ValueError(f"watermark_delay_ms must be >= 0, got {watermark_delay_ms}")
-    parsed = parse_records(read_range(spark, source, records or BatchRange()))
+    if trust is not None and trust.verification_keys:
+        redact_key_material(spark)
+    parsed = parse_records(read_range(spark, source, records or BatchRange()), trust)
     counted = parsed if observation is None else parsed.observe(observation, *record_counts())
     sessions = sessionize_events(counted, gap_ms)
     if not closed_only:
         return sessions
-    # The watermark the stream would end with: control records count, as in the stream.
-    final = parsed.agg(
+    # The watermark the stream would end with: accepted control records count, as in the
+    # stream; skipped ones and malformed records do not.
+    final = parsed.where(moves_time()).agg(
         (sf.unix_micros(sf.max("event_time")) - sf.lit(watermark_delay_ms * 1000)).alias("_wm")
     )
     return (
@@ -103,9 +127,11 @@ def run_batch(
     errors_path: str | None = None,
     closed_only: bool = False,
     watermark_delay_ms: int = 0,
+    trust: TrustPolicy | None = None,
 ) -> BatchResult:
     """Compute the sessions of a range of records and write them to Parquet (overwrite);
-    malformed records to ``errors_path`` (overwrite) when given. Returns the counts."""
+    malformed records to ``errors_path`` (overwrite) when given. Returns the counts; skipped
+    control records are also logged once per source and reason."""
     observation = Observation("batch_records")
     sessions = batch_sessions(
         spark,
@@ -115,24 +141,26 @@ def run_batch(
         closed_only=closed_only,
         watermark_delay_ms=watermark_delay_ms,
         observation=observation,
+        trust=trust,
     )
     written = Observation("batch_sessions")
     sessions.observe(written, sf.count(sf.lit(1)).alias("rows")).write.mode("overwrite").parquet(
         sessions_path
     )
     if errors_path is not None:
-        parsed = parse_records(read_range(spark, source, records or BatchRange()))
+        parsed = parse_records(read_range(spark, source, records or BatchRange()), trust)
         error_rows(parsed).write.mode("overwrite").parquet(errors_path)
-    counts: dict[str, Any] = observation.get
-    max_time = counts.get("max_event_time")
+    counts = RecordCounts.from_metrics(observation.get)
+    RejectionLog("sessionization batch").report(counts.samples)
     return BatchResult(
         sessions_path=sessions_path,
         errors_path=errors_path,
         sessions=int(written.get["rows"]),
-        data_records=int(counts.get("data") or 0),
-        control_records=int(counts.get("control") or 0),
-        malformed_records=int(counts.get("malformed") or 0),
-        max_event_time_ms=None if max_time is None else int(max_time),
+        data_records=counts.data,
+        control_records=counts.control,
+        malformed_records=counts.malformed,
+        max_event_time_ms=counts.max_event_time_ms,
+        rejected_control_records=counts.rejected,
     )
 
 

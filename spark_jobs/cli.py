@@ -1,18 +1,22 @@
 """``python -m spark_jobs stream|batch|reconcile``: the Spark jobs from the command line.
 
 Every option is validated before Spark starts; a bad value names its option
-(``argument --gap: not a duration: '30x' ...``) and exits with status 2.
+(``argument --gap: not a duration: '30x' ...``) and exits with status 2. So are the
+settings read from ``PROGRESS_CONTROL_SPARK_*`` env variables (:mod:`spark_jobs.settings`: which
+control records move time, verification keys): keys never come from the command line.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from progress_control.argtypes import positive_int
+from progress_control.settings import ConfigurationError
 from spark_jobs.durations import parse_duration_ms, parse_instant_ms
+from spark_jobs.settings import load_job_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,6 +29,11 @@ __all__ = ["build_parser", "main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one job; returns the exit status (reconcile: 1 when the sides differ)."""
     args = build_parser().parse_args(argv)
+    try:
+        args.trust = load_job_settings().trust_policy()
+    except ConfigurationError as exc:
+        print(f"python -m spark_jobs: error: {exc}", file=sys.stderr)
+        return 2
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 
@@ -123,6 +132,7 @@ def _stream(args: argparse.Namespace) -> int:
         starting_offsets=args.starting_offsets,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         output_topic=args.output_topic,
+        trust=args.trust,
     )
     job = SessionizationStream(_spark(args, "sessionization-stream"), config).start()
     print(f"streaming: sessions to {config.sessions_location}, errors to {config.errors_location}")
@@ -139,7 +149,8 @@ def _stream(args: argparse.Namespace) -> int:
         job.stop()
     print(
         f"records: {metrics.data_records} data, {metrics.control_records} control, "
-        f"{metrics.malformed_records} malformed; sessions written: {len(job.sessions())}"
+        f"{metrics.malformed_records} malformed; control records skipped: "
+        f"{_skipped(metrics.rejected_control_records)}; sessions written: {len(job.sessions())}"
     )
     return 0
 
@@ -158,11 +169,13 @@ def _batch(args: argparse.Namespace) -> int:
         errors_path=f"{root}/errors",
         closed_only=args.closed_only,
         watermark_delay_ms=args.watermark_delay,
+        trust=args.trust,
     )
     print(
         f"sessions: {result.sessions} -> {result.sessions_path}; records: {result.data_records} "
         f"data, {result.control_records} control, {result.malformed_records} malformed "
-        f"-> {result.errors_path}"
+        f"-> {result.errors_path}; control records skipped: "
+        f"{_skipped(result.rejected_control_records)}"
     )
     return 0
 
@@ -178,9 +191,16 @@ def _reconcile(args: argparse.Namespace) -> int:
         args.gap,
         _range(args),
         grace_ms=args.grace,
+        trust=args.trust,
     )
     print(report.summary())
     return 0 if report.equal else 1
+
+
+def _skipped(rejected: Mapping[str, int]) -> str:
+    if not rejected:
+        return "none"
+    return ", ".join(f"{count} {reason}" for reason, count in sorted(rejected.items()))
 
 
 def _range(args: argparse.Namespace) -> BatchRange:

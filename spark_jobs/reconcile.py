@@ -30,9 +30,10 @@ from typing import Protocol, TypeGuard
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
+from progress_control.trust import TrustPolicy
 from spark_jobs.batch import BatchRange, batch_sessions, read_range
 from spark_jobs.sessionize import collect_sessions
-from spark_jobs.source import KafkaSource, is_control_record
+from spark_jobs.source import KafkaSource, has_control_header
 
 __all__ = [
     "Difference",
@@ -284,7 +285,8 @@ def read_runtime_sessions(
     are not valid sessions. The runtime's control records on the topic are skipped."""
     records = records or BatchRange()
     raw = read_range(spark, source, records)
-    rows = raw.where(~is_control_record(sf.col("headers"))).select("key", "value").collect()
+    # A record with the control header is never data, valid or not.
+    rows = raw.where(~has_control_header(sf.col("headers"))).select("key", "value").collect()
     sessions: list[RuntimeSession] = []
     malformed = 0
     for row in rows:
@@ -306,16 +308,24 @@ def reconcile_topics(
     records: BatchRange | None = None,
     *,
     grace_ms: int = 0,
+    trust: TrustPolicy | None = None,
 ) -> ReconciliationReport:
     """Sessionize the events topic in batch and reconcile with the runtime's sessions topic.
 
     Spark keeps only sessions closed by the end of the range (window end + ``grace_ms`` at or
-    before the latest timestamp, control records included), as the runtime only emits closed
-    sessions. With a time range, runtime sessions starting outside it are ignored.
+    before the latest timestamp, accepted control records included: ``trust``), as the runtime
+    only emits closed sessions. With a time range, runtime sessions starting outside it are
+    ignored.
     """
     computed = collect_sessions(
         batch_sessions(
-            spark, events, gap_ms, records, closed_only=True, watermark_delay_ms=grace_ms
+            spark,
+            events,
+            gap_ms,
+            records,
+            closed_only=True,
+            watermark_delay_ms=grace_ms,
+            trust=trust,
         )
     )
     runtime = read_runtime_sessions(

@@ -2,32 +2,49 @@
 
 :func:`parse_records` turns raw Kafka rows into one row per record with the columns in
 :data:`PARSED_COLUMNS`: control records are recognised by their ``progress-control`` header (and
-only by it), click events are parsed strictly from JSON, and anything else gets an ``error``
-explaining why. Nothing here raises on bad data: a malformed record is a row with an error, so a
-streaming job keeps running and the error can be written out and counted.
+only by it) and validated (:mod:`spark_jobs.trust`), click events are parsed strictly from JSON,
+and anything else gets an ``error`` explaining why. Nothing here raises on bad data: a malformed
+record is a row with an error, a control record that fails validation a row with the reason, so a
+streaming job keeps running and both can be counted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from progress_control.protocol import CONTROL_HEADER
+from progress_control.trust import TrustPolicy
+from spark_jobs.trust import (
+    ACCEPTED,
+    REJECTION_REASONS,
+    RejectionSample,
+    control_source,
+    control_verdict,
+    well_formed_marker,
+)
 
 __all__ = [
     "ERROR_COLUMNS",
+    "MAX_REJECTION_SAMPLES",
     "PARSED_COLUMNS",
     "KafkaSource",
     "MalformedRecord",
+    "RecordCounts",
     "collect_errors",
     "error_rows",
+    "has_control_header",
     "is_control_record",
+    "moves_time",
     "parse_records",
     "read_kafka",
     "record_counts",
+    "rejected_column",
+    "rejection_metric",
     "valid_marker",
 ]
 
@@ -37,20 +54,24 @@ PARSED_COLUMNS = (
     "offset",
     "event_time",
     "is_control",
+    "control",
+    "control_source",
     "user",
     "page",
     "error",
     "key",
     "value",
 )
-"""Columns of :func:`parse_records`. ``event_time`` is the Kafka record timestamp; ``user`` and
-``page`` are set for valid events only; ``error`` is set for malformed records only."""
+"""Columns of :func:`parse_records`. ``event_time`` is the Kafka record timestamp; ``is_control``
+is true for every record carrying a ``progress-control`` header (never data, valid or not);
+``control`` is ``accepted`` for a control record that may move time, else the reason it is skipped
+(:data:`spark_jobs.trust.REJECTION_REASONS`), null for other records; ``control_source`` the
+marker's source id (``?`` when unreadable); ``user`` and ``page`` are set for valid events only;
+``error`` is set for malformed data records only."""
 
 ERROR_COLUMNS = ("topic", "partition", "offset", "event_time", "error", "key", "value")
 """Columns of the errors output (:func:`error_rows`)."""
 
-# Protocol v1 marker: version u8, sequence u64, source-id length u8, then the source id.
-_MARKER_PREFIX_BYTES = 10
 _INTEGER_TYPES = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 
 
@@ -129,16 +150,18 @@ def read_kafka(
     return reader.format("kafka").options(**options).load()
 
 
-def parse_records(raw: DataFrame) -> DataFrame:
-    """Classify raw Kafka rows: control record, valid click event, or malformed (with a reason).
+def parse_records(raw: DataFrame, trust: TrustPolicy | None = None) -> DataFrame:
+    """Classify raw Kafka rows: control record (validated against ``trust``, default
+    :class:`~progress_control.trust.TrustPolicy`), valid click event, or malformed (with a reason).
 
-    A control record has exactly one ``progress-control`` header holding a well-formed v1 (or
-    later) marker, whatever its key and value. A record with a broken marker is not a control
-    record (the same rule as :func:`progress_control.protocol.is_control_record`) and is reported
-    as malformed. A click event's value is a JSON object with string ``user`` and ``page`` and an
-    integer ``ts``; a number where a string belongs is an error, not silently converted.
+    A record with a ``progress-control`` header is a control record whatever its key and value,
+    and never data: it either moves time (``control == "accepted"``) or is skipped with the
+    validator's reason (a broken marker is ``malformed``), never handed to the errors output. A
+    click event's value is a JSON object with string ``user`` and ``page`` and an integer ``ts``;
+    a number where a string belongs is an error, not silently converted.
     """
-    markers = _markers(sf.col("headers"))
+    policy = trust or TrustPolicy()
+    headers = sf.col("headers")
     staged = raw.select(
         "topic",
         "partition",
@@ -146,21 +169,20 @@ def parse_records(raw: DataFrame) -> DataFrame:
         sf.col("timestamp").alias("event_time"),
         "key",
         "value",
-        sf.coalesce(sf.size(markers), sf.lit(0)).alias("_markers"),
-        sf.element_at(markers, 1)["value"].alias("_marker"),
+        control_verdict(
+            headers, sf.col("topic"), sf.col("partition"), sf.col("timestamp"), policy
+        ).alias("control"),
+        sf.when(has_control_header(headers), control_source(headers)).alias("control_source"),
         sf.try_parse_json(sf.col("value").cast("string")).alias("_json"),
     )
     typed = staged.select(
         "*",
-        valid_marker(sf.col("_marker")).alias("_marker_ok"),
         sf.schema_of_variant("_json").alias("_json_type"),
         *(_field_type(name).alias(f"_{name}_type") for name in ("user", "page", "ts")),
     )
-    is_control = (sf.col("_markers") == 1) & sf.col("_marker_ok")
+    is_control = sf.col("control").isNotNull()
     error = (
         sf.when(is_control, sf.lit(None).cast("string"))
-        .when(sf.col("_markers") > 1, sf.lit("more than one progress-control header"))
-        .when(sf.col("_markers") == 1, sf.lit("malformed progress-control header"))
         .when(sf.col("value").isNull(), sf.lit("null value"))
         .when(~sf.is_valid_utf8(sf.col("value").cast("string")), sf.lit("value is not UTF-8"))
         .when(sf.col("_json").isNull(), sf.lit("value is not valid JSON"))
@@ -180,6 +202,8 @@ def parse_records(raw: DataFrame) -> DataFrame:
         "offset",
         "event_time",
         "is_control",
+        "control",
+        "control_source",
         sf.when(is_data, sf.try_variant_get("_json", "$.user", "string")).alias("user"),
         sf.when(is_data, sf.try_variant_get("_json", "$.page", "string")).alias("page"),
         "error",
@@ -188,15 +212,84 @@ def parse_records(raw: DataFrame) -> DataFrame:
     )
 
 
+def rejected_column() -> Column:
+    """Over :func:`parse_records` rows: a control record that failed validation."""
+    return sf.coalesce(sf.col("control") != sf.lit(ACCEPTED), sf.lit(False))
+
+
+def moves_time() -> Column:
+    """Over :func:`parse_records` rows: the rows whose timestamps may move event time (the
+    watermark): valid click events and accepted control records. Skipped control records and
+    malformed data records are neither data nor time."""
+    return sf.coalesce(sf.col("control") == sf.lit(ACCEPTED), sf.col("error").isNull())
+
+
+MAX_REJECTION_SAMPLES = 100
+"""At most this many distinct (reason, source, topic, partition) of skipped control records are
+brought to the driver per micro-batch or batch, for its once-per-source log."""
+
+
 def record_counts() -> list[Column]:
-    """Aggregates over :func:`parse_records` rows: ``data``, ``control`` and ``malformed``
-    record counts and ``max_event_time`` (epoch ms, control records included)."""
+    """Aggregates over :func:`parse_records` rows: ``data``, ``control`` (accepted control
+    records) and ``malformed`` record counts, one ``rejected_<reason>`` count per reason a control
+    record is skipped (``rejected_future_timestamp``, ...), ``max_event_time`` (epoch ms, over the
+    rows that move time) and ``rejected_samples`` (see :data:`MAX_REJECTION_SAMPLES`)."""
+    rejected = rejected_column()
+    sample = sf.struct(
+        sf.col("control").alias("reason"),
+        sf.col("control_source").alias("source"),
+        sf.col("topic").alias("topic"),
+        sf.col("partition").alias("partition"),
+    )
     return [
         sf.count_if(~sf.col("is_control") & sf.col("error").isNull()).alias("data"),
-        sf.count_if(sf.col("is_control")).alias("control"),
+        sf.count_if(sf.col("control") == sf.lit(ACCEPTED)).alias("control"),
         sf.count_if(sf.col("error").isNotNull()).alias("malformed"),
-        sf.max(sf.unix_millis("event_time")).alias("max_event_time"),
+        *(
+            sf.count_if(sf.col("control") == sf.lit(reason)).alias(rejection_metric(reason))
+            for reason in REJECTION_REASONS
+        ),
+        sf.max(sf.when(moves_time(), sf.unix_millis("event_time"))).alias("max_event_time"),
+        sf.slice(
+            sf.array_sort(sf.collect_set(sf.when(rejected, sample))), 1, MAX_REJECTION_SAMPLES
+        ).alias("rejected_samples"),
     ]
+
+
+def rejection_metric(reason: str) -> str:
+    """The :func:`record_counts` column counting control records skipped for ``reason``."""
+    return "rejected_" + reason.replace("-", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordCounts:
+    """The values of :func:`record_counts` for one micro-batch or batch."""
+
+    data: int = 0
+    control: int = 0
+    """Accepted control records."""
+    malformed: int = 0
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    """Skipped control records per reason (only reasons that occurred)."""
+    max_event_time_ms: int | None = None
+    samples: tuple[RejectionSample, ...] = ()
+
+    @classmethod
+    def from_metrics(cls, row: Any) -> RecordCounts:
+        """Read the observed metrics (a ``Row`` or a dict) of :func:`record_counts`."""
+        rejected = {r: int(row[rejection_metric(r)] or 0) for r in REJECTION_REASONS}
+        max_time = row["max_event_time"]
+        return cls(
+            data=int(row["data"] or 0),
+            control=int(row["control"] or 0),
+            malformed=int(row["malformed"] or 0),
+            rejected={reason: n for reason, n in rejected.items() if n},
+            max_event_time_ms=None if max_time is None else int(max_time),
+            samples=tuple(
+                RejectionSample(s["reason"], s["source"], s["topic"], int(s["partition"]))
+                for s in row["rejected_samples"] or ()
+            ),
+        )
 
 
 def error_rows(parsed: DataFrame) -> DataFrame:
@@ -237,37 +330,28 @@ def _markers(headers: Column) -> Column:
     return sf.filter(headers, lambda h: h["key"] == sf.lit(CONTROL_HEADER))
 
 
-def _byte_at(binary: Column, position: int) -> Column:
-    """The unsigned byte at 1-based ``position`` of a binary column, as an int."""
-    return sf.conv(sf.hex(sf.substring(binary, position, 1)), 16, 10).cast("int")
+def has_control_header(headers: Column) -> Column:
+    """Whether a row carries a ``progress-control`` header at all, valid or not (Spark's
+    :func:`progress_control.protocol.has_control_header`): such a row is never data."""
+    return sf.coalesce(sf.size(_markers(headers)), sf.lit(0)) > 0
 
 
 def is_control_record(headers: Column) -> Column:
     """Spark's version of :func:`progress_control.protocol.is_control_record`, over the Kafka
-    source's ``headers`` column: exactly one ``progress-control`` header, well formed."""
+    source's ``headers`` column: exactly one ``progress-control`` header, well formed. Whether it
+    may move time is :func:`spark_jobs.trust.control_verdict`'s decision."""
     markers = _markers(headers)
     return (sf.coalesce(sf.size(markers), sf.lit(0)) == 1) & valid_marker(
-        sf.element_at(markers, 1)["value"]
+        sf.try_element_at(markers, sf.lit(1))["value"]
     )
 
 
 def valid_marker(marker: Column) -> Column:
     """Whether a ``progress-control`` header value is a well-formed marker (see
-    :class:`progress_control.protocol.ControlMarker`): version >= 1, a 1..255-byte UTF-8
-    source id, and for version 1 nothing after it (later versions may append fields)."""
-    length = sf.octet_length(marker)
-    version = _byte_at(marker, 1)
-    id_length = _byte_at(marker, _MARKER_PREFIX_BYTES)
-    source_id = sf.substring(marker, _MARKER_PREFIX_BYTES + 1, id_length)
-    return sf.coalesce(
-        (length > _MARKER_PREFIX_BYTES)
-        & (version >= 1)
-        & (id_length >= 1)
-        & (length >= id_length + _MARKER_PREFIX_BYTES)
-        & ((version > 1) | (length == id_length + _MARKER_PREFIX_BYTES))
-        & sf.is_valid_utf8(source_id.cast("string")),
-        sf.lit(False),
-    )
+    :meth:`progress_control.protocol.ControlMarker.decode`): version >= 1, a 1..255-byte UTF-8
+    source id, for version 1 nothing after it, for version 2 a UTF-8 key id and a 32-byte mac and
+    nothing after them (later versions may append fields)."""
+    return well_formed_marker(marker)
 
 
 def _field_type(name: str) -> Column:

@@ -2,17 +2,28 @@
 
 Plan of the sessions query::
 
-    Kafka source (includeHeaders) → parse_records → withWatermark(event_time)   ← every row
-      → observe(counts)       ← metrics over every row; also a barrier for the optimizer
-      → drop control and malformed rows → session_window(event_time, gap) per user
+    Kafka source (includeHeaders) → parse_records (control records validated)
+      → observe(counts)       ← metrics over every row, skipped control records included
+      → keep data and accepted control records → withWatermark(event_time)
+      → observe(barrier)      ← keeps the optimizer from moving the next filter below the watermark
+      → drop control rows → session_window(event_time, gap) per user
       → Parquet, append mode, checkpointed
 
-Control records' timestamps advance the watermark because they pass through ``withWatermark``
-before being dropped. The order matters and Spark's optimizer would otherwise undo it: it pushes
-filters that do not reference the event-time column *below* ``EventTimeWatermark``, so a plain
-``where(not is_control)`` would drop the ticks before the watermark saw them. ``observe`` sits
-in between: its metrics must see every row, so no filter may move past it. With no-data
-micro-batches on, a watermark moved by ticks alone evicts (emits) the closed sessions.
+Accepted control records' timestamps advance the watermark because they pass through
+``withWatermark`` before being dropped. A control record that fails validation
+(:mod:`spark_jobs.trust`: malformed, negative or too far in the future, not from an allowed source,
+not signed by a configured key) is dropped *before* the watermark: it is neither data nor time,
+only counted per reason and logged once per source and reason on the driver. Malformed data
+records are dropped there too (they go to the errors output and are counted; a broken record does
+not move time).
+
+The order matters and Spark's optimizer would otherwise undo it: it pushes filters that do not
+reference the event-time column *below* ``EventTimeWatermark``, so a plain ``where(not
+is_control)`` after the watermark would drop the ticks before the watermark saw them. ``observe``
+nodes are barriers (their metrics must see every row, so no filter moves past them): one before
+the validation filter counts every record, one after the watermark holds the data filter above
+it. With no-data micro-batches on, a watermark moved by ticks alone evicts (emits) the closed
+sessions.
 
 Malformed records go to a second query writing Parquet to the errors path; all counts come from
 the observed metrics, collected per batch by a query listener
@@ -26,7 +37,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -52,17 +63,21 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from progress_control.trust import TrustPolicy
 from spark_jobs.durations import format_interval
 from spark_jobs.sessionize import Session, collect_sessions, sessionize_events
 from spark_jobs.source import (
     KafkaSource,
     MalformedRecord,
+    RecordCounts,
     collect_errors,
     error_rows,
+    moves_time,
     parse_records,
     read_kafka,
     record_counts,
 )
+from spark_jobs.trust import RejectionLog, redact_key_material
 
 __all__ = [
     "ERRORS_SCHEMA",
@@ -133,6 +148,9 @@ class StreamConfig:
     """Also write sessions to this Kafka topic (same cluster), as JSON."""
     sessions_path: str | None = None
     errors_path: str | None = None
+    trust: TrustPolicy = field(default_factory=TrustPolicy)
+    """Which control records move the watermark (:class:`progress_control.trust.TrustPolicy`;
+    :meth:`spark_jobs.settings.SparkJobSettings.trust_policy` reads it from the environment)."""
 
     def __post_init__(self) -> None:
         if self.gap_ms <= 0:
@@ -167,10 +185,18 @@ class StreamMetrics:
     data_records: int = 0
     control_records: int = 0
     malformed_records: int = 0
+    rejected_control_records: Mapping[str, int] = field(default_factory=dict)
+    """Control records skipped (neither data nor time) per reason, e.g. ``future-timestamp``;
+    only reasons that occurred."""
     max_event_time_ms: int | None = None
-    """Latest record timestamp seen, control records included."""
+    """Latest timestamp that moved time: data and accepted control records."""
     watermark_ms: int | None = None
     """The watermark after the latest micro-batch."""
+
+    @property
+    def control_records_skipped(self) -> int:
+        """All skipped control records, whatever the reason."""
+        return sum(self.rejected_control_records.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,29 +209,22 @@ class StreamResult:
 
 
 @dataclass(slots=True)
-class _BatchCounts:
-    data: int = 0
-    control: int = 0
-    malformed: int = 0
-    max_event_time_ms: int | None = None
-
-
-@dataclass(slots=True)
 class _Progress:
     """Per-batch counts of one observation, keyed by batch id: a batch re-run after a failure
     reports again under the same id and must not be counted twice."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
-    batches: dict[int, _BatchCounts] = field(default_factory=dict)
+    batches: dict[int, RecordCounts] = field(default_factory=dict)
     watermark_ms: int | None = None
 
 
 class _ProgressListener(StreamingQueryListener):
     """Collects the observed metrics named ``name`` from query progress events."""
 
-    def __init__(self, name: str, progress: _Progress) -> None:
+    def __init__(self, name: str, progress: _Progress, rejections: RejectionLog) -> None:
         self._name = name
         self._progress = progress
+        self._rejections = rejections
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (Spark's API)
         """Nothing to record at start."""
@@ -216,13 +235,8 @@ class _ProgressListener(StreamingQueryListener):
         row = progress.observedMetrics.get(self._name)
         if row is None:  # another query's progress
             return
-        max_time = row["max_event_time"]
-        counts = _BatchCounts(
-            data=int(row["data"] or 0),
-            control=int(row["control"] or 0),
-            malformed=int(row["malformed"] or 0),
-            max_event_time_ms=None if max_time is None else int(max_time),
-        )
+        counts = RecordCounts.from_metrics(row)
+        self._rejections.report(counts.samples)
         watermark = progress.eventTime.get("watermark")
         with self._progress.lock:
             self._progress.batches[progress.batchId] = counts
@@ -249,6 +263,7 @@ class SessionizationStream:
         self._id = uuid.uuid4().hex[:8]
         self._metrics_name = f"sessionization_{self._id}"
         self._progress = _Progress()
+        self._rejections = RejectionLog(f"sessionization stream {self._id}")
         self._listener: _ProgressListener | None = None
         self._queries: dict[str, StreamingQuery] = {}
 
@@ -271,7 +286,9 @@ class SessionizationStream:
         # Without no-data micro-batches, a watermark moved by control records alone would never
         # be acted on: sessions would wait for the next data record, the very problem we solve.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-        self._listener = _ProgressListener(self._metrics_name, self._progress)
+        if config.trust.verification_keys:
+            redact_key_material(self.spark)
+        self._listener = _ProgressListener(self._metrics_name, self._progress, self._rejections)
         self.spark.streams.addListener(self._listener)
         trigger = format_interval(config.trigger_interval_ms)
         try:
@@ -286,7 +303,7 @@ class SessionizationStream:
                 .start()
             )
             self._queries["errors"] = (
-                error_rows(parse_records(self._read()))
+                error_rows(parse_records(self._read(), config.trust))
                 .writeStream.format("parquet")
                 .outputMode("append")
                 .option("path", config.errors_location)
@@ -323,11 +340,15 @@ class SessionizationStream:
         """The sessions query's streaming DataFrame (columns :data:`SESSIONS_SCHEMA`), with the
         record counts observed for :meth:`metrics`."""
         config = self.config
-        parsed = parse_records(self._read()).withWatermark(
+        counted = parse_records(self._read(), config.trust).observe(
+            self._metrics_name, *record_counts()
+        )
+        # Skipped control records (and malformed data) never reach the watermark.
+        timed = counted.where(moves_time()).withWatermark(
             "event_time", format_interval(config.watermark_delay_ms)
         )
-        observed = parsed.observe(self._metrics_name, *record_counts())
-        return sessionize_events(observed, config.gap_ms)
+        barrier = timed.observe(f"{self._metrics_name}_barrier", sf.count(sf.lit(1)).alias("rows"))
+        return sessionize_events(barrier, config.gap_ms)
 
     @property
     def queries(self) -> dict[str, StreamingQuery]:
@@ -371,11 +392,16 @@ class SessionizationStream:
             batches = list(self._progress.batches.values())
             watermark = self._progress.watermark_ms
         times = [b.max_event_time_ms for b in batches if b.max_event_time_ms is not None]
+        rejected: dict[str, int] = {}
+        for batch in batches:
+            for reason, count in batch.rejected.items():
+                rejected[reason] = rejected.get(reason, 0) + count
         return StreamMetrics(
             batches=len(batches),
             data_records=sum(b.data for b in batches),
             control_records=sum(b.control for b in batches),
             malformed_records=sum(b.malformed for b in batches),
+            rejected_control_records=rejected,
             max_event_time_ms=max(times) if times else None,
             watermark_ms=watermark,
         )

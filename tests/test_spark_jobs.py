@@ -110,7 +110,7 @@ def _produce_clicks(producer: Producer, topic: str) -> None:
         producer.produce(topic, key=user, value=value, timestamp=ts)
     for i, (bad, _) in enumerate(MALFORMED):
         producer.produce(topic, key=b"bad", value=bad, partition=0, timestamp=T + 100 + i)
-    # A broken marker: not a control record (as progress_control.is_control_record says).
+    # A broken marker: never data, never time; skipped and counted as a malformed control record.
     producer.produce(
         topic,
         key=b"__progress_control__",
@@ -205,7 +205,7 @@ def stream_run(
         sessions = job.wait_for_sessions(lambda s: len(s) >= len(EXPECTED), timeout_s=60)
         tick_to_output = time.monotonic() - ticked
         errors = wait_for(
-            lambda: e if len(e := job.errors()) >= len(MALFORMED) + 1 else None,
+            lambda: e if len(e := job.errors()) >= len(MALFORMED) else None,
             message="the errors output",
         )
         metrics = wait_for(
@@ -261,12 +261,12 @@ def test_malformed_values_go_to_the_errors_output_and_are_counted(stream_run: St
     on_partition_0 = [e for e in stream_run.errors if e.partition == 0]
     assert [(e.value, e.error) for e in on_partition_0] == MALFORMED
     assert [e.key for e in on_partition_0] == [b"bad"] * len(MALFORMED)
-    broken_marker = [e for e in stream_run.errors if e.partition == 1]
-    assert [(e.key, e.error) for e in broken_marker] == [
-        (b"__progress_control__", "malformed progress-control header")
-    ]
+    # The broken marker is not in the errors output: a control record that fails validation is
+    # skipped and counted, never handed to the bad-record path.
+    assert [e for e in stream_run.errors if e.partition == 1] == []
+    assert stream_run.metrics.rejected_control_records == {"malformed": 1}
     assert all(e.topic == stream_run.topic for e in stream_run.errors)
-    assert stream_run.metrics.malformed_records == len(MALFORMED) + 1
+    assert stream_run.metrics.malformed_records == len(MALFORMED)
     # The job kept running: it processed the ticks that came after the bad records.
     assert stream_run.sessions == EXPECTED
 
@@ -289,12 +289,11 @@ def test_batch_matches_the_stream(
     )
     assert read_sessions(spark, result.sessions_path) == stream_run.sessions == EXPECTED
     assert (result.sessions, result.data_records, result.control_records) == (3, 8, 2)
-    assert result.malformed_records == len(MALFORMED) + 1
+    assert result.malformed_records == len(MALFORMED)
+    assert result.rejected_control_records == {"malformed": 1}
     assert result.max_event_time_ms == TICK_MS
     errors = spark.read.parquet(str(tmp_path / "errors")).orderBy("partition", "offset")
-    assert [r["error"] for r in errors.collect()] == [m[1] for m in MALFORMED] + [
-        "malformed progress-control header"
-    ]
+    assert [r["error"] for r in errors.collect()] == [m[1] for m in MALFORMED]
 
     # A time range: the records from T+1.8s on (ticks included).
     later = run_batch(
