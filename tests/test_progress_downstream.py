@@ -1,0 +1,222 @@
+"""The progress promise, seen from downstream: a runtime writes final session results twice, with
+and without its own ticks, and readers of both (a second runtime and Kafka Streams itself)
+sessionize them again. With ticks, each reader's results equal its results without them, except
+that windows close earlier: nothing is dropped as late that would not be without ticks."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
+from streams_runtime.serdes import Json, String
+from tests.conformance.harness import ProcessedCheck, read_to_end
+from tests.conformance.inputs import SENTINEL_KEY
+from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
+from tests.helpers import unique_name, wait_for
+from tests.test_runtime_progress import BASE_MS, In, produce, tick
+
+pytestmark = [pytest.mark.broker, pytest.mark.network]
+
+UPSTREAM = SessionWindows(gap_ms=3_000, grace_ms=1_000)
+DOWNSTREAM = SessionWindows(gap_ms=8_000, grace_ms=2_000)
+PARTITIONS = 2
+
+Session = tuple[str, int, int, int]  # user, start, end, count (relative to BASE_MS)
+
+
+@pytest.fixture(scope="module")
+def kafka_streams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaStreamsApps]:
+    with KafkaStreamsApps(build_conformance_app(), tmp_path_factory.mktemp("kstreams")) as apps:
+        yield apps
+
+
+def _final_sessions(source: str, sink: str, windows: SessionWindows) -> StreamsBuilder:
+    """Per-user final session counts, written as click-like events stamped with the session's
+    end (so any sessionizer can read them again)."""
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
+    (
+        builder.stream(source)
+        .filter(lambda _k, v: not v.get("bot"))
+        .group_by_key()
+        .windowed_by(windows)
+        .count()
+        .suppress(until_window_closes())
+        .to_stream()
+        .map(
+            lambda w, n: (
+                w.key,
+                {"user": w.key, "page": "session", "ts": w.end, "start": w.start, "count": n},
+            )
+        )
+        .to(sink)
+    )
+    return builder
+
+
+def _sessionize_again(source: str, sink: str) -> StreamsBuilder:
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
+    (
+        builder.stream(source)
+        .group_by_key()
+        .windowed_by(DOWNSTREAM)
+        .count()
+        .suppress(until_window_closes())
+        .to_stream()
+        .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
+        .to(sink)
+    )
+    return builder
+
+
+def _clicks() -> list[In]:
+    """In-order clicks of five users on two partitions, in rounds with idle spells that only the
+    input's ticks fill; the last spell is long enough for every window downstream to close."""
+    users = ["a", "b", "c", "d", "e"]
+    records, at = [], 0
+    for round_ in range(5):
+        for n in range(10):
+            at += 500 if n % 3 else 2_500
+            user = users[(round_ * 3 + n) % len(users)]
+            records.append(In(n % PARTITIONS, user, {"user": user, "bot": n % 7 == 6}, at))
+        at += 12_000 if round_ < 4 else 40_000
+        records += [tick(p, at) for p in range(PARTITIONS)]
+    return records
+
+
+def _runtime_sessions(topic: str, bootstrap: str) -> list[Session]:
+    found = []
+    for r in read_to_end(bootstrap, topic, BASE_MS):
+        if r.control or r.value is None:
+            continue
+        value = json.loads(r.value)
+        end = value.get("end", value.get("ts"))
+        user = (r.key or b"").decode()
+        found.append((user, value["start"] - BASE_MS, end - BASE_MS, value["count"]))
+    return sorted(found)
+
+
+def _kstreams_sessions(topic: str, bootstrap: str) -> list[Session]:
+    found = []
+    for r in read_to_end(bootstrap, topic, BASE_MS):
+        if r.control or r.key is None or r.value is None:
+            continue
+        user, end, start = r.key[:-16], r.key[-16:-8], r.key[-8:]
+        if user == SENTINEL_KEY:
+            continue  # Kafka Streams' sessions of the ticks it reads as records
+        found.append(
+            (
+                user.decode(),
+                int.from_bytes(start, "big") - BASE_MS,
+                int.from_bytes(end, "big") - BASE_MS,
+                int.from_bytes(r.value, "big"),
+            )
+        )
+    return sorted(found)
+
+
+def test_downstream_results_with_ticks_equal_those_without_but_come_earlier(
+    create_topic: Callable[..., str],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+    kafka_streams: KafkaStreamsApps,
+    tmp_path: Path,
+) -> None:
+    clicks = create_topic("clicks", partitions=PARTITIONS)
+    finals = {mode: create_topic(f"finals-{mode}", partitions=PARTITIONS) for mode in ("on", "off")}
+    upstream = {
+        mode: run_app(
+            _final_sessions(clicks, finals[mode], UPSTREAM),
+            progress_propagation=mode == "on",
+            progress_interval_ms=20,
+            commit_interval_ms=100,
+        )
+        for mode in finals
+    }
+    # Downstream: a runtime and Kafka Streams sessionize each finals topic again.
+    again = {mode: create_topic(f"again-{mode}", partitions=PARTITIONS) for mode in finals}
+    downstream = {
+        mode: run_app(_sessionize_again(finals[mode], again[mode]), commit_interval_ms=100)
+        for mode in finals
+    }
+    kstreams_out = {
+        mode: create_topic(f"kstreams-{mode}", partitions=PARTITIONS) for mode in finals
+    }
+    kstreams_id = unique_name("downstream-kstreams")
+    spec = {
+        "application.id": kstreams_id,
+        "bootstrap.servers": kafka_bootstrap,
+        "state.dir": str(tmp_path / "kstreams"),
+        "topologies": ",".join(finals),
+        "config.statestore.cache.max.bytes": "0",
+        "config.commit.interval.ms": "100",
+        "config.default.key.serde": "org.apache.kafka.common.serialization.Serdes$StringSerde",
+        "config.default.value.serde": "org.apache.kafka.common.serialization.Serdes$StringSerde",
+    }
+    for mode, topic in finals.items():
+        spec |= {
+            f"{mode}.type": "session-count-suppressed",
+            f"{mode}.gap.ms": str(DOWNSTREAM.gap_ms),
+            f"{mode}.grace.ms": str(DOWNSTREAM.grace_ms),
+            f"{mode}.in": topic,
+            f"{mode}.out": kstreams_out[mode],
+        }
+    kafka_streams.start(spec)
+    try:
+        records = _clicks()
+        for n, record in enumerate(records):
+            produce(kafka_bootstrap, clicks, [record], sequence=n)
+            time.sleep(0.02)  # sparse input, so ticks go out between records
+        for mode, app in upstream.items():
+            wait_for(
+                lambda app=app: (
+                    app.metrics.total("streams_records_processed")
+                    + app.metrics.total("streams_control_records")
+                    >= len(records)
+                ),
+                message=f"upstream {mode} processed",
+            )
+        checks = [
+            ProcessedCheck(kafka_bootstrap, app_id, list(finals.values()))
+            for app_id in [kstreams_id]
+        ] + [
+            ProcessedCheck(kafka_bootstrap, app.settings.application_id, [finals[mode]])
+            for mode, app in downstream.items()
+        ]
+        try:
+            for check in checks:
+                wait_for(
+                    lambda check=check: kafka_streams.check(kstreams_id) or check(),
+                    timeout_s=60,
+                    interval_s=0.3,
+                    message="downstream caught up",
+                )
+        finally:
+            for check in checks:
+                check.close()
+    finally:
+        kafka_streams.stop(kstreams_id)
+
+    upstream_on = _runtime_sessions(finals["on"], kafka_bootstrap)
+    assert upstream_on == _runtime_sessions(finals["off"], kafka_bootstrap)  # input ticks alone
+    for engine, read, outputs in (
+        ("runtime", _runtime_sessions, again),
+        ("kafka-streams", _kstreams_sessions, kstreams_out),
+    ):
+        with_ticks, without = (
+            read(outputs["on"], kafka_bootstrap),
+            read(outputs["off"], kafka_bootstrap),
+        )
+        assert set(without) <= set(with_ticks), f"{engine}: a result lost to ticks"
+        assert len(with_ticks) > len(without), f"{engine}: ticks closed no window earlier"
+        # Every extra result is a window still open without ticks: its key's last window.
+        for user, start, _end, _count in set(with_ticks) - set(without):
+            assert all(s < start for u, s, _e, _c in without if u == user), (engine, user)
+        # All of it: every upstream result is counted once, with ticks.
+        assert sum(c for *_rest, c in with_ticks) == len(upstream_on), engine
+    for app in downstream.values():
+        assert app.metrics.total("streams_dropped_records", reason="late") == 0
