@@ -1,5 +1,6 @@
 """Interactive queries, membership and standbys (KIP-535, DESIGN §5): murmur2, standby
-placement, lag reporting against the broker's offsets and bad input to the query server. The
+placement, lag reporting against the broker's offsets, bad input to the query server, and its
+security (issue 16): tokens, exposure, slow clients, signed membership records, TLS. The
 three-instance failover (SIGKILL the active while a client keeps querying) is a benchmark:
 ``python -m bench query-failover``."""
 
