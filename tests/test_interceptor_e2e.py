@@ -27,6 +27,7 @@ from progress_control.protocol import (
     parse_control_headers,
 )
 from progress_control.settings import ConfigurationError
+from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
 
 APP = Path(__file__).parent / "apps" / "clicks_app.py"
@@ -405,3 +406,53 @@ def test_disabled_progress_control_is_a_plain_producer(
     reader.read(quiet_s=1.0)
     assert reader.ticks() == []
     producer.close()
+
+
+def test_signed_ticks_verify_and_unsigned_ticks_stay_v1(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("signed", partitions=2)
+    reader = reader_for(topic, 2)
+    secret = "interceptor-signing-secret"  # noqa: S105 - a test value
+    base = {"bootstrap.servers": kafka_bootstrap, "linger.ms": 0, **FAST}
+    signed = Producer(
+        {
+            **base,
+            "progress.control.signing.key.id": "ops-1",
+            "progress.control.signing.key.secret": secret,
+        }
+    )
+    unsigned = Producer(base)
+    try:
+        signed.produce(topic, b"v", b"k", partition=0)
+        unsigned.produce(topic, b"v", b"k", partition=1)
+        assert signed.flush(10) == unsigned.flush(10) == 0
+        wait_for(
+            lambda: ticks_by_partition(reader.ticks()) == {0: 3, 1: 3},
+            timeout_s=20,
+            message="three ticks from each producer",
+        )
+    finally:
+        signed.close()
+        unsigned.close()
+    ticks = reader.ticks()
+    keyed = ControlRecordValidator(TrustPolicy(verification_keys={"ops-1": secret.encode()}))
+    wrong = ControlRecordValidator(TrustPolicy(verification_keys={"ops-1": b"another-secret-16b"}))
+    open_reader = ControlRecordValidator(TrustPolicy())  # no keys: v1 and v2 both accepted
+    for tick in ticks:
+        marker = parse_control_headers(tick.headers())
+        assert marker is not None
+        args = (topic, tick.partition() or 0, tick.timestamp()[1], tick.headers())
+        assert open_reader.check(*args) is Verdict.ACCEPTED
+        if tick.partition() == 0:
+            assert (marker.version, marker.key_id) == (2, "ops-1")
+            assert keyed.check(*args) is Verdict.ACCEPTED
+            assert wrong.check(*args) is Verdict.BAD_SIGNATURE
+        else:
+            assert (marker.version, marker.key_id, marker.mac) == (1, None, None)
+            assert keyed.check(*args) is Verdict.UNSIGNED
+    # A signed tick moved to another partition no longer verifies.
+    tick = next(t for t in ticks if t.partition() == 0)
+    assert keyed.check(topic, 1, tick.timestamp()[1], tick.headers()) is Verdict.BAD_SIGNATURE

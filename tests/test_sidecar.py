@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -17,14 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Message
 from confluent_kafka import Producer as PlainProducer
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from interceptor.report import ActivityReport, PartitionReport, decode_report, encode_reports
 from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
 from progress_control.protocol import parse_control_headers
 from progress_control.settings import ConfigurationError
+from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
-from tests.helpers import TopicReader, ticks_by_partition, wait_for
+from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
 from tests.test_interceptor_e2e import APP, CLI
 
 FAST = {
@@ -109,6 +114,7 @@ def test_broker_watch_ticks_exactly_the_idle_partitions(
         stop_writing()
     markers = [parse_control_headers(t.headers()) for t in reader.ticks()]
     assert {m.source_id for m in markers if m} == {"watcher"}
+    assert {(m.version, m.key_id) for m in markers if m} == {(1, None)}  # no key: unsigned, v1
 
 
 def test_report_mode_app_gets_ticks_from_the_sidecar_only(
@@ -258,3 +264,230 @@ def test_invalid_env_config_names_the_variable() -> None:
     assert "PROGRESS_CONTROL_WATCH_INTERVAL_MS" in result.stderr
     with pytest.raises(ConfigurationError, match="PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS"):
         SidecarSettings.from_config({})
+
+
+def produce_one(bootstrap: str, topic: str, partitions: range, timestamp_ms: int = 0) -> None:
+    producer = PlainProducer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for partition in partitions:
+        producer.produce(topic, b"v", b"k", partition=partition, timestamp=timestamp_ms)
+    assert producer.flush(30) == 0
+
+
+def sidecar_ticks(reader: TopicReader, source_id: str) -> list[Message]:
+    return [
+        t
+        for t in reader.ticks()
+        if (m := parse_control_headers(t.headers())) and m.source_id == source_id
+    ]
+
+
+def test_sidecar_signs_ticks_with_the_mounted_secret(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    tmp_path: Path,
+) -> None:
+    secret = "sidecar-signing-secret-0123"  # noqa: S105 - a test value
+    (tmp_path / "progress.control.signing.key.secret").write_text(secret + "\n")
+    topic = create_topic("signed", partitions=1)
+    reader = reader_for(topic, 1)
+    settings = sidecar_settings(
+        kafka_bootstrap,
+        **{
+            "topics.include": topic,
+            "kafka.secrets.dir": str(tmp_path),
+            "signing.key.id": "sidecar-1",
+            "source.id": "signer",
+        },
+    )
+    assert settings.kafka == {"bootstrap.servers": kafka_bootstrap}  # not a Kafka property
+    assert secret not in repr(settings)
+    with ProgressControlSidecar(settings) as sidecar:
+        wait_for(sidecar.is_ready, message="ready")
+        produce_one(kafka_bootstrap, topic, range(1))
+        wait_for(lambda: len(reader.ticks()) == 3, message="three ticks")
+    ticks = reader.ticks()
+    keyed = ControlRecordValidator(TrustPolicy(verification_keys={"sidecar-1": secret.encode()}))
+    for tick in ticks:
+        marker = parse_control_headers(tick.headers())
+        assert marker is not None
+        assert (marker.version, marker.key_id) == (2, "sidecar-1")
+        verdict = keyed.check(topic, 0, tick.timestamp()[1], tick.headers())
+        assert verdict is Verdict.ACCEPTED
+
+
+def test_internal_and_system_topics_get_no_ticks_by_default(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    tag = unique_name("sys").replace("-", "")
+    data = f"{tag}-clicks"
+    internal = [
+        f"{tag}-app-counts-changelog",
+        f"{tag}-app-KSTREAM-AGGREGATE-0000000003-repartition",
+        f"_confluent-{tag}",
+        f"{tag}-connect-offsets",
+        f"mm2-offsets.{tag}.internal",
+        f"{tag}-app-membership",
+    ]
+    futures = kafka_admin.create_topics([NewTopic(t, 1, 1) for t in (data, *internal)])
+    for future in futures.values():
+        future.result(timeout=30)
+    readers = {t: reader_for(t, 1) for t in (data, *internal)}
+    settings = sidecar_settings(kafka_bootstrap, **{"topics.include": f".*{tag}.*"})
+    with ProgressControlSidecar(settings) as sidecar:
+        wait_for(sidecar.is_ready, message="ready")
+        for topic in (data, *internal):
+            produce_one(kafka_bootstrap, topic, range(1))
+        wait_for(lambda: len(readers[data].ticks()) == 3, message="ticks on the data topic")
+        # Ticks on the others would have been due at the same time as those: none came.
+        assert {t: len(readers[t].ticks()) for t in internal} == dict.fromkeys(internal, 0)
+
+
+def dropped(sidecar: ProgressControlSidecar, reason: str, origin: str = "report") -> float:
+    labels = {"origin": origin, "reason": reason}
+    return sidecar.registry.get_sample_value("progress_control_activity_dropped_total", labels) or 0
+
+
+def test_spoofed_reports_are_dropped_counted_and_bounded(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("reported", partitions=6)
+    excluded = unique_name("reported") + "-changelog"  # an internal topic name: filtered out
+    kafka_admin.create_topics([NewTopic(excluded, 1, 1)])[excluded].result(timeout=30)
+    reader = reader_for(topic, 6)
+    settings = sidecar_settings(
+        kafka_bootstrap,
+        **{"watch.enabled": False, "max.tracked.partitions": 3, "source.id": "checker"},
+    )
+    with (
+        ProgressControlSidecar(settings) as sidecar,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+    ):
+        wait_for(sidecar.is_ready, message="ready")
+        address = sidecar.report_address or ("", 0)
+
+        def report(*partitions: tuple[str, int, int], source: str = "spoofer") -> None:
+            now_ms = int(time.time() * 1000)
+            parts = tuple(PartitionReport(t, p, ts, now_ms) for t, p, ts in partitions)
+            for datagram in encode_reports(ActivityReport(source, now_ms, parts)):
+                handled = reports_received(sidecar) + len(decode_report(datagram).partitions)
+                udp.sendto(datagram, address)
+                # One datagram at a time, so the flood never overflows the socket buffer.
+                wait_for(lambda: reports_received(sidecar) >= handled, message="report handled")  # noqa: B023 - called at once
+
+        now_ms = int(time.time() * 1000)
+        report(
+            (topic, 0, now_ms),  # the one real report
+            (topic, 1, now_ms + 3_600_000),  # an hour ahead
+            (topic, 2, -5),
+            (unique_name("no-such-topic"), 0, now_ms),
+            (topic, 99, now_ms),
+            (excluded, 0, now_ms),
+            source="app",
+        )
+        wait_for(lambda: ticks_by_partition(reader.ticks()) == {0: 3}, message="real ticks")
+        reader.read(quiet_s=1.0)  # the spoofed ones were due at the same time: none came
+        assert ticks_by_partition(reader.ticks()) == {0: 3}
+        assert all(t.timestamp()[1] <= time.time() * 1000 for t in reader.ticks())
+        for reason in ("future-timestamp", "negative-timestamp", "unknown-topic"):
+            assert dropped(sidecar, reason) == 1
+        assert dropped(sidecar, "unknown-partition") == dropped(sidecar, "excluded-topic") == 1
+
+        # 20k made-up partitions: nothing tracked, nothing remembered per partition.
+        now_ms = int(time.time() * 1000)
+        report(*((topic, 6 + n, now_ms) for n in range(10_000)))
+        report(*((f"spoofed-{n}", 0, now_ms) for n in range(10_000)))
+        assert dropped(sidecar, "unknown-partition") == 10_001
+        assert dropped(sidecar, "unknown-topic") == 10_001
+        assert set(sidecar.activity.latest) == {(topic, 0)}
+
+        # Real partitions up to the bound (3 tracked), the rest dropped.
+        now_ms = int(time.time() * 1000)
+        report((topic, 3, now_ms), (topic, 4, now_ms), (topic, 5, now_ms), source="app")
+        assert dropped(sidecar, "too-many-partitions") == 1
+        assert set(sidecar.activity.latest) == {(topic, 0), (topic, 3), (topic, 4)}
+        wait_for(
+            lambda: ticks_by_partition(reader.ticks()) == {0: 3, 3: 3, 4: 3},
+            message="ticks on the partitions within the bound",
+        )
+
+
+def reports_received(sidecar: ProgressControlSidecar) -> float:
+    """Reported partitions handled so far (admitted or dropped)."""
+    return sidecar.registry.get_sample_value("progress_control_reports_received_total") or 0
+
+
+def test_a_restarted_sidecar_sends_nothing_to_long_idle_partitions(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    old = create_topic("idle-for-hours", partitions=100)
+    done = create_topic("schedule-done", partitions=20)
+    fresh = create_topic("fresh", partitions=1)
+    readers = {t: reader_for(t, n) for t, n in ((old, 100), (done, 20), (fresh, 1))}
+    produce_one(kafka_bootstrap, old, range(100), int(time.time() * 1000) - 2 * 3_600_000)
+    include = {"topics.include": f"{old},{done},{fresh}"}
+    # One sidecar runs the whole (short) schedule of 20 partitions, then stops.
+    with ProgressControlSidecar(
+        sidecar_settings(kafka_bootstrap, **include, **{"source.id": "before"})
+    ) as first:
+        wait_for(first.is_ready, message="ready")
+        produce_one(kafka_bootstrap, done, range(20))
+        wait_for(lambda: len(readers[done].ticks()) == 60, message="the first sidecar's ticks")
+    assert sidecar_ticks(readers[old], "before") == []  # 2 h idle at first sight: no tick
+
+    # Its replacement finds 120 partitions past their schedules, and one new idle period.
+    with ProgressControlSidecar(
+        sidecar_settings(kafka_bootstrap, **include, **{"source.id": "after"})
+    ) as second:
+        wait_for(second.is_ready, message="ready")  # its first look resumed every partition
+        resumed = second.registry.get_sample_value("progress_control_partitions_resumed_total")
+        assert resumed == 120
+        produce_one(kafka_bootstrap, fresh, range(1))
+        wait_for(lambda: len(readers[fresh].ticks()) == 3, message="ticks on the fresh partition")
+        # Ticks on the 120 would have been due at first sight, before those: none came.
+        assert sidecar_ticks(readers[old], "after") == []
+        assert sidecar_ticks(readers[done], "after") == []
+        assert {second.activity.ticks_sent((old, p)) for p in range(100)} == {3}
+
+
+def test_a_restarted_sidecar_continues_a_schedule_mid_way(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    topic = create_topic("mid-schedule", partitions=1)
+    reader = reader_for(topic, 1)
+    schedule = {"topics.include": topic, "start.ms": 500, "backoff.ms": 2000, "max.records": 6}
+    with ProgressControlSidecar(
+        sidecar_settings(kafka_bootstrap, **schedule, **{"source.id": "before"})
+    ) as first:
+        wait_for(first.is_ready, message="ready")
+        produce_one(kafka_bootstrap, topic, range(1))
+        wait_for(lambda: len(reader.ticks()) >= 2, message="the first ticks")
+    before = len(sidecar_ticks(reader, "before"))
+    with ProgressControlSidecar(
+        sidecar_settings(kafka_bootstrap, **schedule, **{"source.id": "after"})
+    ) as second:
+        wait_for(
+            lambda: second.activity.ticks_sent((topic, 0)) == 6,
+            timeout_s=60,
+            message="the schedule's end",
+        )
+    # Stopped: its last tick was flushed and acknowledged.
+    sent = second.registry.get_sample_value(
+        "progress_control_ticks_sent_total", {"source": "after"}
+    )
+    wait_for(lambda: len(sidecar_ticks(reader, "after")) == sent, message="ticks delivered")
+    after = len(sidecar_ticks(reader, "after"))
+    assert before >= 2
+    assert after >= 1  # it continued...
+    assert before + after <= 6  # ...where the schedule was, not from its start
+    stamps = [t.timestamp()[1] for t in reader.ticks()]
+    assert stamps == sorted(stamps)
