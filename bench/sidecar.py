@@ -2,7 +2,10 @@
 
 1. Ticks with 3 replicas watching the same idle topic ÷ ticks with 1 replica (goal <= 1.1), with
    the replicas' real random jitter.
-2. RSS and CPU of one ``progress-control sidecar`` process watching ``BENCH_PARTITIONS`` (default
+2. Rollout: ticks a restarted sidecar sends to ``BENCH_ROLLOUT_PARTITIONS`` (default 1,000)
+   partitions whose schedule its predecessor completed (goal 0; a sidecar that restarts every
+   schedule sends ``partitions x max.records``), and how long its first look takes.
+3. RSS and CPU of one ``progress-control sidecar`` process watching ``BENCH_PARTITIONS`` (default
    10,000) idle partitions (goal <= 150 MB), against the same process watching 10 partitions.
 """
 
@@ -54,27 +57,60 @@ def _count_ticks(bootstrap: str, topic: str, partitions: int) -> int:
     return ticks
 
 
+def _settings(bootstrap: str, topic: str, **extra: object) -> SidecarSettings:
+    return SidecarSettings.from_config(
+        {
+            "progress.control.kafka": {"bootstrap.servers": bootstrap},
+            "progress.control.topics.include": topic,
+            "progress.control.watch.interval.ms": 500,
+            "progress.control.http.port": 0,
+            "progress.control.report.listen": "",
+            **{f"progress.control.{k}": v for k, v in {**SCHEDULE, **extra}.items()},
+        }
+    )
+
+
+def _produce_one_each(bootstrap: str, topic: str, partitions: int) -> None:
+    producer = PlainProducer({"bootstrap.servers": bootstrap})
+    for partition in range(partitions):
+        producer.produce(topic, b"v", b"k", partition=partition)
+    producer.flush(30)
+
+
+def _wait_ready(sidecars: list[ProgressControlSidecar]) -> None:
+    while not all(sidecar.is_ready() for sidecar in sidecars):
+        time.sleep(0.05)
+
+
 def _replica_run(bootstrap: str, replicas: int) -> int:
     topic = create_topic(bootstrap, unique_name("replicas"), REPLICA_PARTITIONS)
-    producer = PlainProducer({"bootstrap.servers": bootstrap})
-    for partition in range(REPLICA_PARTITIONS):
-        producer.produce(topic, b"v", b"k", partition=partition)
-    producer.flush(10)
     with ExitStack() as stack:
-        for _ in range(replicas):
-            settings = SidecarSettings.from_config(
-                {
-                    "progress.control.kafka": {"bootstrap.servers": bootstrap},
-                    "progress.control.topics.include": topic,
-                    "progress.control.watch.interval.ms": 500,
-                    "progress.control.http.port": 0,
-                    "progress.control.report.listen": "",
-                    **{f"progress.control.{k}": v for k, v in SCHEDULE.items()},
-                }
-            )
-            stack.enter_context(ProgressControlSidecar(settings))
+        sidecars = [
+            stack.enter_context(ProgressControlSidecar(_settings(bootstrap, topic)))
+            for _ in range(replicas)
+        ]
+        _wait_ready(sidecars)  # every replica sees the idle period start
+        _produce_one_each(bootstrap, topic, REPLICA_PARTITIONS)
         time.sleep(1.0 + 2.0 + 0.3 * 3 + 2.0)  # start + max jitter + schedule + margin
     return _count_ticks(bootstrap, topic, REPLICA_PARTITIONS)
+
+
+def _rollout_run(bootstrap: str, partitions: int) -> tuple[int, int, float]:
+    """(ticks of the first sidecar, ticks of its replacement, seconds to its first look)."""
+    topic = create_topic(bootstrap, unique_name("rollout"), partitions)
+    full = partitions * int(SCHEDULE["max.records"])
+    with ProgressControlSidecar(_settings(bootstrap, topic)) as first:
+        _wait_ready([first])
+        _produce_one_each(bootstrap, topic, partitions)
+        while _count_ticks(bootstrap, topic, partitions) < full:
+            time.sleep(0.5)
+    before = _count_ticks(bootstrap, topic, partitions)
+    started = time.monotonic()
+    with ProgressControlSidecar(_settings(bootstrap, topic)) as second:
+        _wait_ready([second])
+        first_look_s = time.monotonic() - started
+        time.sleep(1.0 + 1.0 + 0.3 * 3 + 2.0)  # a whole schedule, had it restarted it
+    return before, _count_ticks(bootstrap, topic, partitions) - before, first_look_s
 
 
 def _resources(bootstrap: str, topic_prefix: str) -> tuple[float, float]:
@@ -116,6 +152,12 @@ def main() -> None:
         print(f"ticks, 1 replica:  {one}   ({REPLICA_PARTITIONS} idle partitions, max.records 3)")
         print(f"ticks, 3 replicas: {three}")
         print(f"3 replicas / 1 replica: {three / one:.2f}  (goal <= 1.1)")
+
+        rollout = int(os.environ.get("BENCH_ROLLOUT_PARTITIONS", "1000"))
+        before, after, first_look_s = _rollout_run(bootstrap, rollout)
+        print(f"rollout, {rollout} partitions: first sidecar {before} ticks (whole schedules)")
+        print(f"rollout, its replacement: {after} ticks  (goal 0; restarting schedules: {before})")
+        print(f"rollout, replacement's first look (resume from the broker): {first_look_s:.1f} s")
 
         create_topic(bootstrap, "small-watch", 10)
         per_topic = 1_000
