@@ -107,6 +107,13 @@ def one(manifests: list[Manifest], kind: str) -> Manifest:
     return found[0]
 
 
+def metrics_service(manifests: list[Manifest]) -> Manifest:
+    [service] = [
+        m for m in manifests if m["kind"] == "Service" and "-metrics" in m["metadata"]["name"]
+    ]
+    return service
+
+
 def pod_spec(manifests: list[Manifest]) -> dict[str, Any]:
     spec: dict[str, Any] = one(manifests, "Deployment")["spec"]["template"]["spec"]
     return spec
@@ -166,6 +173,21 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
 @pytest.fixture(scope="module")
 def default_manifests(helm: Helm) -> list[Manifest]:
     return helm.render()
+
+
+EXAMPLE = [
+    "--set",
+    "example.enabled=true,example.app.image.repository=registry.example.com/shop/producer",
+    "--set-json",
+    'example.app.args=["python","-m","shop.producer"]',
+]
+"""The least that renders the example Deployment: it is off by default, and needs a producer."""
+
+
+@pytest.fixture(scope="module")
+def example_manifests(helm: Helm) -> list[Manifest]:
+    """Default values with the example Deployment on."""
+    return helm.render(*EXAMPLE)
 
 
 @pytest.fixture(scope="module")
@@ -253,15 +275,26 @@ def test_helm_lint_strict(helm: Helm, values: Path | None) -> None:
 
 
 def test_default_render_validates_strictly(default_manifests: list[Manifest]) -> None:
-    assert sorted(validate_strictly(default_manifests, KUBE_VERSION)) == [
-        "ConfigMap",
-        "Deployment",
-    ]
+    # A plain `helm install` deploys only the sidecar's settings: nothing that runs a command
+    # the image lacks (the example producer used to run /app/producer.py and crash-loop).
+    assert validate_strictly(default_manifests, KUBE_VERSION) == ["ConfigMap"]
+
+
+def test_example_render_validates_strictly(example_manifests: list[Manifest]) -> None:
+    assert sorted(validate_strictly(example_manifests, KUBE_VERSION)) == ["ConfigMap", "Deployment"]
 
 
 def test_full_render_validates_strictly(full_manifests: list[Manifest]) -> None:
     kinds = validate_strictly(full_manifests, KUBE_VERSION)
-    assert sorted(kinds) == ["ConfigMap", "Deployment", "Service"]
+    assert sorted(kinds) == [
+        "ConfigMap",
+        "Deployment",
+        "Pod",
+        "PodDisruptionBudget",
+        "Service",
+        "Service",
+        "StatefulSet",
+    ]
     assert [m["kind"] for m in full_manifests].count("ServiceMonitor") == 1
 
 
@@ -281,9 +314,9 @@ def test_native_sidecar_refuses_clusters_without_native_sidecars(helm: Helm) -> 
     assert helm.template("--set", "sidecar.native=false", kube_version="1.28.9").returncode == 0
 
 
-def test_validation_catches_an_invalid_manifest(default_manifests: list[Manifest]) -> None:
+def test_validation_catches_an_invalid_manifest(example_manifests: list[Manifest]) -> None:
     # The strict validator really rejects unknown fields (so the checks above mean something).
-    broken = json.loads(json.dumps(one(default_manifests, "Deployment")))
+    broken = json.loads(json.dumps(one(example_manifests, "Deployment")))
     sidecar_of(broken["spec"]["template"]["spec"])["restartPolicyy"] = "Always"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)
@@ -294,9 +327,9 @@ def test_validation_catches_an_invalid_manifest(default_manifests: list[Manifest
 
 
 def test_native_sidecar_is_an_init_container_restarting_always(
-    default_manifests: list[Manifest],
+    example_manifests: list[Manifest],
 ) -> None:
-    spec = pod_spec(default_manifests)
+    spec = pod_spec(example_manifests)
     [sidecar] = spec["initContainers"]
     assert sidecar["name"] == "progress-control"
     assert sidecar["restartPolicy"] == "Always"
@@ -348,9 +381,9 @@ def test_config_map_carries_kafka_and_schedule_settings(
 
 @pytest.mark.parametrize("variant", ["default", "full"])
 def test_sidecar_env_wiring(
-    variant: str, default_manifests: list[Manifest], full_manifests: list[Manifest]
+    variant: str, example_manifests: list[Manifest], full_manifests: list[Manifest]
 ) -> None:
-    manifests = default_manifests if variant == "default" else full_manifests
+    manifests = example_manifests if variant == "default" else full_manifests
     sidecar = sidecar_of(pod_spec(manifests))
     config_map = one(manifests, "ConfigMap")["metadata"]["name"]
     assert sidecar["envFrom"] == [{"configMapRef": {"name": config_map}}]
@@ -394,7 +427,7 @@ def _container_env(container: dict[str, Any], manifests: list[Manifest]) -> dict
 @pytest.mark.parametrize("variant", ["default", "full"])
 def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     variant: str,
-    default_manifests: list[Manifest],
+    example_manifests: list[Manifest],
     full_manifests: list[Manifest],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
@@ -404,7 +437,7 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     from interceptor.settings import InterceptorSettings, Mode
     from sidecar.settings import LogFormat, SidecarSettings
 
-    manifests = default_manifests if variant == "default" else full_manifests
+    manifests = example_manifests if variant == "default" else full_manifests
     spec = pod_spec(manifests)
     for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
         monkeypatch.delenv(name)
@@ -446,7 +479,7 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     assert app_settings.report_address == settings.report_listen
 
 
-def test_secret_mount(default_manifests: list[Manifest], full_manifests: list[Manifest]) -> None:
+def test_secret_mount(example_manifests: list[Manifest], full_manifests: list[Manifest]) -> None:
     spec = pod_spec(full_manifests)
     mounts = {m["name"]: m for m in sidecar_of(spec)["volumeMounts"]}
     assert mounts["progress-control-secrets"] == {
@@ -457,21 +490,22 @@ def test_secret_mount(default_manifests: list[Manifest], full_manifests: list[Ma
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["progress-control-secrets"]["secret"]["secretName"] == "kafka-credentials"
     assert volumes["progress-control-secrets"]["secret"]["defaultMode"] == 0o444
-    default_spec = pod_spec(default_manifests)
+    default_spec = pod_spec(example_manifests)
     assert [m["name"] for m in sidecar_of(default_spec)["volumeMounts"]] == ["progress-control-tmp"]
     assert "progress-control-secrets" not in {v["name"] for v in default_spec["volumes"]}
 
 
-def test_app_container_reports_to_the_sidecar(default_manifests: list[Manifest]) -> None:
-    [app] = pod_spec(default_manifests)["containers"]
+def test_app_container_reports_to_the_sidecar(example_manifests: list[Manifest]) -> None:
+    [app] = pod_spec(example_manifests)["containers"]
     env = env_of(app)
     assert env["PROGRESS_CONTROL_MODE"]["value"] == "report"
     assert env["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == "127.0.0.1:7071"
     assert app["command"] == ["progress-control", "run", "--"]
+    assert app["args"] == ["python", "-m", "shop.producer"]
 
 
-def test_probes(default_manifests: list[Manifest]) -> None:
-    sidecar = sidecar_of(pod_spec(default_manifests))
+def test_probes(example_manifests: list[Manifest]) -> None:
+    sidecar = sidecar_of(pod_spec(example_manifests))
     [port] = sidecar["ports"]
     assert port == {"name": "pc-http", "containerPort": 8081, "protocol": "TCP"}
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
@@ -480,7 +514,7 @@ def test_probes(default_manifests: list[Manifest]) -> None:
 
 
 def test_probes_follow_the_http_port(helm: Helm) -> None:
-    manifests = helm.render("--set", "sidecar.http.port=9100")
+    manifests = helm.render(*EXAMPLE, "--set", "sidecar.http.port=9100")
     sidecar = sidecar_of(pod_spec(manifests))
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert sidecar[probe]["httpGet"]["port"] == 9100
@@ -489,9 +523,9 @@ def test_probes_follow_the_http_port(helm: Helm) -> None:
 
 @pytest.mark.parametrize("variant", ["default", "full"])
 def test_security_context_and_resources(
-    variant: str, default_manifests: list[Manifest], full_manifests: list[Manifest]
+    variant: str, example_manifests: list[Manifest], full_manifests: list[Manifest]
 ) -> None:
-    spec = pod_spec(default_manifests if variant == "default" else full_manifests)
+    spec = pod_spec(example_manifests if variant == "default" else full_manifests)
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["automountServiceAccountToken"] is False
     for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
@@ -521,11 +555,11 @@ def test_grace_period_exceeds_the_sidecar_shutdown_timeout(
     spec = pod_spec(full_manifests)
     timeout = int(env_of(sidecar_of(spec))["PROGRESS_CONTROL_SHUTDOWN_TIMEOUT_S"]["value"])
     assert spec["terminationGracePeriodSeconds"] > timeout
-    stderr = helm.rejected("--set", "example.terminationGracePeriodSeconds=10")
+    stderr = helm.rejected(*EXAMPLE, "--set", "example.terminationGracePeriodSeconds=10")
     assert "must exceed sidecar.shutdownTimeoutSeconds" in stderr
 
 
-def test_config_changes_roll_the_pods(helm: Helm, default_manifests: list[Manifest]) -> None:
+def test_config_changes_roll_the_pods(helm: Helm, example_manifests: list[Manifest]) -> None:
     def checksum(manifests: list[Manifest]) -> str:
         deployment = one(manifests, "Deployment")
         value: str = deployment["spec"]["template"]["metadata"]["annotations"][
@@ -533,16 +567,16 @@ def test_config_changes_roll_the_pods(helm: Helm, default_manifests: list[Manife
         ]
         return value
 
-    changed = helm.render("--set", "schedule.startMs=20000")
-    assert checksum(changed) != checksum(default_manifests)
-    assert checksum(helm.render()) == checksum(default_manifests)  # deterministic
+    changed = helm.render(*EXAMPLE, "--set", "schedule.startMs=20000")
+    assert checksum(changed) != checksum(example_manifests)
+    assert checksum(helm.render(*EXAMPLE)) == checksum(example_manifests)  # deterministic
 
 
 def test_metrics_service_and_service_monitor(
     default_manifests: list[Manifest], full_manifests: list[Manifest]
 ) -> None:
-    assert {m["kind"] for m in default_manifests} == {"ConfigMap", "Deployment"}
-    service = one(full_manifests, "Service")
+    assert "Service" not in {m["kind"] for m in default_manifests}
+    service = metrics_service(full_manifests)
     deployment = one(full_manifests, "Deployment")
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
@@ -554,7 +588,7 @@ def test_metrics_service_and_service_monitor(
 def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manifest]) -> None:
     # Not in the Kubernetes schemas: checked against the ServiceMonitor fields we rely on.
     monitor = one(full_manifests, "ServiceMonitor")
-    service = one(full_manifests, "Service")
+    service = metrics_service(full_manifests)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
@@ -888,7 +922,6 @@ def test_spark_render_validates_strictly(
     assert sorted(validate_strictly(readme_spark_manifests, KUBE_VERSION)) == [
         "ConfigMap",
         "ConfigMap",
-        "Deployment",
         "Role",
         "RoleBinding",
         "ServiceAccount",
@@ -1265,3 +1298,594 @@ def test_spark_schema_rejects(helm: Helm, args: list[str], message: str) -> None
 )
 def test_spark_template_checks_reject(helm: Helm, args: list[str], message: str) -> None:
     assert message in helm.rejected(*ENABLE_SPARK, *args)
+
+
+# ---------------------------------------------------------------------------------------------
+# a plain install runs nothing that crash-loops; the example needs a producer
+
+
+def test_default_install_renders_no_workload(helm: Helm, default_manifests: list[Manifest]) -> None:
+    assert [m["kind"] for m in default_manifests] == ["ConfigMap"]
+    assert "/app/producer.py" not in helm.template().stdout
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["example"]["enabled"] is False
+    assert values["runtime"]["enabled"] is False
+    assert values["example"]["app"]["args"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--set", "example.enabled=true"],
+            "at '/example/app/image/repository': minLength",
+        ),
+        (
+            ["--set", "example.enabled=true,example.app.image.repository=r/producer"],
+            "example.app.args must name your producer",
+        ),
+    ],
+    ids=["without-image", "default-command-without-args"],
+)
+def test_example_needs_a_producer(helm: Helm, args: list[str], message: str) -> None:
+    assert message in helm.rejected(*args)
+
+
+def test_example_with_its_image_entrypoint(helm: Helm) -> None:
+    manifests = helm.render(
+        "--set",
+        "example.enabled=true,example.app.image.repository=r/producer",
+        "--set-json",
+        "example.app.command=[]",
+    )
+    [app] = [c for c in pod_spec(manifests)["containers"] if c["name"] == "producer"]
+    assert "command" not in app
+    assert "args" not in app
+
+
+# ---------------------------------------------------------------------------------------------
+# the streams runtime: StatefulSet, headless Service, PodDisruptionBudget (runtime.*)
+
+RUNTIME = [
+    "--set",
+    "runtime.enabled=true,runtime.applicationId=sessions,"
+    "runtime.queries.tokenSecret.name=query-token",
+    "--set-json",
+    'runtime.command=["python","-m","shop.sessions"]',
+]
+"""The least that renders the runtime."""
+RUNTIME_NAME = f"{RELEASE}-progress-control-runtime"
+
+
+@pytest.fixture(scope="module")
+def runtime_manifests(helm: Helm) -> list[Manifest]:
+    return helm.render(*RUNTIME)
+
+
+def runtime_container(manifests: list[Manifest]) -> dict[str, Any]:
+    [container] = one(manifests, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == "runtime"
+    return container
+
+
+def headless_service(manifests: list[Manifest]) -> Manifest:
+    [service] = [
+        m for m in manifests if m["kind"] == "Service" and m["metadata"]["name"] == RUNTIME_NAME
+    ]
+    return service
+
+
+def test_runtime_render_validates_strictly(helm: Helm, runtime_manifests: list[Manifest]) -> None:
+    assert sorted(validate_strictly(runtime_manifests, KUBE_VERSION)) == [
+        "ConfigMap",
+        "Pod",
+        "PodDisruptionBudget",
+        "Service",
+        "StatefulSet",
+    ]
+    oldest = helm.render(
+        *RUNTIME, "--set", "sidecar.native=false", kube_version=OLDEST_KUBE_VERSION
+    )
+    validate_strictly(oldest, OLDEST_KUBE_VERSION)
+
+
+def test_runtime_statefulset_behind_a_headless_service(runtime_manifests: list[Manifest]) -> None:
+    statefulset = one(runtime_manifests, "StatefulSet")
+    service = headless_service(runtime_manifests)
+    assert statefulset["metadata"]["name"] == RUNTIME_NAME
+    assert statefulset["spec"]["serviceName"] == service["metadata"]["name"]
+    assert statefulset["spec"]["replicas"] == 2
+    assert statefulset["spec"]["podManagementPolicy"] == "Parallel"
+    pod_labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    assert statefulset["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert service["spec"]["clusterIP"] == "None"  # headless: one DNS name per pod
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "queries": 8080,
+        "http-metrics": 9090,
+    }
+    container = runtime_container(runtime_manifests)
+    assert container["command"] == ["python", "-m", "shop.sessions"]
+    assert "args" not in container
+    assert container["image"] == "ghcr.io/kafka-progress-control/progress-control:0.1.0"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "queries": 8080,
+        "metrics": 9090,
+    }
+
+
+def test_runtime_advertises_its_stable_dns_name(runtime_manifests: list[Manifest]) -> None:
+    env = runtime_container(runtime_manifests)["env"]
+    names = [item["name"] for item in env]
+    by_name = {item["name"]: item for item in env}
+    # Kubernetes expands $(POD_NAME) only from variables defined before it.
+    assert names.index("POD_NAME") < names.index("PROGRESS_CONTROL_RUNTIME_APPLICATION_SERVER")
+    assert by_name["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert by_name["PROGRESS_CONTROL_RUNTIME_APPLICATION_SERVER"]["value"] == (
+        f"$(POD_NAME).{RUNTIME_NAME}.{NAMESPACE}.svc.cluster.local:8080"
+    )
+    assert by_name["PROGRESS_CONTROL_RUNTIME_QUERY_BIND_HOST"]["value"] == "0.0.0.0"  # noqa: S104
+    assert by_name["PROGRESS_CONTROL_RUNTIME_QUERY_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "query-token", "key": "token"}
+    }
+
+
+def test_runtime_state_on_a_claim_per_pod(helm: Helm, runtime_manifests: list[Manifest]) -> None:
+    statefulset = one(runtime_manifests, "StatefulSet")
+    [claim] = statefulset["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "state"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert "storageClassName" not in claim["spec"]  # the cluster's default
+    container = runtime_container(runtime_manifests)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"state": "/var/lib/progress-control", "tmp": "/tmp"}  # noqa: S108
+    env = env_of(container)
+    assert env["PROGRESS_CONTROL_RUNTIME_STATE_DIR"]["value"] == "/var/lib/progress-control"
+    assert env["PROGRESS_CONTROL_RUNTIME_STATE_ENGINE"]["value"] == "sqlite"
+    volumes = {v["name"]: v for v in statefulset["spec"]["template"]["spec"]["volumes"]}
+    assert set(volumes) == {"tmp"}  # state comes from the claim template
+    assert volumes["tmp"]["emptyDir"] == {"sizeLimit": "64Mi"}
+
+    ephemeral = one(
+        helm.render(*RUNTIME, "--set", "runtime.persistence.enabled=false"), "StatefulSet"
+    )
+    assert "volumeClaimTemplates" not in ephemeral["spec"]
+    volumes = {v["name"]: v for v in ephemeral["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["state"] == {"name": "state", "emptyDir": {"sizeLimit": "1Gi"}}
+
+
+def test_runtime_pod_is_locked_down(runtime_manifests: list[Manifest]) -> None:
+    spec = one(runtime_manifests, "StatefulSet")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["fsGroup"] == 10001  # the claim is writable by the user
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = runtime_container(runtime_manifests)
+    context = container["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"] == {
+        "requests": {"cpu": "250m", "memory": "512Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+
+
+def test_runtime_probes(helm: Helm, runtime_manifests: list[Manifest]) -> None:
+    container = runtime_container(runtime_manifests)
+    metrics = {"path": "/metrics", "port": "metrics"}
+    assert container["startupProbe"]["httpGet"] == metrics
+    assert container["livenessProbe"]["httpGet"] == metrics
+    # The query server wants a token: readiness only checks that it accepts connections.
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "queries"}
+    env = env_of(container)
+    assert env["PROGRESS_CONTROL_RUNTIME_METRICS_PORT"]["value"] == "9090"
+    assert env["PROGRESS_CONTROL_RUNTIME_METRICS_HOST"]["value"] == "0.0.0.0"  # noqa: S104
+
+    without_queries = runtime_container(
+        helm.render(*RUNTIME, "--set", "runtime.queries.enabled=false")
+    )
+    assert without_queries["readinessProbe"]["httpGet"] == metrics
+    assert [p["name"] for p in without_queries["ports"]] == ["metrics"]
+    env = env_of(without_queries)
+    assert "PROGRESS_CONTROL_RUNTIME_APPLICATION_SERVER" not in env
+    assert "PROGRESS_CONTROL_RUNTIME_QUERY_TOKEN" not in env
+
+
+def test_runtime_pod_disruption_budget(helm: Helm, runtime_manifests: list[Manifest]) -> None:
+    budget = one(runtime_manifests, "PodDisruptionBudget")
+    pod_labels = one(runtime_manifests, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    off = helm.render(*RUNTIME, "--set", "runtime.podDisruptionBudget.enabled=false")
+    assert "PodDisruptionBudget" not in {m["kind"] for m in off}
+
+
+def test_runtime_from_every_value(full_manifests: list[Manifest]) -> None:
+    statefulset = one(full_manifests, "StatefulSet")
+    spec = statefulset["spec"]
+    assert spec["replicas"] == 3
+    assert spec["podManagementPolicy"] == "OrderedReady"
+    pod = spec["template"]
+    assert pod["metadata"]["annotations"] == {"team.example.com/owner": "streaming"}
+    assert pod["metadata"]["labels"]["team"] == "streaming"
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 90
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    container = runtime_container(full_manifests)
+    assert container["image"] == "registry.example.com/shop/sessions:2.0.1"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["args"] == ["--topic", "clicks"]
+    env = env_of(container)
+    assert env["PROGRESS_CONTROL_RUNTIME_APPLICATION_SERVER"]["value"] == (
+        f"$(POD_NAME).{RUNTIME_NAME}.{NAMESPACE}.svc.k8s.example.internal:8443"
+    )
+    # The sidecar's Kafka connection, for the runtime's clients.
+    assert env["PROGRESS_CONTROL_RUNTIME_BOOTSTRAP_SERVERS"]["value"] == (
+        "broker-0.kafka:9093,broker-1.kafka:9093"
+    )
+    assert env["PROGRESS_CONTROL_RUNTIME_KAFKA__SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+    assert env["PROGRESS_CONTROL_RUNTIME_KAFKA__SASL_PASSWORD"]["valueFrom"] == {
+        "secretKeyRef": {"name": "kafka-credentials", "key": "sasl.password"}
+    }
+    # Generic Secret plumbing: one variable, every key of a Secret, files.
+    assert env["PROGRESS_CONTROL_RUNTIME_CONTROL_VERIFICATION_KEYS"]["valueFrom"] == {
+        "secretKeyRef": {"name": "control-keys", "key": "keys"}
+    }
+    assert container["envFrom"] == [{"secretRef": {"name": "runtime-extra-settings"}}]
+    assert {"name": "secret-0", "mountPath": "/etc/progress-control/tls", "readOnly": True} in (
+        container["volumeMounts"]
+    )
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["secret-0"]["secret"] == {"secretName": "query-tls", "defaultMode": 0o444}
+    [claim] = spec["volumeClaimTemplates"]
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOncePod"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    assert env["PROGRESS_CONTROL_RUNTIME_STATE_DIR"]["value"] == "/state"
+    assert one(full_manifests, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 2
+
+
+def _runtime_env(
+    container: dict[str, Any], pod_name: str, secrets: dict[str, str]
+) -> dict[str, str]:
+    """The env the kubelet would give the container: fields, Secrets (by key, from ``secrets``,
+    else a placeholder) and $(VAR) references expanded."""
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        if "value" in item:
+            value = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), item["value"])
+        elif "fieldRef" in item["valueFrom"]:
+            assert item["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+            value = pod_name
+        else:
+            key = item["valueFrom"]["secretKeyRef"]["key"]
+            value = secrets.get(key, f"secret:{key}")
+        env[item["name"]] = value
+    return env
+
+
+def _self_signed(directory: Path, *names: str) -> tuple[Path, Path]:
+    """A self-signed certificate and key for ``names`` (DNS names or IP addresses), by openssl."""
+    openssl = shutil.which("openssl")
+    assert openssl, "the openssl CLI makes the test's certificates"
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    alt = ",".join(f"IP:{n}" if n[0].isdigit() else f"DNS:{n}" for n in names)
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=progress-control-test", "-addext", f"subjectAltName={alt}",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def _plain(value: Any) -> Any:
+    """A setting's value, whether it is kept as a pydantic SecretStr or as plain text."""
+    return value.get_secret_value() if hasattr(value, "get_secret_value") else value
+
+
+@pytest.mark.parametrize("variant", ["runtime", "full"])
+def test_rendered_env_loads_as_runtime_settings(
+    variant: str,
+    runtime_manifests: list[Manifest],
+    full_manifests: list[Manifest],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # The contract with the Python side: what the chart renders is what RuntimeSettings reads.
+    from progress_control.settings import load_settings
+    from streams_runtime.settings import ProcessingGuarantee, RuntimeSettings, StateEngine
+
+    manifests = runtime_manifests if variant == "runtime" else full_manifests
+    pod = f"{RUNTIME_NAME}-1"
+    for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
+        monkeypatch.delenv(name)
+    env = _runtime_env(runtime_container(manifests), pod, {"keys": "k1:" + "s" * 32})
+    # The TLS Secret's files, where the kubelet would mount them (the runtime loads them).
+    mount = "/etc/progress-control/tls"
+    host = f"{pod}.{RUNTIME_NAME}.{NAMESPACE}.svc.k8s.example.internal"
+    cert, _ = _self_signed(tmp_path / "tls", host)
+    (tmp_path / "tls" / "ca.crt").write_bytes(cert.read_bytes())
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.replace(mount, str(tmp_path / "tls")))
+    settings = load_settings(RuntimeSettings)
+    assert settings.query_bind_host == "0.0.0.0"  # noqa: S104
+    assert settings.metrics_host == "0.0.0.0"  # noqa: S104
+    assert settings.state_engine is StateEngine.SQLITE
+    if variant == "runtime":
+        assert settings.application_id == "sessions"
+        assert settings.bootstrap_servers == "kafka:9092"
+        assert settings.application_server == (
+            f"{pod}.{RUNTIME_NAME}.{NAMESPACE}.svc.cluster.local:8080"
+        )
+        assert _plain(settings.query_token) == "secret:token"
+        assert settings.state_dir == Path("/var/lib/progress-control")
+        assert settings.metrics_port == 9090
+        assert settings.kafka == {}
+    else:
+        assert settings.application_id == "shop-sessions"
+        assert settings.application_server == (
+            f"{pod}.{RUNTIME_NAME}.{NAMESPACE}.svc.k8s.example.internal:8443"
+        )
+        assert _plain(settings.query_token) == "secret:query-token"
+        assert settings.state_dir == Path("/state")
+        assert settings.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE
+        assert settings.num_standby_replicas == 1
+        assert (settings.max_task_idle_ms, settings.commit_interval_ms) == (500, 200)
+        assert settings.kafka["security.protocol"] == "SASL_SSL"
+        assert settings.kafka["sasl.password"] == "secret:sasl.password"
+        assert settings.trust_policy().verification_keys.keys() == {"k1"}
+        assert settings.query_tls_cert_file == tmp_path / "tls" / "tls.crt"
+        assert settings.query_tls_ca_file == tmp_path / "tls" / "ca.crt"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "runtime.bogus=1"], "bogus"),
+        (["--set", "runtime.persistence.bogus=1"], "bogus"),
+        (["--set", "tests.bogus=1"], "bogus"),
+        (["--set", "runtime.enabled=true"], "at '/runtime/applicationId': minLength"),
+        (
+            ["--set", "runtime.enabled=true,runtime.applicationId=a"],
+            "at '/runtime/command': minItems",
+        ),
+        (["--set", "runtime.applicationId=a b"], "applicationId"),
+        (["--set", "runtime.settings.StateEngine=sqlite"], "StateEngine"),
+        (["--set-json", 'runtime.settings.kafka={"a":"b"}'], "/runtime/settings/kafka"),
+        (["--set", "runtime.persistence.mountPath=/tmp"], "mountPath"),
+        (["--set", "runtime.persistence.accessModes[0]=ReadWriteSometimes"], "accessModes"),
+        (["--set", "runtime.podManagementPolicy=Serial"], "podManagementPolicy"),
+        (["--set", "runtime.podDisruptionBudget.maxUnavailable=0"], "maxUnavailable"),
+        (["--set-string", "runtime.queries.port=8080"], "port"),
+        (["--set-json", 'runtime.secretMounts=[{"name":"tls"}]'], "mountPath"),
+    ],
+    ids=[
+        "unknown-key",
+        "unknown-nested-key",
+        "unknown-tests-key",
+        "enabled-without-application-id",
+        "enabled-without-command",
+        "application-id-pattern",
+        "setting-name-pattern",
+        "setting-not-a-scalar",
+        "state-on-tmp",
+        "access-mode-enum",
+        "pod-management-enum",
+        "budget-below-one",
+        "port-as-string",
+        "secret-mount-without-path",
+    ],
+)
+def test_runtime_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
+    stderr = helm.rejected(*args)
+    assert SCHEMA_ERROR in stderr
+    assert message in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--set", "runtime.queries.tokenSecret.name="],
+            "runtime.queries.tokenSecret.name must name an existing Secret",
+        ),
+        (["--set", "runtime.queries.port=9090"], "runtime.queries.port and runtime.metrics.port"),
+        (["--set", "runtime.settings.state_dir=/data"], "runtime.settings.state_dir is set by"),
+        (
+            ["--set", "runtime.settings.query_token=hunter2"],
+            "runtime.settings.query_token is set by the chart",
+        ),
+        (
+            ["--set", "runtime.settings.control_verification_keys=k:s"],
+            "runtime.settings.control_verification_keys looks like a credential",
+        ),
+        (
+            ["--set-json", 'runtime.extraEnv=[{"name":"POD_NAME","value":"x"}]'],
+            "runtime.extraEnv sets POD_NAME",
+        ),
+        (
+            ["--set-json", 'runtime.secretMounts=[{"name":"a","mountPath":"/tmp"}]'],
+            "runtime.secretMounts mounts a at /tmp, which is taken",
+        ),
+    ],
+    ids=[
+        "queries-without-token",
+        "port-clash",
+        "own-setting",
+        "token-in-settings",
+        "keys-in-settings",
+        "own-env",
+        "mount-clash",
+    ],
+)
+def test_runtime_template_checks_reject(helm: Helm, args: list[str], message: str) -> None:
+    assert message in helm.rejected(*RUNTIME, *args)
+
+
+# ---------------------------------------------------------------------------------------------
+# `helm test`
+
+
+def test_pod(manifests: list[Manifest]) -> Manifest:
+    [pod] = [m for m in manifests if m["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    return pod
+
+
+test_pod.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+def test_helm_test_checks_every_runtime_instance(runtime_manifests: list[Manifest]) -> None:
+    pod = test_pod(runtime_manifests)
+    assert pod["metadata"]["name"] == f"{RELEASE}-progress-control-test"
+    assert pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == (
+        "before-hook-creation,hook-succeeded"
+    )
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    [check] = spec["containers"]
+    assert check["image"] == "ghcr.io/kafka-progress-control/progress-control:0.1.0"
+    assert check["command"][:2] == ["python", "-c"]
+    assert check["securityContext"]["readOnlyRootFilesystem"] is True
+    assert check["resources"]["requests"] == {"cpu": "10m", "memory": "32Mi"}
+    env = env_of(check)
+    assert env["PC_TEST_RUNTIME_URLS"]["value"].split() == [
+        f"http://{RUNTIME_NAME}-{n}.{RUNTIME_NAME}.{NAMESPACE}.svc.cluster.local:8080/health"
+        for n in range(2)
+    ]
+    assert env["PC_TEST_QUERY_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "query-token", "key": "token"}
+    }
+    assert "PC_TEST_SIDECAR_URLS" not in env
+
+
+def test_helm_test_checks_the_sidecars_readiness(full_manifests: list[Manifest]) -> None:
+    [check] = test_pod(full_manifests)["spec"]["containers"]
+    env = env_of(check)
+    service = metrics_service(full_manifests)
+    assert env["PC_TEST_SIDECAR_URLS"]["value"] == (
+        f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/readyz"
+    )
+    assert env["PC_TEST_TIMEOUT_S"]["value"] == "300"
+    # The runtime serves HTTPS (query_tls_* settings): the test trusts the runtime's CA file,
+    # mounted from the same Secret at the same path.
+    urls = env["PC_TEST_RUNTIME_URLS"]["value"].split()
+    assert urls == [
+        f"https://{RUNTIME_NAME}-{n}.{RUNTIME_NAME}.{NAMESPACE}.svc.k8s.example.internal:8443/health"
+        for n in range(3)
+    ]
+    assert env["PC_TEST_CA_FILE"]["value"] == "/etc/progress-control/tls/ca.crt"
+    pod = test_pod(full_manifests)["spec"]
+    assert {"name": "secret-0", "mountPath": "/etc/progress-control/tls", "readOnly": True} in (
+        check["volumeMounts"]
+    )
+    assert pod["volumes"] == [
+        {"name": "secret-0", "secret": {"secretName": "query-tls", "defaultMode": 0o444}}
+    ]
+
+
+def test_helm_test_only_when_there_is_something_to_check(helm: Helm) -> None:
+    assert "Pod" not in {m["kind"] for m in helm.render(*EXAMPLE)}
+    assert "Pod" not in {m["kind"] for m in helm.render(*RUNTIME, "--set", "tests.enabled=false")}
+    without_queries = helm.render(*RUNTIME, "--set", "runtime.queries.enabled=false")
+    env = env_of(test_pod(without_queries)["spec"]["containers"][0])
+    assert env["PC_TEST_RUNTIME_URLS"]["value"].split()[0].endswith(":9090/metrics")
+    assert "PC_TEST_QUERY_TOKEN" not in env
+
+
+def _run_check(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", ""), **env},
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.broker
+def test_helm_test_script_against_a_real_runtime_and_sidecar(
+    runtime_manifests: list[Manifest],
+    kafka_bootstrap: str,
+    create_topic: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # The test Pod's own script, run here against a runtime started the way the chart starts
+    # it (its rendered env, only addresses made local) and a real sidecar.
+    from sidecar.service import ProgressControlSidecar
+    from sidecar.settings import SidecarSettings
+    from streams_runtime import App, StreamsBuilder
+
+    [check] = test_pod(runtime_manifests)["spec"]["containers"]
+    script = check["command"][2]
+    token = "t0k3n-for-the-test"  # noqa: S105 - a test's own token
+    for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
+        monkeypatch.delenv(name)
+    env = _runtime_env(runtime_container(runtime_manifests), f"{RUNTIME_NAME}-0", {"token": token})
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    builder = StreamsBuilder()
+    builder.stream(create_topic("helm-test-in")).to(create_topic("helm-test-out"))
+    cert, key = _self_signed(tmp_path / "tls", "127.0.0.1")
+    app = App(
+        builder,
+        application_id=f"helm-test-{os.getpid()}",
+        bootstrap_servers=kafka_bootstrap,
+        application_server="127.0.0.1:0",
+        state_dir=tmp_path / "state",
+        metrics_port=0,
+        query_tls_cert_file=cert,
+        query_tls_key_file=key,
+        query_tls_ca_file=cert,
+    )
+    sidecar_settings = SidecarSettings.from_config(
+        {
+            "progress.control.kafka": {"bootstrap.servers": kafka_bootstrap},
+            "progress.control.http.port": 0,
+            "progress.control.report.listen": "",
+            "progress.control.watch.enabled": False,
+        }
+    )
+    with app, ProgressControlSidecar(sidecar_settings) as sidecar:
+        assert app.wait_until("RUNNING", 60)
+        assert _plain(app.settings.query_token) == token  # from the rendered env
+        runtime_url = f"https://{app.query_endpoint}/health"
+        sidecar_url = f"http://127.0.0.1:{sidecar.http.port}/readyz"
+        passed = _run_check(
+            script,
+            PC_TEST_TIMEOUT_S="60",
+            PC_TEST_RUNTIME_URLS=runtime_url,
+            PC_TEST_SIDECAR_URLS=sidecar_url,
+            PC_TEST_QUERY_TOKEN=token,
+            PC_TEST_CA_FILE=str(cert),
+        )
+        assert passed.returncode == 0, passed.stdout + passed.stderr
+        assert f"ok {runtime_url}" in passed.stdout
+        assert f"ok {sidecar_url}" in passed.stdout
+        refused = _run_check(
+            script,
+            PC_TEST_TIMEOUT_S="1",
+            PC_TEST_RUNTIME_URLS=runtime_url,
+            PC_TEST_QUERY_TOKEN="wrong",  # noqa: S106
+            PC_TEST_CA_FILE=str(cert),
+        )
+        # /health answers anyone (probes need no secret), but names the instance only for the
+        # right token: that is what the check requires.
+        assert refused.returncode == 1
+        assert f"FAILED {runtime_url} the token was not accepted" in refused.stdout
+        down = _run_check(
+            script, PC_TEST_TIMEOUT_S="1", PC_TEST_SIDECAR_URLS="http://127.0.0.1:9/readyz"
+        )
+        assert down.returncode == 1
+        assert "FAILED http://127.0.0.1:9/readyz" in down.stdout
