@@ -1,5 +1,11 @@
 # syntax=docker/dockerfile:1
 # The progress-control image: `progress-control sidecar` by default (see helm/progress-control).
+# It also has the streams runtime, but no topology and no producer: for the chart's runtime
+# StatefulSet build your own image FROM this one with your topology module, e.g.
+#   FROM progress-control:0.1.0
+#   COPY --chown=10001:10001 shop /app/shop
+#   ENV PYTHONPATH=/app
+# and set runtime.command to [python, -m, shop.sessions].
 #   docker build -t progress-control:0.1.0 .
 #   docker run --rm -e PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS=kafka:9092 progress-control:0.1.0
 

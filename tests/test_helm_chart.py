@@ -1495,6 +1495,18 @@ def test_runtime_probes(helm: Helm, runtime_manifests: list[Manifest]) -> None:
     assert "PROGRESS_CONTROL_RUNTIME_QUERY_TOKEN" not in env
 
 
+def test_runtime_queries_without_a_token_only_by_opting_out(helm: Helm) -> None:
+    manifests = helm.render(
+        *RUNTIME,
+        "--set",
+        "runtime.queries.tokenSecret.name=,runtime.settings.query_allow_unauthenticated=true",
+    )
+    env = env_of(runtime_container(manifests))
+    assert "PROGRESS_CONTROL_RUNTIME_QUERY_TOKEN" not in env
+    assert env["PROGRESS_CONTROL_RUNTIME_QUERY_ALLOW_UNAUTHENTICATED"]["value"] == "true"
+    assert "PC_TEST_QUERY_TOKEN" not in env_of(test_pod(manifests)["spec"]["containers"][0])
+
+
 def test_runtime_pod_disruption_budget(helm: Helm, runtime_manifests: list[Manifest]) -> None:
     budget = one(runtime_manifests, "PodDisruptionBudget")
     pod_labels = one(runtime_manifests, "StatefulSet")["spec"]["template"]["metadata"]["labels"]

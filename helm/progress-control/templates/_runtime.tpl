@@ -32,8 +32,8 @@ application_id bootstrap_servers state_dir application_server query_bind_host qu
 {{/* Checks the schema cannot express. */}}
 {{- define "progress-control.runtime.validate" -}}
 {{- $runtime := .Values.runtime -}}
-{{- if and $runtime.queries.enabled (not $runtime.queries.tokenSecret.name) -}}
-{{- fail "progress-control: runtime.queries.tokenSecret.name must name an existing Secret with the query token: the query server listens on the pod network (or set runtime.queries.enabled=false)" -}}
+{{- if and $runtime.queries.enabled (not $runtime.queries.tokenSecret.name) (not (index $runtime.settings "query_allow_unauthenticated")) -}}
+{{- fail "progress-control: runtime.queries.tokenSecret.name must name an existing Secret with the query token: the query server listens on the pod network (or set runtime.queries.enabled=false, or runtime.settings.query_allow_unauthenticated=true to serve anyone who can connect)" -}}
 {{- end -}}
 {{- if and $runtime.queries.enabled (eq (int $runtime.queries.port) (int $runtime.metrics.port)) -}}
 {{- fail "progress-control: runtime.queries.port and runtime.metrics.port must differ" -}}
@@ -96,11 +96,13 @@ application_id bootstrap_servers state_dir application_server query_bind_host qu
   value: {{ printf "%s:%d" (include "progress-control.runtime.podHost" .) (int $runtime.queries.port) | quote }}
 - name: PROGRESS_CONTROL_RUNTIME_QUERY_BIND_HOST
   value: "0.0.0.0"
+{{- with $runtime.queries.tokenSecret.name }}
 - name: PROGRESS_CONTROL_RUNTIME_QUERY_TOKEN
   valueFrom:
     secretKeyRef:
-      name: {{ $runtime.queries.tokenSecret.name | quote }}
+      name: {{ . | quote }}
       key: {{ $runtime.queries.tokenSecret.key | quote }}
+{{- end }}
 {{- end }}
 {{- range $name, $value := $runtime.settings }}
 {{- if not (kindIs "invalid" $value) }}
