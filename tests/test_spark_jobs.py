@@ -9,8 +9,10 @@ The streaming scenario runs once (module fixture) and several tests check what i
 from __future__ import annotations
 
 import json
+import logging
+import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +24,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
 from progress_control.protocol import ControlMarker, ControlRecord
+from progress_control.settings import ConfigurationError
+from progress_control.trust import (
+    ControlRecordValidator,
+    SigningKey,
+    TrustPolicy,
+    Verdict,
+    parse_keys,
+    sign,
+)
 from spark_jobs import (
     BatchRange,
     DifferenceKind,
@@ -32,6 +43,8 @@ from spark_jobs import (
     SessionizationStream,
     StreamConfig,
     StreamMetrics,
+    batch_sessions,
+    load_job_settings,
     parse_duration_ms,
     parse_instant_ms,
     read_sessions,
@@ -42,6 +55,7 @@ from spark_jobs import (
 )
 from spark_jobs.cli import build_parser, main
 from spark_jobs.reconcile import parse_runtime_session
+from spark_jobs.trust import RejectionLog, RejectionSample, control_verdict
 from tests.helpers import unique_name, wait_for
 
 GAP_MS = 5_000
@@ -396,6 +410,489 @@ def test_reconciliation_with_the_runtime_sessions_topic(
     assert out.startswith("EQUAL")
     assert "DIFFERENT" in out
     assert "count-mismatch user='bob'" in out
+
+
+# -- control-record trust: validated before they move time -------------------------------------
+
+KEY = SigningKey("spark-k1", b"a shared secret of 32 bytes long")
+OTHER_KEY = SigningKey("spark-k9", b"a key the job was never given!!")
+FORGED_MS = int(time.time() * 1000) + 55 * 60_000  # well-formed, any producer can write it
+LATE_CLICK_MS = T + 4_000  # alice, on time: after the watermark (T+3.5s), within her gap
+
+
+def _produce_tick(
+    producer: Producer,
+    topic: str,
+    partition: int,
+    timestamp_ms: int,
+    header: bytes | None = None,
+    *,
+    headers: Sequence[tuple[str, bytes | None]] | None = None,
+) -> None:
+    """A control record with the given marker bytes (default: a valid v1 marker)."""
+    value = ControlMarker("spark-test", partition).encode() if header is None else header
+    producer.produce(
+        topic,
+        key=b"__progress_control__",
+        value=None,
+        partition=partition,
+        timestamp=timestamp_ms,
+        headers=list(headers or [("progress-control", value)]),
+    )
+
+
+def _signed(topic: str, partition: int, timestamp_ms: int, key: SigningKey, seq: int) -> bytes:
+    return sign(ControlMarker("signer", seq), topic, partition, timestamp_ms, key).encode()
+
+
+def _click(producer: Producer, topic: str, user: str, at: int) -> None:
+    value = json.dumps({"user": user, "page": "/late", "ts": at})
+    producer.produce(topic, key=user, value=value, timestamp=at)
+
+
+def _run_until_closed(
+    spark: SparkSession,
+    config: StreamConfig,
+    producer: Producer,
+    send_rejected: Callable[[], int],
+    send_valid: Callable[[], None],
+) -> tuple[StreamMetrics, list[Session], list[Session], StreamMetrics]:
+    """Start the job on the clicks, send the ticks that must be skipped (returns how many), wait
+    until they are counted and an on-time click after them is processed, then send the valid
+    ticks and wait for every session. Returns the metrics and sessions before the valid ticks,
+    and the final sessions and metrics."""
+    with SessionizationStream(spark, config) as job:
+        job.process_all_available()
+        expected_rejections = send_rejected()
+        assert producer.flush(30) == 0
+        # An on-time click after the bad ticks: had one of them moved the watermark, it would be
+        # late (dropped) and every session would already be closed.
+        _click(producer, config.source.topic, "alice", LATE_CLICK_MS)
+        assert producer.flush(30) == 0
+        before = wait_for(
+            lambda: (
+                m
+                if (m := job.metrics()).control_records_skipped >= expected_rejections
+                and m.data_records == len(CLICKS) + 1
+                and (m.watermark_ms or 0) >= LATE_CLICK_MS
+                else None
+            ),
+            timeout_s=60,
+            message="the skipped ticks counted and the on-time click's watermark",
+        )
+        sessions_before = job.sessions()
+        assert job.is_active
+        send_valid()
+        assert producer.flush(30) == 0
+        sessions = job.wait_for_sessions(lambda s: len(s) >= len(EXPECTED), timeout_s=60)
+        after = wait_for(
+            lambda: m if ((m := job.metrics()).watermark_ms or 0) >= TICK_MS else None,
+            timeout_s=60,
+            message="the valid ticks' watermark",
+        )
+        assert job.is_active
+    return before, sessions_before, sessions, after
+
+
+EXPECTED_WITH_LATE_CLICK = sorted(
+    [
+        _session("alice", 0, LATE_CLICK_MS - T, 4),
+        _session("bob", 500, 3_000, 3),
+        _session("carol", 1_500, 3_500, 2),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class TrustRun:
+    topic: str
+    before: StreamMetrics
+    sessions_before: list[Session]
+    sessions: list[Session]
+    after: StreamMetrics
+    logged: list[str]
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def forged_run(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    admin: AdminClient,
+    producer: Producer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> TrustRun:
+    """Default trust policy: a forged tick 55 min ahead, negative-timestamp and malformed ticks
+    arrive while every session is open; then valid ticks at TICK_MS."""
+    topic = _topic(admin, "spark-forged")
+    _produce_clicks(producer, topic)
+    work = tmp_path_factory.mktemp("forged")
+    config = StreamConfig(
+        KafkaSource(kafka_bootstrap, topic),
+        GAP_MS,
+        str(work / "out"),
+        str(work / "ckpt"),
+        trigger_interval_ms=250,
+    )
+
+    def rejected() -> int:
+        for partition in range(PARTITIONS):
+            _produce_tick(producer, topic, partition, FORGED_MS)  # future-timestamp
+        _produce_tick(producer, topic, 0, -5)  # negative-timestamp
+        _produce_tick(producer, topic, 1, TICK_MS, b"\x02garbage")  # malformed
+        valid = ControlMarker("spark-test", 9).encode()
+        two = [("progress-control", valid), ("progress-control", valid)]
+        _produce_tick(producer, topic, 0, TICK_MS, headers=two)  # malformed: two headers
+        return PARTITIONS + 3 + 1  # and the broken marker _produce_clicks wrote
+
+    handler = _Collect()
+    logging.getLogger("spark_jobs.trust").addHandler(handler)
+    try:
+        before, sessions_before, sessions, after = _run_until_closed(
+            spark, config, producer, rejected, lambda: _produce_ticks(producer, topic, TICK_MS)
+        )
+    finally:
+        logging.getLogger("spark_jobs.trust").removeHandler(handler)
+    return TrustRun(topic, before, sessions_before, sessions, after, handler.messages)
+
+
+@pytest.mark.broker
+def test_forged_future_tick_does_not_move_the_watermark(forged_run: TrustRun) -> None:
+    before = forged_run.before
+    assert before.rejected_control_records["future-timestamp"] == PARTITIONS
+    # The watermark is the on-time click's, not the forged tick's; nothing closed.
+    assert before.watermark_ms == LATE_CLICK_MS
+    assert before.max_event_time_ms == LATE_CLICK_MS
+    assert forged_run.sessions_before == []
+    # Valid ticks then close every session, the on-time click included, and the watermark is
+    # theirs: it never went past them (a watermark never moves back).
+    assert forged_run.sessions == EXPECTED_WITH_LATE_CLICK
+    assert forged_run.after.watermark_ms == TICK_MS
+    assert forged_run.after.control_records == PARTITIONS
+
+
+@pytest.mark.broker
+def test_negative_and_malformed_ticks_are_skipped_counted_and_logged_once(
+    forged_run: TrustRun,
+) -> None:
+    assert forged_run.after.rejected_control_records == {
+        "future-timestamp": PARTITIONS,
+        "negative-timestamp": 1,
+        "malformed": 3,
+    }
+    # Not data either: no session and no errors-output row came from a control record.
+    assert forged_run.after.data_records == len(CLICKS) + 1
+    assert forged_run.after.malformed_records == len(MALFORMED)
+    logged = [m for m in forged_run.logged if "skipped a control record" in m]
+    # Once per source and reason: both future ticks come from 'spark-test'.
+    assert len([m for m in logged if "future-timestamp" in m]) == 1
+    assert len([m for m in logged if "negative-timestamp" in m]) == 1
+    assert len([m for m in logged if ": malformed" in m and "'?'" in m]) == 1
+
+
+@pytest.fixture(scope="module")
+def signed_run(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    admin: AdminClient,
+    producer: Producer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> TrustRun:
+    """A verification key: unsigned, tampered and unknown-key ticks (all later than the valid
+    ones, within the skew) arrive while every session is open; then signed ticks at TICK_MS."""
+    topic = _topic(admin, "spark-signed")
+    _produce_clicks(producer, topic)
+    work = tmp_path_factory.mktemp("signed")
+    policy = TrustPolicy(verification_keys={KEY.key_id: KEY.secret})
+    config = StreamConfig(
+        KafkaSource(kafka_bootstrap, topic),
+        GAP_MS,
+        str(work / "out"),
+        str(work / "ckpt"),
+        trigger_interval_ms=250,
+        trust=policy,
+    )
+    later = TICK_MS + 60_000
+
+    def rejected() -> int:
+        _produce_tick(producer, topic, 0, later)  # unsigned (v1)
+        # Tampered: signed for TICK_MS, re-dated; and signed for the other partition.
+        _produce_tick(producer, topic, 1, later, _signed(topic, 1, TICK_MS, KEY, 1))
+        _produce_tick(producer, topic, 0, later, _signed(topic, 1, later, KEY, 2))
+        _produce_tick(producer, topic, 1, later, _signed(topic, 1, later, OTHER_KEY, 3))
+        return 4 + 1  # and the broken marker _produce_clicks wrote
+
+    def valid() -> None:
+        for partition in range(PARTITIONS):
+            header = _signed(topic, partition, TICK_MS, KEY, 10 + partition)
+            _produce_tick(producer, topic, partition, TICK_MS, header)
+
+    before, sessions_before, sessions, after = _run_until_closed(
+        spark, config, producer, rejected, valid
+    )
+    return TrustRun(topic, before, sessions_before, sessions, after, [])
+
+
+@pytest.mark.broker
+def test_with_a_key_only_signed_ticks_move_the_watermark(signed_run: TrustRun) -> None:
+    assert signed_run.sessions_before == []
+    assert signed_run.before.watermark_ms == LATE_CLICK_MS
+    assert signed_run.sessions == EXPECTED_WITH_LATE_CLICK
+    # The skipped ticks were dated a minute after the signed ones: had any counted, the
+    # watermark would be there.
+    assert signed_run.after.watermark_ms == TICK_MS
+    assert signed_run.after.control_records == PARTITIONS
+    assert signed_run.after.rejected_control_records == {
+        "unsigned": 1,
+        "bad-signature": 2,
+        "unknown-key": 1,
+        "malformed": 1,
+    }
+
+
+@pytest.mark.broker
+def test_batch_applies_the_same_rules(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    forged_run: TrustRun,
+    signed_run: TrustRun,
+    tmp_path: Path,
+) -> None:
+    forged = run_batch(
+        spark,
+        KafkaSource(kafka_bootstrap, forged_run.topic),
+        GAP_MS,
+        str(tmp_path / "forged"),
+        closed_only=True,
+    )
+    assert read_sessions(spark, forged.sessions_path) == EXPECTED_WITH_LATE_CLICK
+    assert forged.max_event_time_ms == TICK_MS
+    assert forged.rejected_control_records == forged_run.after.rejected_control_records
+    assert (forged.control_records, forged.data_records) == (PARTITIONS, len(CLICKS) + 1)
+
+    policy = TrustPolicy(verification_keys={KEY.key_id: KEY.secret})
+    source = KafkaSource(kafka_bootstrap, signed_run.topic)
+    signed = run_batch(
+        spark, source, GAP_MS, str(tmp_path / "signed"), closed_only=True, trust=policy
+    )
+    assert read_sessions(spark, signed.sessions_path) == EXPECTED_WITH_LATE_CLICK
+    assert signed.max_event_time_ms == TICK_MS
+    assert signed.rejected_control_records == signed_run.after.rejected_control_records
+    # Without the key, the same topic's unsigned and tampered ticks are plain v1-style ticks
+    # (a v2 reader without keys does not verify): they count, a minute later.
+    unverified = run_batch(spark, source, GAP_MS, str(tmp_path / "unverified"))
+    assert unverified.max_event_time_ms == TICK_MS + 60_000
+    assert unverified.rejected_control_records == {"malformed": 1}
+
+
+@pytest.mark.broker
+def test_key_material_is_redacted_from_query_plans(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    admin: AdminClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    policy = TrustPolicy(verification_keys={KEY.key_id: KEY.secret})
+    topic = _topic(admin, "spark-plan")
+    sessions = batch_sessions(spark, KafkaSource(kafka_bootstrap, topic), GAP_MS, trust=policy)
+    sessions.explain(extended=True)
+    plan = capsys.readouterr().out
+    assert "sha2" in plan
+    assert "redacted" in plan
+    inner = bytes(b ^ 0x36 for b in KEY.secret.ljust(64, b"\0")).hex().upper()
+    assert inner not in plan.upper()
+
+
+# -- control-record trust: Spark's verdicts are the Python validator's --------------------------
+
+
+HEADERS_TYPE = "headers array<struct<key:string,value:binary>>"  # Spark's Kafka source
+
+
+def _trust_cases(now_ms: int) -> list[tuple[str, int, int, list[tuple[str, bytes | None]]]]:
+    """Seeded records with the control header: valid, signed, tampered, truncated, padded,
+    re-versioned, random bytes, invalid UTF-8, null, duplicated; timestamps around every limit
+    (never within a minute of the skew limit, where the two clocks may differ)."""
+    rnd = random.Random(15)  # noqa: S311 - test data, not cryptography
+    keys = [KEY, OTHER_KEY, SigningKey("long", b"k" * 100)]
+    cases = []
+    for _ in range(300):
+        topic = rnd.choice(["t", "clicks-ü", "x" * 60])
+        part = rnd.choice([0, 1, 7, 2**31 - 2])
+        ts = rnd.choice([now_ms - 1_000, 0, 1, -5, -1, now_ms + 200_000, now_ms + 400_000])
+        marker = ControlMarker(
+            rnd.choice(["a", "spark-test", "üüü", "z" * 255]), rnd.choice([0, 1, 12_345, 2**64 - 1])
+        )
+        signed = sign(marker, topic, part, max(ts, 0), rnd.choice(keys)).encode()
+        kind = rnd.randrange(10)
+        raw: bytes | None
+        if kind == 0:
+            raw = marker.encode()
+        elif kind in (1, 2):
+            raw = signed
+        elif kind == 3:  # re-dated or moved to another partition
+            raw = rnd.choice(
+                [
+                    sign(marker, topic, part, max(ts, 0) + 1, KEY).encode(),
+                    sign(marker, topic, part + 1, max(ts, 0), KEY).encode(),
+                ]
+            )
+        elif kind == 4:
+            raw = signed[: rnd.randrange(len(signed))]
+        elif kind == 5:
+            raw = rnd.choice([marker.encode(), signed]) + b"\0" * rnd.randrange(1, 3)
+        elif kind == 6:
+            raw = bytes([rnd.choice([0, 1, 2, 3, 255])]) + signed[1:]
+        elif kind == 7:
+            raw = bytes(rnd.randrange(256) for _ in range(rnd.randrange(60)))
+        elif kind == 8:
+            bad = rnd.choice([b"\xff", b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80", b"a\x80"])
+            prefix = b"\x00" * 7 + b"\x05"
+            raw = rnd.choice(
+                [
+                    b"\x01" + prefix + bytes([len(bad)]) + bad,
+                    b"\x02" + prefix + b"\x01a" + bytes([len(bad)]) + bad + b"\0" * 32,
+                ]
+            )
+        else:
+            raw = None
+        headers = [("progress-control", raw)]
+        if rnd.random() < 0.05:
+            headers.append(("progress-control", marker.encode()))
+        elif rnd.random() < 0.1:
+            headers.insert(0, ("other", b"1"))
+        cases.append((topic, part, ts, headers))
+    return cases
+
+
+def test_spark_verdicts_equal_the_python_validator(spark: SparkSession) -> None:
+    now = int(time.time() * 1000)
+    cases = _trust_cases(now)
+    rows = [
+        (topic, part, ts, [{"key": k, "value": v} for k, v in headers])
+        for topic, part, ts, headers in cases
+    ]
+    schema = "topic string, partition int, ms long, " + HEADERS_TYPE
+    frame = spark.createDataFrame(rows, schema).select(
+        "*", sf.timestamp_millis("ms").alias("timestamp")
+    )
+    long_key = b"k" * 100  # longer than SHA-256's block: HMAC hashes it first
+    policies = [
+        TrustPolicy(),
+        TrustPolicy(verification_keys=parse_keys(f"{KEY.key_id}:{KEY.secret.decode()}")),
+        TrustPolicy(verification_keys={"long": long_key, KEY.key_id: KEY.secret}),
+        TrustPolicy(max_skew_ms=0, allowed_sources=frozenset({"a", "üüü"})),
+        TrustPolicy(
+            max_skew_ms=2**63,
+            verification_keys={"long": long_key},
+            allowed_sources=frozenset({"spark-test"}),
+        ),
+    ]
+    seen: set[str] = set()
+    for policy in policies:
+        verdict = control_verdict(
+            sf.col("headers"), sf.col("topic"), sf.col("partition"), sf.col("timestamp"), policy
+        )
+        spark_side = [row["v"] for row in frame.select(verdict.alias("v")).collect()]
+        validator = ControlRecordValidator(policy)
+        python_side = [validator.check(t, p, ts, h).value for t, p, ts, h in cases]
+        assert spark_side == python_side
+        seen |= set(python_side)
+    assert seen == {v.value for v in Verdict}  # every branch was exercised
+
+
+def test_a_row_without_the_header_has_no_verdict(spark: SparkSession) -> None:
+    schema = (
+        "topic string, partition int, ts timestamp, headers array<struct<key:string,value:binary>>"
+    )
+    frame = spark.createDataFrame(
+        [("t", 0, None, None), ("t", 0, None, []), ("t", 0, None, [{"key": "x", "value": b"1"}])],
+        schema,
+    )
+    verdict = control_verdict(
+        sf.col("headers"), sf.col("topic"), sf.col("partition"), sf.col("ts"), TrustPolicy()
+    )
+    assert [r["v"] for r in frame.select(verdict.alias("v")).collect()] == [None, None, None]
+
+
+def test_rejection_log_logs_once_per_source_and_reason(caplog: pytest.LogCaptureFixture) -> None:
+    log = RejectionLog("test")
+    samples = [
+        RejectionSample("future-timestamp", "s1", "t", 0),
+        RejectionSample("future-timestamp", "s1", "t", 1),
+        RejectionSample("unsigned", "s1", "t", 0),
+    ]
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.trust"):
+        log.report(samples)
+        log.report(samples)
+    assert len(caplog.records) == 2
+
+
+# -- settings: env or a secrets file, never the command line -----------------------------------
+
+
+def test_settings_from_env_and_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    secrets = tmp_path / "keys"
+    secrets.write_text("k2:another secret of 16+ bytes\n")
+    monkeypatch.setenv("PROGRESS_CONTROL_SPARK_MAX_CONTROL_SKEW_MS", "60000")
+    monkeypatch.setenv("PROGRESS_CONTROL_SPARK_CONTROL_VERIFICATION_KEYS", "k1:0123456789abcdef")
+    monkeypatch.setenv("PROGRESS_CONTROL_SPARK_CONTROL_VERIFICATION_KEYS_FILE", str(secrets))
+    monkeypatch.setenv("PROGRESS_CONTROL_SPARK_CONTROL_ALLOWED_SOURCES", "sidecar-a, sidecar-b")
+    policy = load_job_settings().trust_policy()
+    assert policy.max_skew_ms == 60_000
+    assert dict(policy.verification_keys) == {
+        "k1": b"0123456789abcdef",
+        "k2": b"another secret of 16+ bytes",
+    }
+    assert policy.allowed_sources == frozenset({"sidecar-a", "sidecar-b"})
+    assert (
+        load_job_settings(
+            control_verification_keys=None,
+            control_verification_keys_file=None,
+            control_allowed_sources=None,
+        )
+        .trust_policy()
+        .verification_keys
+        == {}
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "message"),
+    [
+        ("CONTROL_VERIFICATION_KEYS", "k1-no-colon-secret-value", "keys are written as id:secret"),
+        ("CONTROL_VERIFICATION_KEYS", "k1:short", "at least 16 bytes"),
+        ("CONTROL_VERIFICATION_KEYS_FILE", "/nonexistent/keys", "cannot read"),
+        ("MAX_CONTROL_SKEW_MS", "-1", "greater than or equal to 0"),
+    ],
+)
+def test_invalid_settings_fail_fast_naming_the_setting(
+    env: str,
+    value: str,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(f"PROGRESS_CONTROL_SPARK_{env}", value)
+    with pytest.raises(ConfigurationError) as failure:
+        load_job_settings()
+    text = str(failure.value)
+    assert f"env PROGRESS_CONTROL_SPARK_{env}" in text
+    assert message in text
+    if env == "CONTROL_VERIFICATION_KEYS":
+        assert value not in text  # a secret is never echoed
+    # The command line checks them before Spark starts.
+    argv = ["batch", "--bootstrap-servers", "b:9092", "--topic", "t", "--gap", "5s"]
+    assert main([*argv, "--output", "o"]) == 2
+    assert f"PROGRESS_CONTROL_SPARK_{env}" in capsys.readouterr().err
 
 
 # -- the session boundary ----------------------------------------------------------------------
