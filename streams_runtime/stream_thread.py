@@ -294,13 +294,17 @@ class StreamThread:
                 horizon[topic] = min(horizon.get(topic, bound), bound)
         written = self.collector.written
         for topic, bound in horizon.items():
-            if bound < 0:
+            # Just below the bound: a reader closes a window when its close time is <= its
+            # stream time, so a tick *at* a record still to come could close a window that
+            # record would have joined.
+            at = bound - 1
+            if at < 0:
                 continue
             for partition in range(self._partitions_of(topic)):
                 tp = TopicPartitionId(topic, partition)
-                if written.get(tp, -1) < bound and self._ticked.get(tp, -1) < bound:
-                    self.collector.tick(topic, partition, bound)
-                    self._ticked[tp] = bound
+                if written.get(tp, -1) < at and self._ticked.get(tp, -1) < at:
+                    self.collector.tick(topic, partition, at)
+                    self._ticked[tp] = at
 
     def _partitions_of(self, topic: str) -> int:
         count = self._partition_counts.get(topic)
