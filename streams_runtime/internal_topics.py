@@ -10,6 +10,7 @@ import time
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streams_runtime.repartition_purge import REPARTITION_TOPIC_CONFIG
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
 from streams_runtime.state import changelog_topic, changelog_topic_config
 from streams_runtime.topology import Subtopology, Topology, TopologyError
@@ -132,7 +133,7 @@ def _plan_subtopology(sub: Subtopology, topology: Topology, plan: _TopicPlan) ->
         raise TopologyError(f"inputs of sub-topology {sub.id} are not co-partitioned: {inputs}")
     for topic, count in inputs.items():
         if topic in topology.repartition_topics:
-            plan.internal(topic, count, {})
+            plan.internal(topic, count, REPARTITION_TOPIC_CONFIG)
         plan.counts[topic] = count
     partitions = next(iter(inputs.values()))
     for spec in sub.stores:

@@ -113,6 +113,12 @@ class RuntimeSettings(BaseSettings):
     control_allowed_sources: str | None = Field(
         None, description="Comma-separated source ids whose control records are accepted."
     )
+    repartition_purge_interval_ms: int = Field(
+        30_000,
+        ge=0,
+        description="How often committed records are deleted from repartition topics (which "
+        "keep records without time limit, KIP-284).",
+    )
     poll_timeout_ms: int = Field(100, ge=1, description="Longest wait in one consumer poll.")
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Serve Prometheus /metrics on this port (0: any)."

@@ -24,6 +24,7 @@ from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordError, BadRecordHandler, StreamsError
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import SourceRecord, TopicPartitionId
+from streams_runtime.repartition_purge import RepartitionPurger
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.task import StreamTask, TaskId, WarmStores
 from streams_runtime.topology import Topology
@@ -58,6 +59,11 @@ class StreamThread:
         self._on_state = on_state
         self._stopping = threading.Event()
         self._trust = ControlRecordValidator(settings.trust_policy())
+        self._purger = RepartitionPurger(
+            {**settings.client_config()},
+            frozenset(topology.repartition_topics),
+            settings.repartition_purge_interval_ms / 1000,
+        )
         self.collector = RecordCollector(settings, instance_id, metrics)
         self._bad_records = BadRecordHandler(
             settings.bad_record_policy,
@@ -327,7 +333,8 @@ class StreamThread:
         per_task = [(task, task.offsets_to_commit()) for task in self.tasks.values()]
         offsets = [tp for _, task_offsets in per_task for tp in task_offsets]
         if self._settings.exactly_once:
-            self._commit_transaction(offsets)
+            if not self._commit_transaction(offsets):
+                return
         else:
             self.collector.flush()
             if offsets:
@@ -344,9 +351,12 @@ class StreamThread:
                     return
         for task, task_offsets in per_task:
             task.committed_offsets(task_offsets)
+        self._purger.committed(offsets)
         self._metrics.commit_latency.observe(time.monotonic() - started)
 
-    def _commit_transaction(self, offsets: list[TopicPartition]) -> None:
+    def _commit_transaction(self, offsets: list[TopicPartition]) -> bool:
+        """Commit the transaction with ``offsets``; False when it had to be aborted (the tasks
+        then start again from the last commit)."""
         try:
             self.collector.commit(offsets, self.consumer.consumer_group_metadata())
         except KafkaException as exc:
@@ -357,8 +367,9 @@ class StreamThread:
                 )
                 self.collector.abort()
                 self._rewind_all()
-                return
+                return False
             raise StreamsError(f"transaction commit failed: {exc}") from exc
+        return True
 
     def _rewind_all(self) -> None:
         """Exactly-once after an abort: drop every task and restart it from the committed
