@@ -6,7 +6,9 @@ control record gets, and more, before it can schedule ticks or take memory:
 1. the reported data timestamp is not negative: else ``negative-timestamp``;
 2. it is at most ``max_skew_ms`` ahead of our wall clock: else ``future-timestamp`` (ticks
    extrapolated from it would carry a far-future time);
-3. the topic exists on the broker: else ``unknown-topic``;
+3. the topic exists on the broker: else ``unknown-topic`` (a report for a topic missing from our
+   metadata is parked until the next metadata refresh, at most a second away: the topic may be
+   newer than our metadata; parked reports are bounded too);
 4. the topic filter (include, exclude, internal topics) lets it through: else ``excluded-topic``;
 5. the partition exists: else ``unknown-partition``;
 6. the partition is already tracked, or fewer than ``max_tracked_partitions`` are: else
@@ -22,16 +24,29 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from prometheus_client import Counter
 
 from interceptor.activity import TopicPartition
 
-__all__ = ["ActivityAdmission", "DropReason"]
+__all__ = ["ActivityAdmission", "DropReason", "ReportedAck"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_LOGGED = 1_000  # spoofed reports may carry endless source ids: remember this many
+_MAX_PARKED = 1_024  # reports waiting for a metadata refresh
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedAck:
+    """One partition of an interceptor's report."""
+
+    source: str
+    topic: str
+    partition: int
+    timestamp_ms: int
+    ack_monotonic: float
 
 
 class DropReason(enum.StrEnum):
@@ -46,7 +61,8 @@ class DropReason(enum.StrEnum):
 
 
 class ActivityAdmission:
-    """Checks activity before it is tracked; thread-safe."""
+    """Checks activity before it is tracked. Reports are checked in the report listener's
+    thread only; :meth:`admit_watched` may run in any thread."""
 
     def __init__(
         self,
@@ -71,15 +87,50 @@ class ActivityAdmission:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._lock = threading.Lock()
         self._logged: set[tuple[str, DropReason]] = set()
+        self._parked: dict[TopicPartition, ReportedAck] = {}
+        """Reports for topics not in our metadata yet (used by the report thread only)."""
 
-    def admit_report(self, source: str, topic: str, partition: int, timestamp_ms: int) -> bool:
-        """Whether an interceptor's report of a data ack may be tracked."""
-        reason = self._report_verdict(topic, partition, timestamp_ms)
+    def admit_report(self, ack: ReportedAck) -> bool:
+        """Whether an interceptor's report of a data ack may be tracked now. A report for a
+        topic not in our metadata is parked (see :meth:`retry_parked`), and ``False``."""
+        reason = self._timestamp_verdict(ack.timestamp_ms)
+        if reason is None and self._partition_count(ack.topic) is None:
+            key = (ack.topic, ack.partition)
+            if key in self._parked or len(self._parked) < _MAX_PARKED:
+                self._parked[key] = ack
+                return False
+            reason = DropReason.UNKNOWN_TOPIC
         if reason is None:
-            reason = self._bound_verdict((topic, partition))
+            reason = self._topic_verdict(ack.topic, ack.partition)
+        return self._decide(ack, reason)
+
+    @property
+    def parked(self) -> int:
+        """Reports waiting for a metadata refresh."""
+        return len(self._parked)
+
+    def retry_parked(self) -> list[ReportedAck]:
+        """After a metadata refresh: the parked reports that may be tracked now; the others are
+        dropped (``unknown-topic`` when their topic still does not exist)."""
+        parked, self._parked = self._parked, {}
+        admitted = []
+        for ack in parked.values():
+            reason = self._timestamp_verdict(ack.timestamp_ms)
+            if reason is None and self._partition_count(ack.topic) is None:
+                reason = DropReason.UNKNOWN_TOPIC
+            if reason is None:
+                reason = self._topic_verdict(ack.topic, ack.partition)
+            if self._decide(ack, reason):
+                admitted.append(ack)
+        return admitted
+
+    def _decide(self, ack: ReportedAck, reason: DropReason | None) -> bool:
+        key = (ack.topic, ack.partition)
+        if reason is None:
+            reason = self._bound_verdict(key)
         if reason is None:
             return True
-        self._drop("report", reason, source, (topic, partition), f"timestamp {timestamp_ms}")
+        self._drop("report", reason, ack.source, key, f"timestamp {ack.timestamp_ms}")
         return False
 
     def admit_watched(self, key: TopicPartition) -> bool:
@@ -91,18 +142,19 @@ class ActivityAdmission:
         self._drop("watch", reason, "broker-watch", key, "")
         return False
 
-    def _report_verdict(self, topic: str, partition: int, timestamp_ms: int) -> DropReason | None:
+    def _timestamp_verdict(self, timestamp_ms: int) -> DropReason | None:
         if timestamp_ms < 0:
             return DropReason.NEGATIVE_TIMESTAMP
         if timestamp_ms > self._clock_ms() + self._max_skew_ms:
             return DropReason.FUTURE_TIMESTAMP
-        # Existence before the filter: the filter caches its decisions per topic name.
-        count = self._partition_count(topic)
-        if count is None:
-            return DropReason.UNKNOWN_TOPIC
+        return None
+
+    def _topic_verdict(self, topic: str, partition: int) -> DropReason | None:
+        """For a topic that exists. Existence is checked first: the filter caches its
+        decisions per topic name, which must not grow with made-up names."""
         if not self._include_topic(topic):
             return DropReason.EXCLUDED_TOPIC
-        if not 0 <= partition < count:
+        if not 0 <= partition < (self._partition_count(topic) or 0):
             return DropReason.UNKNOWN_PARTITION
         return None
 

@@ -27,6 +27,7 @@ class ReportListener:
         address: str,
         on_ack: Callable[[str, str, int, int, float], None],
         on_malformed: Callable[[], None],
+        on_idle: Callable[[], None] = lambda: None,
     ) -> None:
         host, port = parse_address(address, any_port=True)
         family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
@@ -35,6 +36,8 @@ class ReportListener:
         self._socket.settimeout(0.2)
         self._on_ack = on_ack
         self._on_malformed = on_malformed
+        self._on_idle = on_idle
+        """Called in the listener thread after every datagram and every quiet 0.2 s."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="report-listener", daemon=True)
 
@@ -56,6 +59,10 @@ class ReportListener:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            try:
+                self._on_idle()
+            except Exception:
+                logger.exception("report listener housekeeping failed")
             try:
                 datagram = self._socket.recv(_MAX_DATAGRAM)
             except TimeoutError:

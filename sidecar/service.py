@@ -40,7 +40,7 @@ from interceptor.activity import DueTick, PartitionActivity, TopicPartition
 from interceptor.metrics import ProgressControlMetrics, PrometheusCollector
 from interceptor.scheduler import IdlePartitionScheduler
 from interceptor.sender import TickSender
-from sidecar.admission import ActivityAdmission
+from sidecar.admission import ActivityAdmission, ReportedAck
 from sidecar.http import HealthServer
 from sidecar.reports import ReportListener
 from sidecar.settings import SidecarSettings
@@ -121,7 +121,7 @@ class ProgressControlSidecar:
         )
         self._admission = ActivityAdmission(
             include_topic=include_topic,
-            partition_count=self._partition_count,
+            partition_count=self._watch.partition_count,
             tracked=self.activity.latest.__contains__,
             tracked_count=self.activity.latest.__len__,
             max_skew_ms=settings.max_skew_ms,
@@ -141,7 +141,12 @@ class ProgressControlSidecar:
         self._ready = threading.Event()
         self._watch_thread = threading.Thread(target=self._watch_loop, name="broker-watch")
         self._listener = (
-            ReportListener(settings.report_listen, self._on_report_ack, self._malformed.inc)
+            ReportListener(
+                settings.report_listen,
+                self._on_report_ack,
+                self._malformed.inc,
+                self._retry_parked_reports,
+            )
             if settings.report_listen
             else None
         )
@@ -207,15 +212,25 @@ class ProgressControlSidecar:
         self, source: str, topic: str, partition: int, timestamp_ms: int, ack: float
     ) -> None:
         self._reports.inc()
-        if self._admission.admit_report(source, topic, partition, timestamp_ms):
+        reported = ReportedAck(source, topic, partition, timestamp_ms, ack)
+        if self._admission.admit_report(reported):
             self._record_activity(topic, partition, timestamp_ms, ack)
 
-    def _partition_count(self, topic: str) -> int | None:
+    def _retry_parked_reports(self) -> None:
+        """Report thread, between datagrams: reports for topics our metadata did not know are
+        retried after a refresh (at most one a second)."""
+        if not self._admission.parked:
+            return
         try:
-            return self._watch.partition_count(topic)
-        except Exception as exc:  # broker unreachable: only what we already know exists
-            logger.debug("metadata refresh for a reported topic failed: %s", exc)
-            return self._watch.partition_count(topic, refresh=False)
+            if not self._watch.refresh_if_allowed():
+                return
+        except Exception as exc:  # broker unreachable: they stay parked (bounded)
+            logger.debug("metadata refresh for reported topics failed: %s", exc)
+            return
+        for reported in self._admission.retry_parked():
+            self._record_activity(
+                reported.topic, reported.partition, reported.timestamp_ms, reported.ack_monotonic
+            )
 
     def _watch_loop(self) -> None:
         retry_s = 1.0

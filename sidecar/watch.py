@@ -76,19 +76,19 @@ class BrokerWatch:
             self._refresh(now)
         return self._partitions
 
-    def partition_count(self, topic: str, *, refresh: bool = True) -> int | None:
-        """Partitions of ``topic`` on the broker, ``None`` when it does not exist. An unknown
-        topic re-reads metadata first (``refresh``), at most once per second, so a topic
-        created after the last periodic refresh is found and a flood of made-up names costs
-        one request per second."""
-        count = self._topics.get(topic)
-        if count is None and refresh:
-            now = time.monotonic()
-            stale = self._refreshed_at is None or now - self._refreshed_at >= _MIN_FORCED_REFRESH_S
-            if stale:
-                self._refresh(now)
-                count = self._topics.get(topic)
-        return count
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic`` as of the last metadata refresh, ``None`` when unknown."""
+        return self._topics.get(topic)
+
+    def refresh_if_allowed(self) -> bool:
+        """Re-read metadata now unless that was done less than a second ago (for topics named in
+        reports but not known yet: created since the last periodic refresh, or made up, in
+        which case a flood of names costs one request per second). Return whether it did."""
+        now = time.monotonic()
+        if self._refreshed_at is not None and now - self._refreshed_at < _MIN_FORCED_REFRESH_S:
+            return False
+        self._refresh(now)
+        return True
 
     def _refresh(self, now: float) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -369,16 +369,9 @@ def test_spoofed_reports_are_dropped_counted_and_bounded(
         socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
     ):
         wait_for(sidecar.is_ready, message="ready")
-        address = sidecar.report_address or ("", 0)
 
         def report(*partitions: tuple[str, int, int], source: str = "spoofer") -> None:
-            now_ms = int(time.time() * 1000)
-            parts = tuple(PartitionReport(t, p, ts, now_ms) for t, p, ts in partitions)
-            for datagram in encode_reports(ActivityReport(source, now_ms, parts)):
-                handled = reports_received(sidecar) + len(decode_report(datagram).partitions)
-                udp.sendto(datagram, address)
-                # One datagram at a time, so the flood never overflows the socket buffer.
-                wait_for(lambda: reports_received(sidecar) >= handled, message="report handled")  # noqa: B023 - called at once
+            send_report(sidecar, udp, partitions, source)
 
         now_ms = int(time.time() * 1000)
         report(
@@ -394,17 +387,24 @@ def test_spoofed_reports_are_dropped_counted_and_bounded(
         reader.read(quiet_s=1.0)  # the spoofed ones were due at the same time: none came
         assert ticks_by_partition(reader.ticks()) == {0: 3}
         assert all(t.timestamp()[1] <= time.time() * 1000 for t in reader.ticks())
-        for reason in ("future-timestamp", "negative-timestamp", "unknown-topic"):
-            assert dropped(sidecar, reason) == 1
-        assert dropped(sidecar, "unknown-partition") == dropped(sidecar, "excluded-topic") == 1
+        reasons = ("future-timestamp", "negative-timestamp", "unknown-topic", "unknown-partition")
+        wait_for(  # a topic missing from the sidecar's metadata waits for a refresh (<= 1 s)
+            lambda: [dropped(sidecar, r) for r in (*reasons, "excluded-topic")] == [1] * 5,
+            message="each spoofed report dropped for its reason",
+        )
 
         # 20k made-up partitions: nothing tracked, nothing remembered per partition.
         now_ms = int(time.time() * 1000)
         report(*((topic, 6 + n, now_ms) for n in range(10_000)))
         report(*((f"spoofed-{n}", 0, now_ms) for n in range(10_000)))
         assert dropped(sidecar, "unknown-partition") == 10_001
-        assert dropped(sidecar, "unknown-topic") == 10_001
+        wait_for(
+            lambda: dropped(sidecar, "unknown-topic") == 10_001,
+            message="the unknown topics dropped (some after a metadata refresh)",
+        )
         assert set(sidecar.activity.latest) == {(topic, 0)}
+        assert sidecar._admission.parked == 0
+        assert sidecar._admission.logged <= 10  # once per source and reason
 
         # Real partitions up to the bound (3 tracked), the rest dropped.
         now_ms = int(time.time() * 1000)
@@ -415,6 +415,42 @@ def test_spoofed_reports_are_dropped_counted_and_bounded(
             lambda: ticks_by_partition(reader.ticks()) == {0: 3, 3: 3, 4: 3},
             message="ticks on the partitions within the bound",
         )
+
+
+def send_report(
+    sidecar: ProgressControlSidecar,
+    udp: socket.socket,
+    partitions: Iterable[tuple[str, int, int]],
+    source: str,
+) -> None:
+    """Report ``(topic, partition, timestamp)`` acks as an interceptor would, and wait until the
+    sidecar handled each datagram (so a flood never overflows the socket buffer)."""
+    now_ms = int(time.time() * 1000)
+    parts = tuple(PartitionReport(t, p, ts, now_ms) for t, p, ts in partitions)
+    for datagram in encode_reports(ActivityReport(source, now_ms, parts)):
+        handled = reports_received(sidecar) + len(decode_report(datagram).partitions)
+        udp.sendto(datagram, sidecar.report_address or ("", 0))
+        wait_for(lambda: reports_received(sidecar) >= handled, message="report handled")  # noqa: B023
+
+
+def test_a_report_for_a_topic_newer_than_the_sidecars_metadata_counts(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    settings = sidecar_settings(
+        kafka_bootstrap, **{"watch.enabled": False, "metadata.refresh.ms": 600_000}
+    )
+    with (
+        ProgressControlSidecar(settings) as sidecar,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+    ):
+        wait_for(sidecar.is_ready, message="ready")  # its metadata is read: before the topic
+        topic = create_topic("brand-new", partitions=1)
+        reader = reader_for(topic, 1)
+        send_report(sidecar, udp, [(topic, 0, int(time.time() * 1000))], "app")
+        wait_for(lambda: len(reader.ticks()) == 3, message="ticks once the topic is known")
+        assert dropped(sidecar, "unknown-topic") == 0
 
 
 def reports_received(sidecar: ProgressControlSidecar) -> float:
