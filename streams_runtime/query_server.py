@@ -337,7 +337,9 @@ class QueryServer:
         except (OSError, ValueError, KeyError):
             self._drop(conn)
             return
-        if conn.buffer:  # pipelined bytes that came with the previous request
+        # Pipelined bytes that came with the previous request, or (on a new plain connection) a
+        # request sent right after connecting: read now rather than after another select.
+        if conn.buffer or not conn.handshaking:
             self._readable(conn)
 
     def _drop(self, conn: _Connection) -> None:
