@@ -1,7 +1,8 @@
 """The progress promise, seen from downstream: a runtime writes final session results twice, with
-and without its own ticks, and readers of both (a second runtime and Kafka Streams itself)
-sessionize them again. With ticks, each reader's results equal its results without them, except
-that windows close earlier: nothing is dropped as late that would not be without ticks."""
+and without its own ticks, and readers of both (a second runtime, Kafka Streams itself, and the
+Spark streaming job, whose watermark the ticks move) sessionize them again. With ticks, each
+reader's results equal its results without them, except that windows close earlier: nothing is
+dropped as late that would not be without ticks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +21,9 @@ from tests.conformance.inputs import SENTINEL_KEY
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 from tests.helpers import unique_name, wait_for
 from tests.test_runtime_progress import BASE_MS, In, produce, tick
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.broker, pytest.mark.network]
 
@@ -120,11 +125,35 @@ def _kstreams_sessions(topic: str, bootstrap: str) -> list[Session]:
     return sorted(found)
 
 
-def test_downstream_results_with_ticks_equal_those_without_but_come_earlier(
+def _spark_sessions(
+    spark: SparkSession, topic: str, bootstrap: str, work: Path, expected: int
+) -> list[Session]:
+    """The Spark streaming job's sessions of ``topic``, once ``expected`` came out or no more
+    do (without ticks the watermark stops at the last result, and its windows stay open)."""
+    from spark_jobs import KafkaSource, SessionizationStream, StreamConfig
+
+    config = StreamConfig(
+        source=KafkaSource(bootstrap, topic),
+        gap_ms=DOWNSTREAM.gap_ms,
+        output_dir=str(work / "out"),
+        checkpoint_dir=str(work / "checkpoints"),
+        trigger_interval_ms=200,
+    )
+    with SessionizationStream(spark, config) as job:
+        job.process_all_available()
+        deadline = time.monotonic() + 20
+        while len(found := job.sessions()) < expected and time.monotonic() < deadline:
+            job.process_all_available()
+            time.sleep(0.2)
+    return sorted((s.user, s.start_ms - BASE_MS, s.end_ms - BASE_MS, s.events) for s in found)
+
+
+def test_downstream_results_with_ticks_equal_those_without_but_come_earlier(  # noqa: PLR0917
     create_topic: Callable[..., str],
     run_app: Callable[..., App],
     kafka_bootstrap: str,
     kafka_streams: KafkaStreamsApps,
+    spark: SparkSession,
     tmp_path: Path,
 ) -> None:
     clicks = create_topic("clicks")
@@ -218,14 +247,20 @@ def test_downstream_results_with_ticks_equal_those_without_but_come_earlier(
     assert [b for b in behind if b[1] < b[2]] == [], written
     upstream_on = _runtime_sessions(finals["on"], kafka_bootstrap)
     assert upstream_on == _runtime_sessions(finals["off"], kafka_bootstrap)  # input ticks alone
-    for engine, read, outputs in (
-        ("runtime", _runtime_sessions, again),
-        ("kafka-streams", _kstreams_sessions, kstreams_out),
-    ):
-        with_ticks, without = (
-            read(outputs["on"], kafka_bootstrap),
-            read(outputs["off"], kafka_bootstrap),
+    results = {
+        engine: {mode: read(outputs[mode], kafka_bootstrap) for mode in finals}
+        for engine, read, outputs in (
+            ("runtime", _runtime_sessions, again),
+            ("kafka-streams", _kstreams_sessions, kstreams_out),
         )
+    }
+    expected = len(results["runtime"]["on"])
+    results["spark"] = {
+        mode: _spark_sessions(spark, topic, kafka_bootstrap, tmp_path / f"spark-{mode}", expected)
+        for mode, topic in finals.items()
+    }
+    for engine, by_mode in results.items():
+        with_ticks, without = by_mode["on"], by_mode["off"]
         assert set(without) <= set(with_ticks), (
             f"{engine}: a result lost to ticks: {sorted(set(without) - set(with_ticks))} "
             f"{sorted(set(with_ticks) - set(without))} upstream {upstream_on}"
