@@ -20,7 +20,7 @@ from tests.conformance.harness import ProcessedCheck, read_to_end
 from tests.conformance.inputs import SENTINEL_KEY
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 from tests.helpers import unique_name, wait_for
-from tests.test_runtime_progress import BASE_MS, In, produce, tick
+from tests.test_runtime_progress import BASE_MS, In, produce, session_app, tick
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,21 +59,6 @@ def _final_sessions(source: str, sink: str, windows: SessionWindows) -> StreamsB
                 {"user": w.key, "page": "session", "ts": w.end, "start": w.start, "count": n},
             )
         )
-        .to(sink)
-    )
-    return builder
-
-
-def _sessionize_again(source: str, sink: str) -> StreamsBuilder:
-    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
-    (
-        builder.stream(source)
-        .group_by_key()
-        .windowed_by(DOWNSTREAM)
-        .count()
-        .suppress(until_window_closes())
-        .to_stream()
-        .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
         .to(sink)
     )
     return builder
@@ -170,7 +155,7 @@ def test_downstream_results_with_ticks_equal_those_without_but_come_earlier(  # 
     # Downstream: a runtime and Kafka Streams sessionize each finals topic again.
     again = {mode: create_topic(f"again-{mode}", partitions=PARTITIONS) for mode in finals}
     downstream = {
-        mode: run_app(_sessionize_again(finals[mode], again[mode]), commit_interval_ms=100)
+        mode: run_app(session_app(finals[mode], again[mode], DOWNSTREAM), commit_interval_ms=100)
         for mode in finals
     }
     kstreams_out = {

@@ -102,6 +102,9 @@ def session_counts(
     return builder
 
 
+GAP_5S = SessionWindows(gap_ms=5_000)
+
+
 def processed(app: App) -> float:
     return app.metrics.total("streams_records_processed")
 
@@ -121,7 +124,7 @@ def test_records_a_filter_drops_never_tick_the_repartition_topic(
         .filter(lambda _k, v: not v.get("bot"))
         .select_key(lambda _k, v: v["user"])
     )
-    session_counts(builder, clicks, sink, SessionWindows(gap_ms=5_000))
+    session_counts(builder, clicks, sink, GAP_5S)
     app_id = unique_name("progress")
     # Four repartition partitions for three users: at least one gets only ticks.
     app = run_app(
@@ -247,10 +250,10 @@ def _raw_tick(bootstrap: str, topic: str, timestamp: int, header: bytes) -> None
     assert producer.flush(10) == 0
 
 
-def _session_app(builder_sink: tuple[str, str]) -> StreamsBuilder:
-    source, sink = builder_sink
+def session_app(source: str, sink: str, windows: SessionWindows) -> StreamsBuilder:
+    """Final session counts per key of JSON clicks (see :func:`sessions`)."""
     builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
-    return session_counts(builder, builder.stream(source), sink, SessionWindows(gap_ms=5_000))
+    return session_counts(builder, builder.stream(source), sink, windows)
 
 
 def test_bad_control_records_are_skipped_counted_and_never_stop_the_app(
@@ -261,7 +264,7 @@ def test_bad_control_records_are_skipped_counted_and_never_stop_the_app(
 ) -> None:
     source, sink = create_topic("clicks"), create_topic("sessions")
     app_id = unique_name("trust")
-    app = run_app(_session_app((source, sink)), application_id=app_id, commit_interval_ms=100)
+    app = run_app(session_app(source, sink, GAP_5S), application_id=app_id, commit_interval_ms=100)
     produce(kafka_bootstrap, source, [In(0, "a", {}, 1000)])
     marker = ControlMarker("forger", 0).encode()
     _raw_tick(kafka_bootstrap, source, -5, marker)  # crashed the app before, at every restart
@@ -287,7 +290,7 @@ def test_bad_control_records_are_skipped_counted_and_never_stop_the_app(
     assert app.state == "RUNNING"
     # A restart reads from the committed offsets, past the bad ticks: no crash, no repeat.
     app.close()
-    again = run_app(_session_app((source, sink)), application_id=app_id)
+    again = run_app(session_app(source, sink, GAP_5S), application_id=app_id)
     produce(kafka_bootstrap, source, [In(0, "b", {}, 30_000), tick(0, 40_000)], sequence=5)
     wait_for(lambda: len(sessions(output)) == 2, message="b's session")
     assert sessions(output) == [("a", 1000, 2000, 2), ("b", 30_000, 30_000, 1)]
@@ -304,7 +307,7 @@ def test_only_signed_ticks_move_time_when_keys_are_set(
     source, sink = create_topic("clicks"), create_topic("sessions")
     key = SigningKey("k1", b"0123456789abcdef0123")
     app = run_app(
-        _session_app((source, sink)),
+        session_app(source, sink, GAP_5S),
         control_verification_keys="k1:0123456789abcdef0123",
         commit_interval_ms=100,
     )
