@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from progress_control.protocol import CONTROL_HEADER
-from progress_control.trust import TrustPolicy
+from progress_control.trust import TrustPolicy, Verdict
 from spark_jobs.trust import (
     ACCEPTED,
     REJECTION_REASONS,
@@ -172,7 +172,8 @@ def parse_records(raw: DataFrame, trust: TrustPolicy | None = None) -> DataFrame
         control_verdict(
             headers, sf.col("topic"), sf.col("partition"), sf.col("timestamp"), policy
         ).alias("control"),
-        sf.when(has_control_header(headers), control_source(headers)).alias("control_source"),
+        # As the Python validator logs them: a malformed marker's source is unknown ("?").
+        sf.when(has_control_header(headers), control_source(headers)).alias("_source"),
         sf.try_parse_json(sf.col("value").cast("string")).alias("_json"),
     )
     typed = staged.select(
@@ -192,7 +193,12 @@ def parse_records(raw: DataFrame, trust: TrustPolicy | None = None) -> DataFrame
         .when(*_type_error("ts", _INTEGER_TYPES, "an integer"))
         .when(sf.unix_millis("event_time") < 0, sf.lit("negative record timestamp"))
     )
-    classified = typed.select("*", is_control.alias("is_control"), error.alias("error"))
+    source = sf.when(sf.col("control") == sf.lit(Verdict.MALFORMED.value), sf.lit("?")).otherwise(
+        sf.col("_source")
+    )
+    classified = typed.select(
+        "*", is_control.alias("is_control"), error.alias("error"), source.alias("control_source")
+    )
     # Only valid events carry user and page: a half-parsed malformed record must not look like
     # data to anything downstream.
     is_data = sf.col("error").isNull() & ~sf.col("is_control")
