@@ -17,6 +17,9 @@ from progress_control.protocol import (
     parse_control_headers,
 )
 
+__version__ = "0.1.0"
+"""The distribution's version (``pyproject.toml`` reads it from here)."""
+
 __all__ = [
     "CONTROL_HEADER",
     "DEFAULT_SENTINEL_KEY",
@@ -25,6 +28,7 @@ __all__ = [
     "ControlRecord",
     "MalformedControlHeaderError",
     "TimestampMode",
+    "__version__",
     "extrapolated_timestamp_ms",
     "is_control_record",
     "parse_control_headers",
