@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import signal
@@ -11,10 +12,11 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from progress_control import __version__
 from progress_control.argtypes import positive_float, positive_int
 from progress_control.broker import BrokerStartError
 from progress_control.jars import JarFetchError, MissingToolError
-from progress_control.logging import configure_logging
+from progress_control.logging import LOG_LEVELS, configure_logging, parse_log_level
 from progress_control.settings import ConfigurationError
 
 __all__ = ["main"]
@@ -25,13 +27,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "configures_logging", False):
-        configure_logging(args.log_level)
+        configure_logging(args.log_level or "INFO")
     try:
         code: int = args.handler(args)
-    except (MissingToolError, JarFetchError, BrokerStartError, ConfigurationError) as exc:
+    except (
+        MissingToolError,
+        JarFetchError,
+        BrokerStartError,
+        ConfigurationError,
+        MissingExtraError,
+    ) as exc:
         print(f"progress-control: error: {exc}", file=sys.stderr)
         return 2
     return code
+
+
+class MissingExtraError(RuntimeError):
+    """A command needs an optional dependency group (extra) that is not installed."""
+
+
+def _require_extra(extra: str, what: str, *modules: str) -> None:
+    """Raise :class:`MissingExtraError` naming ``extra`` unless every module is importable."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingExtraError(
+            f"{what} needs {', '.join(missing)}, which is not installed: "
+            f"pip install 'kafka-progress-control[{extra}]'"
+        )
+
+
+def _log_level(value: str) -> str:
+    try:
+        return parse_log_level(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,7 +68,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="progress-control",
         description="Stream time that keeps moving when data stops.",
     )
-    parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--log-level",
+        type=_log_level,
+        metavar="LEVEL",
+        help=f"one of {', '.join(LOG_LEVELS)} (default INFO)",
+    )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     demo = commands.add_parser(
@@ -95,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    _require_extra("demo", "the demo", "matplotlib", *([] if args.no_spark else ["pyspark"]))
     from pipeline.demo import DemoOptions, run_demo
 
     options = DemoOptions(
@@ -109,7 +145,7 @@ def _demo(args: argparse.Namespace) -> int:
     )
     if options.duration_s < 3 * options.gap_s:
         raise ConfigurationError("--duration must be at least three --gap long")
-    if args.log_level.upper() == "INFO":
+    if args.log_level in (None, "INFO"):
         # The step display and the report are the demo's output; logs only for problems.
         logging.getLogger().setLevel(logging.WARNING)
     return run_demo(sys.stdout, options)
@@ -140,14 +176,14 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sidecar(_args: argparse.Namespace) -> int:
+def _sidecar(args: argparse.Namespace) -> int:
     from sidecar.settings import LogFormat, SidecarSettings
 
     settings = SidecarSettings.from_config({})
     json_logs = (
         None if settings.log_format is LogFormat.AUTO else settings.log_format is LogFormat.JSON
     )
-    configure_logging(settings.log_level, json=json_logs)
+    configure_logging(args.log_level or settings.log_level, json=json_logs)
     from sidecar.service import ProgressControlSidecar
 
     stop = threading.Event()
@@ -176,7 +212,18 @@ def _run(args: argparse.Namespace) -> int:
     from interceptor.settings import InterceptorSettings
 
     InterceptorSettings.from_config({})
-    os.execvpe(command[0], command, env)  # noqa: S606 - running the user's command is the point
+    try:
+        os.execvpe(command[0], command, env)  # noqa: S606 - running the user's command is the point
+    except FileNotFoundError:
+        # As a shell says it, with a shell's exit codes: 127 not found, 126 not executable.
+        print(f"progress-control run: {command[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"progress-control run: {command[0]}: permission denied", file=sys.stderr)
+        return 126
+    except OSError as exc:
+        print(f"progress-control run: {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 126
 
 
 def _autoload_path(_args: argparse.Namespace) -> int:
@@ -189,6 +236,8 @@ def _autoload_path(_args: argparse.Namespace) -> int:
 def _fetch_jars(args: argparse.Namespace) -> int:
     from progress_control.jars import fetch_jars, kafka_broker_jars, spark_kafka_connector_jars
 
+    if "spark" in args.which:
+        _require_extra("spark", "fetch-jars spark", "pyspark")
     for which in args.which:
         jar_set = kafka_broker_jars() if which == "kafka" else spark_kafka_connector_jars()
         print(fetch_jars(jar_set))

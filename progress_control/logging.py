@@ -2,39 +2,105 @@
 
 Library code (the interceptor inside someone else's producer) never calls this: it logs through
 stdlib ``logging`` and leaves the host's configuration alone.
+
+Structured fields: a JSON log line carries ``event``, ``level``, ``logger`` and ``timestamp``, plus
+the record's own fields, which come from
+
+- structlog loggers: ``structlog.get_logger().info("tick sent", topic=t, partition=p)``;
+- stdlib loggers, ``extra``: ``logger.warning("tick failed", extra={"topic": t, "partition": p})``;
+- stdlib loggers, a mapping as the only argument, which also keeps the message readable under any
+  other logging setup: ``logger.warning("tick to %(topic)s[%(partition)d] failed",
+  {"topic": t, "partition": p})``.
+
+So ``{"event": "tick to clicks[3] failed", "topic": "clicks", "partition": 3, ...}``: a log
+pipeline filters on ``topic`` instead of parsing the message.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any, TextIO
 
 import structlog
 
-__all__ = ["configure_logging"]
+__all__ = ["LOG_LEVELS", "configure_logging", "log_formatter", "parse_log_level"]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+"""The level names ``--log-level`` and the ``*_LOG_LEVEL`` settings accept (any case)."""
+
+_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
 
 
-def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
-    """Route stdlib and structlog output through one renderer.
+def parse_log_level(value: str) -> str:
+    """``value`` as one of :data:`LOG_LEVELS`; :class:`ValueError` naming the choices if not."""
+    name = value.strip().upper()
+    name = _ALIASES.get(name, name)
+    if name not in LOG_LEVELS:
+        raise ValueError(f"invalid log level {value!r} (choose from {', '.join(LOG_LEVELS)})")
+    return name
 
-    ``json=None`` picks JSON lines when stderr is not a terminal (containers, CI) and a readable
-    console format on a terminal.
-    """
-    use_json = not sys.stderr.isatty() if json is None else json
-    shared: list[structlog.types.Processor] = [
+
+def _record_fields(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """A stdlib record's mapping argument (``%(topic)s`` style) as fields of the event."""
+    args = event_dict.pop("positional_args", None)
+    if isinstance(args, Mapping):
+        for key, value in args.items():
+            event_dict.setdefault(str(key), value)
+    return event_dict
+
+
+def _shared_processors() -> list[structlog.types.Processor]:
+    return [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+
+
+def _foreign_pre_chain() -> list[structlog.types.Processor]:
+    # ExtraAdder: fields given with stdlib's ``extra=``.
+    return [*_shared_processors(), structlog.stdlib.ExtraAdder(), _record_fields]
+
+
+def log_formatter(*, json: bool, colors: bool = False) -> logging.Formatter:
+    """The formatter :func:`configure_logging` installs, for another handler (e.g. a log file):
+    JSON lines, or the readable console format."""
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer()
-        if use_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        structlog.processors.JSONRenderer(default=str)
+        if json
+        else structlog.dev.ConsoleRenderer(colors=colors)
     )
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=_foreign_pre_chain(),
+        pass_foreign_args=True,  # for _record_fields
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            # The console renderer prints tracebacks itself; JSON needs them as a string.
+            *([structlog.processors.format_exc_info] if json else []),
+            renderer,
+        ],
+    )
+
+
+def configure_logging(
+    level: str = "INFO", *, json: bool | None = None, stream: TextIO | None = None
+) -> None:
+    """Route stdlib and structlog output through one renderer, to ``stream`` (stderr).
+
+    ``json=None`` picks JSON lines when the stream is not a terminal (containers, CI) and a
+    readable console format on a terminal.
+    """
+    stream = stream or sys.stderr
+    tty = stream.isatty()
+    use_json = not tty if json is None else json
     structlog.configure(
         processors=[
-            *shared,
+            *_shared_processors(),
             structlog.processors.StackInfoRenderer(),
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
@@ -42,20 +108,10 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                # The console renderer prints tracebacks itself; JSON needs them as a string.
-                *([structlog.processors.format_exc_info] if use_json else []),
-                renderer,
-            ],
-        )
-    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(log_formatter(json=use_json, colors=tty))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(parse_log_level(level))
     # APScheduler (inside the interceptor) logs every job run at INFO.
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))

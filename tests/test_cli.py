@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -60,3 +61,96 @@ def test_missing_java_is_a_clear_cli_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "progress-control: error: Java was not found" in result.stderr
+
+
+def test_version_is_the_distributions() -> None:
+    from importlib import metadata
+
+    result = subprocess.run(
+        [*CLI, "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"progress-control {metadata.version('kafka-progress-control')}"
+
+
+def test_invalid_log_level_is_a_usage_error() -> None:
+    result = subprocess.run(
+        [*CLI, "--log-level", "LOUD", "autoload-path"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("usage: progress-control")
+    message = "argument --log-level: invalid log level 'LOUD' (choose from DEBUG, INFO"
+    assert message in result.stderr
+    # Any case is fine, and so is WARN.
+    for level in ("debug", "Warn"):
+        ok = subprocess.run(
+            [*CLI, "--log-level", level, "autoload-path"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert ok.returncode == 0, ok.stderr
+
+
+def test_run_a_missing_command_exits_127_like_a_shell(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*CLI, "run", "--", "no-such-command-pc17", "--flag"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 127
+    assert result.stderr == "progress-control run: no-such-command-pc17: command not found\n"
+    # A file that is not executable: 126, as a shell says it.
+    script = tmp_path / "app.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    result = subprocess.run(
+        [*CLI, "run", "--", str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 126
+    assert result.stderr == f"progress-control run: {script}: permission denied\n"
+    # And a command that exists runs, with its own exit code.
+    script.chmod(0o755)
+    result = subprocess.run(
+        [*CLI, "run", "--", str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (result.returncode, result.stdout) == (0, "hi\n"), result.stderr
+
+
+def test_json_logs_carry_structured_fields() -> None:
+    code = """
+import logging, structlog
+from progress_control.logging import configure_logging
+configure_logging("INFO", json=True)
+log = logging.getLogger("interceptor.sender")
+log.warning("tick to %(topic)s[%(partition)d] failed", {"topic": "clicks", "partition": 3})
+log.info("tick sent", extra={"topic": "clicks", "partition": 1, "timestamp_ms": 5})
+structlog.get_logger("sidecar").info("partition idle", topic="views", partition=0)
+try:
+    raise ValueError("boom")
+except ValueError:
+    log.exception("send failed", extra={"topic": "clicks"})
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    assert len(lines) == 4, result.stderr
+    first, second, third, fourth = lines
+    assert first | {"event": "tick to clicks[3] failed", "topic": "clicks", "partition": 3} == first
+    assert first["level"] == "warning"
+    assert first["logger"] == "interceptor.sender"
+    assert "timestamp" in first
+    assert second | {"event": "tick sent", "topic": "clicks", "partition": 1} == second
+    assert second["timestamp_ms"] == 5
+    assert third | {"event": "partition idle", "topic": "views", "partition": 0} == third
+    assert fourth["event"] == "send failed"
+    assert fourth["topic"] == "clicks"
+    assert "ValueError: boom" in fourth["exception"]
