@@ -17,6 +17,7 @@ shows stream time and Spark's watermark against the wall clock.
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import tempfile
 import time
@@ -30,16 +31,22 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.clicks import ClickPlan, ClickProducer, plan_clicks
+from pipeline.fetching import MavenDownloads, jars_cached
+from pipeline.logs import DemoLogs
 from pipeline.plot import Sample, plot_time
 from pipeline.steps import Steps
 from pipeline.topology import sessionization
-from progress_control.broker import EmbeddedKafkaBroker
+from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
+from progress_control.jars import JarSet, fetch_jars, kafka_broker_jars
 from progress_control.protocol import is_control_record
+from progress_control.settings import load_settings
 from streams_runtime import App
 
 __all__ = ["DemoOptions", "ModeReport", "run_demo"]
 
 _SAMPLE_S = 0.5
+_CLIENT_LOG = logging.getLogger("pipeline.librdkafka")
+"""librdkafka's log of the demo's own clients (Python logging: demo.log, never the terminal)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,9 @@ class DemoOptions:
     spark: bool = True
     master: str = "local[2]"
     bootstrap_servers: str | None = None
+    log_dir: Path | None = None
+    """Where Spark's log goes (``spark.log``, see :mod:`pipeline.logs`); ``None``: Spark logs as
+    it is configured already."""
 
 
 @dataclass
@@ -102,20 +112,41 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
     """Run the main job, print its report to ``out``; return a process exit code (0 when the
     pipeline with progress control closed every session)."""
     options = options or DemoOptions()
-    steps = Steps(out, total=3 + (not options.bootstrap_servers) + options.spark)
+    broker_settings = None if options.bootstrap_servers else load_settings(BrokerSettings)
+    fetches: list[tuple[str, JarSet, Path | None]] = []
+    if broker_settings is not None:
+        jar_set = kafka_broker_jars(broker_settings.kafka_version)
+        if not jars_cached(jar_set, broker_settings.cache_dir):
+            fetches.append(("the Kafka broker's", jar_set, broker_settings.cache_dir))
+    if options.spark:
+        from progress_control.jars import spark_kafka_connector_jars
+
+        jar_set = spark_kafka_connector_jars()
+        if not jars_cached(jar_set):
+            fetches.append(("Spark's Kafka connector", jar_set, None))
+    steps = Steps(out, total=3 + (broker_settings is not None) + options.spark + len(fetches))
     with ExitStack() as stack:
-        if options.bootstrap_servers:
+        for what, jar_set, cache_dir in fetches:
+            # First run only: minutes of downloads, shown as they go.
+            with steps.step(f"Fetching {what} jars from Maven Central", MavenDownloads()):
+                fetch_jars(jar_set, cache_dir, quiet=True)
+        if broker_settings is None:
+            assert options.bootstrap_servers is not None
             bootstrap = options.bootstrap_servers
         else:
-            with steps.step("Starting the embedded Apache Kafka broker (first run fetches jars)"):
-                broker = stack.enter_context(EmbeddedKafkaBroker())
+            with steps.step("Starting the embedded Apache Kafka broker"):
+                broker = stack.enter_context(EmbeddedKafkaBroker(broker_settings))
             bootstrap = broker.bootstrap_servers
         spark = None
         if options.spark:
-            with steps.step("Starting Spark with its Kafka connector (first run fetches jars)"):
+            with steps.step("Starting Spark with its Kafka connector"):
                 from spark_jobs.session import spark_session
 
-                spark = spark_session(options.master, "progress-control-demo")
+                spark = spark_session(
+                    options.master,
+                    "progress-control-demo",
+                    log_file=DemoLogs(options.log_dir).spark if options.log_dir else None,
+                )
         plan = plan_clicks(options.users, options.duration_s, options.gap_s)
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pc-demo-")))
         with steps.step("Creating topics, starting the runtime and the Spark jobs"):
@@ -200,7 +231,9 @@ def _start_pipeline(
     if not app.wait_until("RUNNING", 60):
         raise RuntimeError(f"the streams runtime did not start: {app.error!r}")
     producer = ClickProducer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 5, **tick_config}, names["clicks"], plan
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": _CLIENT_LOG, **tick_config},
+        names["clicks"],
+        plan,
     )
     stack.callback(producer.close)
     sessions_output = _OutputTopic(bootstrap, names["sessions"])
@@ -301,6 +334,7 @@ class _OutputTopic:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
+                "logger": _CLIENT_LOG,
             }
         )
         self._partition = TopicPartition(topic, 0)
@@ -410,3 +444,7 @@ def _write_report(out: TextIO, reports: list[ModeReport], options: DemoOptions, 
         json.dumps({"with_control": asdict(on), "without_control": asdict(off)}, indent=2)
     )
     out.write(f"Report: {path}\n")
+    if options.log_dir is not None:
+        logs = DemoLogs(options.log_dir)
+        names = ", ".join(p.name for p in (logs.spark, logs.python, logs.native_stderr))
+        out.write(f"Logs: {options.log_dir} ({names})\n")

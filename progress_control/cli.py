@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import logging
 import os
 import signal
 import sys
@@ -93,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", type=Path, default=Path("out"), help="report and plot")
     demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     demo.add_argument("--no-spark", action="store_true", help="skip the Spark jobs")
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=_demo, configures_logging=True)
 
     broker = commands.add_parser(
         "broker", help="run a single-node Kafka broker from Maven Central jars (foreground)"
@@ -132,7 +131,9 @@ def _parser() -> argparse.ArgumentParser:
 def _demo(args: argparse.Namespace) -> int:
     _require_extra("demo", "the demo", "matplotlib", *([] if args.no_spark else ["pyspark"]))
     from pipeline.demo import DemoOptions, run_demo
+    from pipeline.logs import demo_logging
 
+    log_dir = args.output_dir / "logs"
     options = DemoOptions(
         duration_s=args.duration,
         users=args.users,
@@ -142,13 +143,18 @@ def _demo(args: argparse.Namespace) -> int:
         spark=not args.no_spark,
         master=args.master,
         bootstrap_servers=args.bootstrap_servers,
+        log_dir=log_dir,
     )
     if options.duration_s < 3 * options.gap_s:
         raise ConfigurationError("--duration must be at least three --gap long")
-    if args.log_level in (None, "INFO"):
-        # The step display and the report are the demo's output; logs only for problems.
-        logging.getLogger().setLevel(logging.WARNING)
-    return run_demo(sys.stdout, options)
+    # The step display and the report are the demo's output. Logs go to files under log_dir;
+    # the terminal gets Python errors only, unless --log-level asks for more.
+    try:
+        with demo_logging(log_dir, args.log_level):
+            return run_demo(sys.stdout, options)
+    except Exception:
+        print(f"progress-control demo: failed; the logs are in {log_dir}", file=sys.stderr)
+        raise
 
 
 def _broker(args: argparse.Namespace) -> int:

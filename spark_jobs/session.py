@@ -53,6 +53,7 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     *,
     cache_dir: Path | None = None,
+    log_file: Path | None = None,
 ) -> SparkSession:
     """Get or create a SparkSession that can read and write Kafka.
 
@@ -62,9 +63,12 @@ def spark_session(
     masters also few shuffle partitions (one per core: the default 200 tiny tasks per micro-batch
     dominate a laptop-sized job) and no UI. Every entry of ``conf`` is passed through and wins.
 
-    Static settings (master, jars, driver memory) only apply when this call starts the JVM; a
-    session already running in this process is returned with the runtime settings of ``conf``
-    applied.
+    ``log_file``: the driver's log4j2 output goes to this file instead of the console (stderr),
+    through a log4j2 configuration written beside it (``<log_file>.log4j2.properties``).
+
+    Static settings (master, jars, driver memory, ``log_file``) only apply when this call starts
+    the JVM; a session already running in this process is returned with the runtime settings of
+    ``conf`` applied.
     """
     settings: dict[str, str] = {
         "spark.sql.session.timeZone": "UTC",
@@ -87,6 +91,10 @@ def spark_session(
     if extra.get("spark.jars"):
         jars.append(extra.pop("spark.jars"))
     settings["spark.jars"] = ",".join(jars)
+    if log_file is not None:
+        options = f"-Dlog4j2.configurationFile={_log4j2_file_config(log_file).as_uri()}"
+        user_options = extra.pop("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{options} {user_options}".strip()
     settings |= extra
 
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -94,6 +102,33 @@ def spark_session(
         builder = builder.config(key, value)
     spark: SparkSession = builder.getOrCreate()
     return spark
+
+
+def _log4j2_file_config(log_file: Path) -> Path:
+    """Write a log4j2 configuration that appends every Spark log line to ``log_file``."""
+    log_file = log_file.absolute()
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    config = log_file.with_name(f"{log_file.name}.log4j2.properties")
+    # status=error: log4j2's own notices stay quiet too. The level is Spark's usual console
+    # default; spark.log.level (WARN above) applies on top once the context starts.
+    config.write_text(
+        "\n".join(
+            [
+                "status = error",
+                "name = progress-control-spark",
+                "appender.file.type = File",
+                "appender.file.name = file",
+                f"appender.file.fileName = {log_file}",
+                "appender.file.append = true",
+                "appender.file.layout.type = PatternLayout",
+                "appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex",
+                "rootLogger.level = warn",
+                "rootLogger.appenderRef.file.ref = file",
+                "",
+            ]
+        )
+    )
+    return config
 
 
 def _artifact(jar_name: str) -> str:

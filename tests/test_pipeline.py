@@ -1,21 +1,24 @@
-"""The main job end to end: real broker, real streams runtime, real Spark. The report's numbers
-are parsed and checked against the topics the job wrote."""
+"""The main job end to end: real broker, real streams runtime, real Spark, run by its command
+line. The report's numbers are parsed and checked against the topics the job wrote, and the
+terminal holds the steps and the report only."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.clicks import plan_clicks
-from pipeline.demo import DemoOptions, run_demo
 from progress_control.protocol import is_control_record
 from tests.helpers import TopicReader
 
 pytestmark = pytest.mark.broker
+
+CLI = [sys.executable, "-m", "progress_control.cli"]
 
 
 def report_rows(text: str) -> dict[str, tuple[str, str]]:
@@ -28,18 +31,53 @@ def report_rows(text: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
-def test_main_job_report(kafka_bootstrap: str, spark: object, tmp_path: Path) -> None:
-    options = DemoOptions(
-        duration_s=24,
-        users=6,
-        partitions=2,
-        gap_s=3,
-        output_dir=tmp_path / "out",
-        bootstrap_servers=kafka_bootstrap,
+def test_main_job_report_on_a_quiet_terminal(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``progress-control demo`` as a user runs it: its own Spark, the suite's broker. The
+    terminal shows the steps and the report, nothing else; Spark's and librdkafka's logs are in
+    files under the output directory."""
+    out_dir = tmp_path / "out"
+    result = subprocess.run(
+        [
+            *CLI,
+            "demo",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--duration",
+            "24",
+            "--users",
+            "6",
+            "--partitions",
+            "2",
+            "--gap",
+            "3",
+            "--output-dir",
+            str(out_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        stdin=subprocess.DEVNULL,
     )
-    out = io.StringIO()
-    assert run_demo(out, options) == 0, out.getvalue()
-    text = out.getvalue()
+    text = result.stdout
+    assert result.returncode == 0, f"{text}\n{result.stderr}"
+    # Quiet: no Spark (log4j) or librdkafka line, nothing at all on stderr, and every line
+    # before the report is a step.
+    assert result.stderr == ""
+    assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|ERROR)", text, re.M)
+    assert not re.search(r"^%\d\|", text, re.M)
+    steps, _, table = text.partition("\nReport\n")
+    assert table, text
+    for line in steps.splitlines():  # start, progress of a first-run fetch, done
+        assert re.match(r"^\[\d/\d\] .* (\.\.\.( \d+s(: .*)?)?|done in \d+\.\ds)$", line), line
+    logs = out_dir / "logs"
+    assert f"Logs: {logs} (spark.log, demo.log, native-stderr.log)" in text
+    # ... and the logs are in their files: Spark's own warnings (streaming disables AQE for
+    # every query it starts) and the runtime's INFO records.
+    assert re.search(r" WARN \w+: ", (logs / "spark.log").read_text())
+    assert "[streams_runtime.app]" in (logs / "demo.log").read_text()
+    assert (logs / "native-stderr.log").is_file()
+
     rows = report_rows(text)
     expected = len(plan_clicks(6, 24, 3).sessions)
     assert rows["sessions (ground truth)"] == (str(expected), str(expected))
@@ -54,7 +92,7 @@ def test_main_job_report(kafka_bootstrap: str, spark: object, tmp_path: Path) ->
     assert rows["control records sent by the runtime"][1] == "0"
 
     # The JSON report says the same, and the numbers match the topics the job wrote.
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    report = json.loads((out_dir / "report.json").read_text())
     for mode, column in (("with_control", 0), ("without_control", 1)):
         numbers = report[mode]
         assert (
@@ -68,7 +106,7 @@ def test_main_job_report(kafka_bootstrap: str, spark: object, tmp_path: Path) ->
         finally:
             sessions.close()
         assert len(closed) == numbers["sessions_closed_runtime"]
-        clicks = TopicReader(kafka_bootstrap, numbers["topics"]["clicks"], options.partitions)
+        clicks = TopicReader(kafka_bootstrap, numbers["topics"]["clicks"], 2)
         try:
             data = [m for m in clicks.read(max_s=5) if not is_control_record(m)]
         finally:
@@ -76,4 +114,4 @@ def test_main_job_report(kafka_bootstrap: str, spark: object, tmp_path: Path) ->
         assert len(data) == numbers["clicks_sent"]
     delay = report["with_control"]["runtime_delay_s"]
     assert 0 <= delay["min"] <= delay["max"]
-    assert (tmp_path / "out" / "stream-time.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out_dir / "stream-time.png").read_bytes()[:4] == b"\x89PNG"
