@@ -1,0 +1,199 @@
+"""The distribution as users get it: the wheel's metadata and what installing its core brings.
+
+A producer app that only wants the interceptor installs the core: no pyspark, no matplotlib.
+These tests build the real wheel (pip fetches the build backend from PyPI) and install its core
+into a fresh virtualenv (dependencies from PyPI).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from progress_control import __version__
+
+pytestmark = pytest.mark.network
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = (
+    "progress_control",
+    "interceptor",
+    "sidecar",
+    "streams_runtime",
+    "spark_jobs",
+    "pipeline",
+)
+CORE = {
+    "confluent-kafka",
+    "apscheduler",
+    "pydantic",
+    "pydantic-settings",
+    "structlog",
+    "prometheus-client",
+    "pyyaml",
+}
+CORE_BUDGET_MB = 40
+
+
+def _name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert match, requirement
+    return re.sub(r"[-_.]+", "-", match[0]).lower()
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Build from a copy: setuptools writes build/ and *.egg-info beside the sources.
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    for package in PACKAGES:
+        shutil.copytree(
+            ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
+        check=True,
+        timeout=600,
+    )
+    (built,) = out.glob("kafka_progress_control-*.whl")
+    return built
+
+
+def _metadata(wheel: Path) -> tuple[list[str], object]:
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        return names, Parser().parsestr(archive.read(meta).decode())
+
+
+def test_core_requirements_are_small_and_extras_hold_the_rest(wheel: Path) -> None:
+    _names, meta = _metadata(wheel)
+    requires = meta.get_all("Requires-Dist")  # type: ignore[attr-defined]
+    core = {_name(r) for r in requires if "extra ==" not in r}
+    assert core == CORE
+
+    def extra(name: str) -> set[tuple[str, frozenset[str], str]]:
+        """(name, extras, version specifier) of what ``[name]`` adds."""
+        parsed = [Requirement(r) for r in requires]
+        return {
+            (_name(r.name), frozenset(r.extras), str(r.specifier))
+            for r in parsed
+            if r.marker is not None and r.marker.evaluate({"extra": name})
+        }
+
+    assert set(meta.get_all("Provides-Extra")) >= {"runtime", "spark", "demo", "all", "dev"}  # type: ignore[attr-defined]
+    assert extra("runtime") == set()
+    # The connector jars are fetched at the installed pyspark version: one exact pin.
+    assert extra("spark") == {("pyspark", frozenset(), f"=={metadata.version('pyspark')}")}
+    itself = "kafka-progress-control"
+    demo = extra("demo")
+    assert (itself, frozenset({"runtime", "spark"}), "") in demo
+    assert {name for name, _, _ in demo} == {itself, "matplotlib"}
+    assert extra("all") == {(itself, frozenset({"runtime", "spark", "demo"}), "")}
+    assert (itself, frozenset({"all"}), "") in extra("dev")
+
+
+def test_metadata_is_fit_to_publish(wheel: Path) -> None:
+    names, meta = _metadata(wheel)
+    assert meta["Name"] == "kafka-progress-control"  # type: ignore[index]
+    assert meta["Version"] == __version__  # type: ignore[index]
+    assert meta["License-Expression"] == "Apache-2.0"  # type: ignore[index]
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    classifiers = meta.get_all("Classifier")  # type: ignore[attr-defined]
+    assert "Typing :: Typed" in classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")]  # the expression says it
+    assert meta["Requires-Python"] == ">=3.11"  # type: ignore[index]
+    assert meta.get_payload().startswith("# kafka-progress-control")  # type: ignore[attr-defined]
+    for package in PACKAGES:
+        assert f"{package}/py.typed" in names, package
+    assert "progress_control/poms/kafka-broker.xml" in names
+    assert [n for n in names if n.endswith("entry_points.txt")]
+
+
+def _site_packages_kb(venv: Path) -> int:
+    (site,) = venv.glob("lib/python3*/site-packages")
+    total = 0
+    for root, _dirs, files in os.walk(site):
+        for name in files:
+            total += (Path(root) / name).lstat().st_size
+    return total // 1024
+
+
+def test_core_installs_small_and_works_without_extras(wheel: Path, tmp_path: Path) -> None:
+    """A fresh virtualenv with the core only: within the size budget, the producer side and the
+    runtime import, and the parts that need an extra say which one."""
+    empty, core = tmp_path / "empty", tmp_path / "core"
+    for venv in (empty, core):
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(core / "bin" / "python")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+        check=True,
+        timeout=600,
+    )
+    added_mb = (_site_packages_kb(core) - _site_packages_kb(empty)) / 1024
+    print(f"core install: {added_mb:.1f} MB over an empty virtualenv")
+    assert added_mb <= CORE_BUDGET_MB
+
+    installed = subprocess.run(
+        [python, "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    names = {_name(line) for line in installed.splitlines()}
+    assert not names & {"pyspark", "matplotlib", "numpy", "py4j"}
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    code = (
+        "import progress_control, interceptor, sidecar, streams_runtime\n"
+        "from interceptor import Producer\n"
+        "from sidecar.service import ProgressControlSidecar\n"
+        "from streams_runtime import App\n"
+        "for package, extra in (('spark_jobs', 'spark'), ('pipeline', 'demo')):\n"
+        "    try:\n"
+        "        __import__(package)\n"
+        "    except ModuleNotFoundError as exc:\n"
+        "        assert f\"pip install 'kafka-progress-control[{extra}]'\" in str(exc), exc\n"
+        "    else:\n"
+        "        raise AssertionError(package + ' imported without its extra')\n"
+    )
+    # From a directory without the sources, so only the installed wheel is importable.
+    subprocess.run([python, "-c", code], check=True, timeout=120, cwd=tmp_path, env=env)
+    cli = str(core / "bin" / "progress-control")
+    version = subprocess.run(
+        [cli, "--version"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert version.stdout.strip() == f"progress-control {__version__}"
+    for args, extra in ((["demo"], "demo"), (["fetch-jars", "spark"], "spark")):
+        result = subprocess.run(
+            [cli, *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert result.returncode == 2, result.stderr
+        assert f"pip install 'kafka-progress-control[{extra}]'" in result.stderr
+        assert "Traceback" not in result.stderr
