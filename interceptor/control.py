@@ -100,7 +100,10 @@ class ProgressControl:
             # Never break the host's delivery callbacks; log a bounded amount.
             if self._errors_logged < 10:
                 self._errors_logged += 1
-                logger.exception("progress control could not track %s[%d]", *key)
+                logger.exception(
+                    "progress control could not track %(topic)s[%(partition)d]",
+                    {"topic": key[0], "partition": key[1]},
+                )
 
     def metrics(self) -> MetricsSnapshot:
         return self._metrics.snapshot()
@@ -121,7 +124,10 @@ class ProgressControl:
         if self._sender is not None:
             remaining = self._sender.flush(timeout_s)
             if remaining:
-                logger.warning("%d progress-control ticks were not delivered at close", remaining)
+                logger.warning(
+                    "%(undelivered)d progress-control ticks were not delivered at close",
+                    {"undelivered": remaining},
+                )
         if self._reporter is not None:
             self._reporter.send()
             self._reporter.close()

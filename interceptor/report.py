@@ -148,6 +148,7 @@ class ReportSender:
         host, port = parse_address(address)
         family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
         self._address: Any = sockaddr
+        self._sidecar = address
         self._activity = activity
         self._source = source_id
         self._metrics = metrics
@@ -183,7 +184,10 @@ class ReportSender:
             try:
                 self._socket.sendto(datagram, self._address)
             except OSError as exc:  # no sidecar listening, buffer full: resend next time
-                logger.debug("activity report to %s not sent: %s", self._address, exc)
+                logger.debug(
+                    "activity report to %(sidecar)s not sent: %(error)s",
+                    {"sidecar": self._sidecar, "error": str(exc)},
+                )
                 self._reported = reported_before
             else:
                 self._metrics.report_sent()

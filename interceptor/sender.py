@@ -86,7 +86,10 @@ def tick_producer_config(host_config: Mapping[str, Any], settings: TickSettings)
 
 
 def _log_client_error(error: KafkaError) -> None:
-    logger.warning("progress-control producer: %s", error)
+    logger.warning(
+        "progress-control producer: %(error)s",
+        {"error": error.str(), "code": error.name(), "fatal": error.fatal()},
+    )
 
 
 class TickSender:
@@ -144,10 +147,16 @@ class TickSender:
                 )
             except BufferError:
                 self._metrics.tick_skipped()
-                logger.warning("tick queue full; skipped tick for %s[%d]", due.topic, due.partition)
+                logger.warning(
+                    "tick queue full; skipped tick for %(topic)s[%(partition)d]",
+                    {"topic": due.topic, "partition": due.partition},
+                )
             except Exception:
                 self._metrics.tick_failed()
-                logger.exception("could not send tick to %s[%d]", due.topic, due.partition)
+                logger.exception(
+                    "could not send tick to %(topic)s[%(partition)d]",
+                    {"topic": due.topic, "partition": due.partition},
+                )
             else:
                 self._sequence += 1
         self._producer.poll(0)
@@ -172,6 +181,14 @@ class TickSender:
     def _on_delivery(self, error: KafkaError | None, msg: Message) -> None:
         if error is not None:
             self._metrics.tick_failed()
-            logger.warning("tick to %s[%s] failed: %s", msg.topic(), msg.partition(), error.str())
+            logger.warning(
+                "tick to %(topic)s[%(partition)s] failed: %(error)s",
+                {
+                    "topic": msg.topic(),
+                    "partition": msg.partition(),
+                    "error": error.str(),
+                    "code": error.name(),
+                },
+            )
         else:
             self._metrics.tick_acked(msg.topic() or "", msg.partition() or 0, msg.timestamp()[1])

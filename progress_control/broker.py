@@ -264,7 +264,10 @@ class EmbeddedKafkaBroker:
         )
         if result.returncode != 0:
             output = result.stdout + result.stderr
-            logger.debug("kafka.tools.StorageTool format output:\n%s", output)
+            logger.debug(
+                "kafka.tools.StorageTool format output:\n%(output)s",
+                {"output": output, "exit_code": result.returncode},
+            )
             raise BrokerStartError(
                 f"formatting broker storage in {self._workdir} failed "
                 f"(exit {result.returncode}): {_java_error(output)}"
@@ -337,7 +340,10 @@ class EmbeddedKafkaBroker:
         try:
             process.wait(timeout=_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            logger.warning("broker did not stop within %.0fs; killing it", _STOP_TIMEOUT_S)
+            logger.warning(
+                "broker did not stop within %(timeout_s).0fs; killing it",
+                {"timeout_s": _STOP_TIMEOUT_S, "pid": process.pid},
+            )
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -383,7 +389,10 @@ def _free_port(
     if preferred and preferred not in avoid and _can_bind(host, preferred):
         return preferred
     if preferred and not quiet:
-        logger.warning("port %s on %s is in use; picking another", preferred, host)
+        logger.warning(
+            "port %(port)s on %(host)s is in use; picking another",
+            {"port": preferred, "host": host},
+        )
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))

@@ -13,7 +13,14 @@ the record's own fields, which come from
   {"topic": t, "partition": p})``.
 
 So ``{"event": "tick to clicks[3] failed", "topic": "clicks", "partition": 3, ...}``: a log
-pipeline filters on ``topic`` instead of parsing the message.
+pipeline filters on ``topic`` instead of parsing the message. The console shows the message and
+only the fields it does not already show (``tick to clicks[3] failed  code=_MSG_TIMED_OUT``).
+
+The project's own log calls use the mapping form, with these field names where they apply:
+``topic``, ``partition``, ``offset``, ``source``, ``reason``, ``task`` (``0_3``), ``store``,
+``instance``, ``error`` (the exception's message, a string), ``code`` (a Kafka error's name);
+counts and durations are named for what they count (``undelivered``, ``duration_s``).
+``tests/test_logging.py`` checks every call in the packages keeps to the mapping form.
 """
 
 from __future__ import annotations
@@ -42,15 +49,27 @@ def parse_log_level(value: str) -> str:
     return name
 
 
-def _record_fields(
-    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
-) -> MutableMapping[str, Any]:
-    """A stdlib record's mapping argument (``%(topic)s`` style) as fields of the event."""
-    args = event_dict.pop("positional_args", None)
-    if isinstance(args, Mapping):
-        for key, value in args.items():
-            event_dict.setdefault(str(key), value)
-    return event_dict
+def _record_fields(*, repeat_shown: bool) -> structlog.types.Processor:
+    """A stdlib record's mapping argument (``%(topic)s`` style) as fields of the event.
+
+    Without ``repeat_shown`` (the console), a field the message already shows (``%(topic)s``)
+    is not repeated after it; JSON carries every field.
+    """
+
+    def add(
+        _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        args = event_dict.pop("positional_args", None)
+        if isinstance(args, Mapping):
+            record = event_dict.get("_record")
+            template = str(record.msg) if isinstance(record, logging.LogRecord) else ""
+            for key, value in args.items():
+                if not repeat_shown and f"%({key})" in template:
+                    continue
+                event_dict.setdefault(str(key), value)
+        return event_dict
+
+    return add
 
 
 def _shared_processors() -> list[structlog.types.Processor]:
@@ -62,9 +81,13 @@ def _shared_processors() -> list[structlog.types.Processor]:
     ]
 
 
-def _foreign_pre_chain() -> list[structlog.types.Processor]:
+def _foreign_pre_chain(*, json: bool) -> list[structlog.types.Processor]:
     # ExtraAdder: fields given with stdlib's ``extra=``.
-    return [*_shared_processors(), structlog.stdlib.ExtraAdder(), _record_fields]
+    return [
+        *_shared_processors(),
+        structlog.stdlib.ExtraAdder(),
+        _record_fields(repeat_shown=json),
+    ]
 
 
 def log_formatter(*, json: bool, colors: bool = False) -> logging.Formatter:
@@ -76,7 +99,7 @@ def log_formatter(*, json: bool, colors: bool = False) -> logging.Formatter:
         else structlog.dev.ConsoleRenderer(colors=colors)
     )
     return structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=_foreign_pre_chain(),
+        foreign_pre_chain=_foreign_pre_chain(json=json),
         pass_foreign_args=True,  # for _record_fields
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,

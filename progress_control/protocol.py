@@ -229,7 +229,12 @@ def is_control_record(msg: HasHeaders) -> bool:
         return parse_control_headers(msg.headers()) is not None
     except MalformedControlHeaderError as exc:
         _malformed.increment()
-        logger.warning("rejected malformed progress-control header: %s", exc)
+        fields: dict[str, object] = {"reason": str(exc)}
+        for name in ("topic", "partition", "offset"):  # where known (a Kafka Message)
+            get = getattr(msg, name, None)
+            if callable(get):
+                fields[name] = get()
+        logger.warning("rejected malformed progress-control header: %(reason)s", fields)
         return False
 
 

@@ -173,14 +173,17 @@ class ActivityAdmission:
                 self._logged.add((source, reason))
         if first:
             logger.warning(
-                "dropped %s activity from %r for %r[%d]: %s %s; further ones from this source "
-                "for this reason are counted, not logged",
-                origin,
-                source,
-                key[0][:255],
-                key[1],
-                reason.value,
-                detail,
+                "dropped %(origin)s activity from %(source)r for %(topic)r[%(partition)d]: "
+                "%(reason)s %(detail)s; further ones from this source for this reason are "
+                "counted, not logged",
+                {
+                    "origin": origin,
+                    "source": source,
+                    "topic": key[0][:255],
+                    "partition": key[1],
+                    "reason": reason.value,
+                    "detail": detail,
+                },
             )
 
     @property

@@ -76,7 +76,9 @@ class ReportListener:
                 report = decode_report(datagram)
             except MalformedReportError as exc:
                 self._on_malformed()
-                logger.warning("dropped a malformed activity report: %s", exc)
+                logger.warning(
+                    "dropped a malformed activity report: %(error)s", {"error": str(exc)}
+                )
                 continue
             # The report's wall-clock ack times, on our monotonic clock.
             now_mono, now_wall_ms = time.monotonic(), time.time() * 1000

@@ -154,10 +154,13 @@ class ProgressControlSidecar:
             settings.http_host, settings.http_port, self.registry, self.is_ready, self.is_healthy
         )
         logger.info(
-            "sidecar configured: jitter %d ms, broker watch %s, reports on %s",
-            jitter_ms,
-            "on" if settings.watch_enabled else "off",
-            settings.report_listen or "off",
+            "sidecar configured: jitter %(jitter_ms)d ms, broker watch %(watch)s, "
+            "reports on %(report_listen)s",
+            {
+                "jitter_ms": jitter_ms,
+                "watch": "on" if settings.watch_enabled else "off",
+                "report_listen": settings.report_listen or "off",
+            },
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -181,7 +184,10 @@ class ProgressControlSidecar:
         self._watch.close()
         remaining = self._sender.flush(max(0.0, deadline - time.monotonic()))
         if remaining:
-            logger.warning("%d ticks were not delivered before shutdown", remaining)
+            logger.warning(
+                "%(undelivered)d ticks were not delivered before shutdown",
+                {"undelivered": remaining},
+            )
         self.http.stop()
 
     def __enter__(self) -> ProgressControlSidecar:
@@ -225,7 +231,9 @@ class ProgressControlSidecar:
             if not self._watch.refresh_if_allowed():
                 return
         except Exception as exc:  # broker unreachable: they stay parked (bounded)
-            logger.debug("metadata refresh for reported topics failed: %s", exc)
+            logger.debug(
+                "metadata refresh for reported topics failed: %(error)s", {"error": str(exc)}
+            )
             return
         for reported in self._admission.retry_parked():
             self._record_activity(
@@ -240,7 +248,10 @@ class ProgressControlSidecar:
             except Exception as exc:
                 self._watch_errors.inc()
                 self._set_ready(False)
-                logger.warning("broker unreachable (retrying in %.0fs): %s", retry_s, exc)
+                logger.warning(
+                    "broker unreachable (retrying in %(retry_s).0fs): %(error)s",
+                    {"retry_s": retry_s, "error": str(exc)},
+                )
                 self._stop.wait(retry_s)
                 retry_s = min(retry_s * 2, _MAX_RETRY_S)
                 continue
@@ -349,7 +360,10 @@ class ProgressControlSidecar:
             ends = self._watch.end_offsets(keys)
         except Exception as exc:
             self._watch_errors.inc()
-            logger.warning("could not verify %d due ticks, skipping them: %s", len(due), exc)
+            logger.warning(
+                "could not verify %(skipped)d due ticks, skipping them: %(error)s",
+                {"skipped": len(due), "error": str(exc)},
+            )
             return
         verified = []
         with self._lock:

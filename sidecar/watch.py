@@ -111,10 +111,9 @@ class BrokerWatch:
                 if not self._truncation_logged:
                     self._truncation_logged = True
                     logger.warning(
-                        "%d partitions match the topic filter; watching the first %d "
-                        "(max_tracked_partitions)",
-                        len(watched),
-                        limit,
+                        "%(matching)d partitions match the topic filter; watching the first "
+                        "%(limit)d (max_tracked_partitions)",
+                        {"matching": len(watched), "limit": limit},
                     )
                 watched = watched[:limit]
             self._topics, self._partitions = topics, watched  # each one atomic store

@@ -217,10 +217,13 @@ class App:
         with self._state_changed:
             self.state = state
             self._state_changed.notify_all()
-        logger.info("streams app %s: %s", self.settings.application_id, state)
+        logger.info(
+            "streams app %(application_id)s: %(state)s",
+            {"application_id": self.settings.application_id, "state": state},
+        )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        logger.info("signal %d: stopping", signum)
+        logger.info("signal %(signal)d: stopping", {"signal": signum})
         self.close()
 
     def __enter__(self) -> App:

@@ -71,7 +71,15 @@ class RecordCollector:
         if error is not None:
             if self._error is None:
                 self._error = error
-            logger.error("delivery to %s[%s] failed: %s", msg.topic(), msg.partition(), error)
+            logger.error(
+                "delivery to %(topic)s[%(partition)s] failed: %(error)s",
+                {
+                    "topic": msg.topic(),
+                    "partition": msg.partition(),
+                    "error": error.str(),
+                    "code": error.name(),
+                },
+            )
             return
         tp = TopicPartitionId(msg.topic() or "", msg.partition() or 0)
         timestamp = msg.timestamp()[1]
@@ -157,7 +165,7 @@ class RecordCollector:
             try:
                 self.producer.abort_transaction(_TRANSACTION_TIMEOUT_S)
             except KafkaException as exc:
-                logger.warning("aborting the transaction failed: %s", exc)
+                logger.warning("aborting the transaction failed: %(error)s", {"error": str(exc)})
             self._in_transaction = False
         self._error = None
 

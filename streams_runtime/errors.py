@@ -61,12 +61,22 @@ class BadRecordHandler:
 
     def handle(self, record: SourceRecord, reason: str, error: BaseException) -> None:
         """Skip, dead-letter, or raise :class:`BadRecordError` (chained to ``error``)."""
-        where = f"{record.topic}[{record.partition}]@{record.offset}"
+        fields = {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "reason": reason,
+            "error": str(error),
+            "error_type": type(error).__name__,
+        }
         if self.policy is BadRecordPolicy.FAIL:
             self._metrics.bad_records(reason, "failed").inc()
             raise BadRecordError(record, reason) from error
         if self.policy is BadRecordPolicy.LOG_AND_SKIP:
-            logger.warning("skipping bad record %s: %s: %s", where, reason, error)
+            logger.warning(
+                "skipping bad record %(topic)s[%(partition)d]@%(offset)d: %(reason)s: %(error)s",
+                fields,
+            )
             self._metrics.bad_records(reason, "skipped").inc()
             return
         detail = "".join(traceback.format_exception_only(error)).strip()
@@ -84,5 +94,9 @@ class BadRecordHandler:
         self._send(
             self.dead_letter_topic, record.key, record.value, max(record.timestamp, 0), headers
         )
-        logger.warning("dead-lettered bad record %s: %s: %s", where, reason, error)
+        logger.warning(
+            "dead-lettered bad record %(topic)s[%(partition)d]@%(offset)d to %(dead_letter_topic)s:"
+            " %(reason)s: %(error)s",
+            {**fields, "dead_letter_topic": self.dead_letter_topic},
+        )
         self._metrics.bad_records(reason, "dead-lettered").inc()

@@ -148,7 +148,7 @@ def _create(admin: AdminClient, topics: list[NewTopic]) -> None:
     for name, future in admin.create_topics(topics, operation_timeout=_TIMEOUT_S).items():
         try:
             future.result(timeout=_TIMEOUT_S)
-            logger.info("created internal topic %s", name)
+            logger.info("created internal topic %(topic)s", {"topic": name})
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):  # another instance was first
                 raise

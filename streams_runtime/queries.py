@@ -314,7 +314,10 @@ class InteractiveQueries:
             try:
                 found, value, ts = self._read(spec, task.state.store(store), raw)
             except (KeyError, RuntimeError, ValueError) as exc:
-                logger.debug("active store %s not readable: %s", sp, exc)
+                logger.debug(
+                    "active store %(store)s/%(partition)d not readable: %(error)s",
+                    {"store": sp.store, "partition": sp.partition, "error": str(exc)},
+                )
                 return None
             return result("active", found, value, ts, LagInfo(-1, -1, 0, 0))
 
@@ -334,7 +337,10 @@ class InteractiveQueries:
                         found, value, ts = self._read(spec, replica.store, raw)
                         return result("standby", found, value, ts, lag)
                     except (RuntimeError, ValueError) as exc:
-                        logger.debug("standby %s not readable: %s", sp, exc)
+                        logger.debug(
+                            "standby %(store)s/%(partition)d not readable: %(error)s",
+                            {"store": sp.store, "partition": sp.partition, "error": str(exc)},
+                        )
         restoring = self.thread.restoring_task
         if restoring is not None and restoring.id == task_id:
             seen.append({"instance_id": self.instance_id, "role": "restoring", "offset_lag": -1})
@@ -343,7 +349,10 @@ class InteractiveQueries:
                     found, value, ts = self._read(spec, restoring.state.store(store), raw)
                     return result("restoring", found, value, ts, LagInfo(-1, -1, -1, -1))
                 except (KeyError, RuntimeError, ValueError) as exc:
-                    logger.debug("restoring store %s not readable: %s", sp, exc)
+                    logger.debug(
+                        "restoring store %(store)s/%(partition)d not readable: %(error)s",
+                        {"store": sp.store, "partition": sp.partition, "error": str(exc)},
+                    )
         # The partition may have become active here meanwhile (and its standby been dropped).
         answer = from_active()
         if answer is not None:
@@ -385,7 +394,15 @@ class InteractiveQueries:
                 return self._ask(member, store, key, allow_stale=False, max_lag=None)
             except (NotAvailableError, _ForwardError) as exc:
                 self.metrics.routing_failures("forward-failed").inc()
-                logger.info("active %s of %s did not answer: %s", member.instance_id, sp, exc)
+                logger.info(
+                    "active %(instance)s of %(store)s/%(partition)d did not answer: %(error)s",
+                    {
+                        "instance": member.instance_id,
+                        "store": sp.store,
+                        "partition": sp.partition,
+                        "error": str(exc),
+                    },
+                )
         if not allow_stale:
             self.metrics.routing_failures("unavailable").inc()
             raise NotAvailableError(
@@ -419,7 +436,15 @@ class InteractiveQueries:
                 return self._ask(member, store, key, allow_stale=True, max_lag=max_lag)
             except (NotAvailableError, _ForwardError) as exc:
                 self.metrics.routing_failures("forward-failed").inc()
-                logger.info("copy %s of %s did not answer: %s", member.instance_id, sp, exc)
+                logger.info(
+                    "copy %(instance)s of %(store)s/%(partition)d did not answer: %(error)s",
+                    {
+                        "instance": member.instance_id,
+                        "store": sp.store,
+                        "partition": sp.partition,
+                        "error": str(exc),
+                    },
+                )
         self.metrics.routing_failures("no-replica").inc()
         raise NoReplicaWithinBoundError(f"no live copy of {sp} within max_lag={max_lag}", seen)
 

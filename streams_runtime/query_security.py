@@ -343,10 +343,10 @@ class SecurityMetrics:
                 self._logged.add((instance, reason))
         if first:
             logger.warning(
-                "ignoring membership record claiming instance %r: %s%s (logged once)",
-                instance[:100],
-                reason,
-                f" ({detail})" if detail else "",
+                "ignoring membership record claiming instance %(instance)r: %(reason)s"
+                + (" (%(detail)s)" if detail else "")
+                + " (logged once)",
+                {"instance": instance[:100], "reason": reason, "detail": detail},
             )
 
     @property

@@ -94,6 +94,13 @@ def _max_lag(params: dict[str, list[str]]) -> int | None:
     return lag
 
 
+def _peer(address: Any) -> str:
+    """A socket address as ``host:port`` for logs (a log field is a string, not a tuple)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
 @dataclass(eq=False)
 class _Connection:
     """A client connection while the I/O thread owns it (waiting for a request header)."""
@@ -134,7 +141,10 @@ class _Handler(BaseHTTPRequestHandler):
         return not self.close_connection
 
     def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("query server: " + format, *args)
+        logger.debug(
+            "query server: %(request_log)s",
+            {"request_log": format % args, "client": _peer(self.client_address)},
+        )
 
     def do_GET(self) -> None:
         try:
@@ -195,9 +205,9 @@ class QueryServer:
                     "token: set query_token (or query_allow_unauthenticated=true)"
                 )
             logger.warning(
-                "query server on %s:%d serves anyone who can connect (query_allow_unauthenticated)",
-                bound,
-                self.port,
+                "query server on %(host)s:%(port)d serves anyone who can connect "
+                "(query_allow_unauthenticated)",
+                {"host": bound, "port": self.port},
             )
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -293,7 +303,7 @@ class QueryServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # e.g. EMFILE: the already open ones keep being served
-                logger.warning("query server: accept failed: %s", exc)
+                logger.warning("query server: accept failed: %(error)s", {"error": str(exc)})
                 return
             if not self._make_room():
                 self._metrics.connections_closed("refused").inc()
@@ -365,7 +375,10 @@ class QueryServer:
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except (OSError, ValueError) as exc:
-                logger.debug("query server: TLS handshake with %s failed: %s", conn.address, exc)
+                logger.debug(
+                    "query server: TLS handshake with %(client)s failed: %(error)s",
+                    {"client": _peer(conn.address), "error": str(exc)},
+                )
                 self._metrics.connections_closed("tls").inc()
                 self._drop(conn)
                 return
@@ -447,7 +460,10 @@ class QueryServer:
             conn.sock.settimeout(self.request_timeout_s)  # a client that does not read
             keep = _Handler(self, conn.sock, conn.address, request).run()
         except Exception as exc:
-            logger.debug("query server: answering %s failed: %s", conn.address, exc)
+            logger.debug(
+                "query server: answering %(client)s failed: %(error)s",
+                {"client": _peer(conn.address), "error": str(exc)},
+            )
         finally:
             self._finish(conn, keep=keep)
 

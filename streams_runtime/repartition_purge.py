@@ -75,11 +75,13 @@ class RepartitionPurger:
                 future.result()
             except Exception as exc:  # any failure only delays the purge
                 logger.warning(
-                    "purging %s[%d] below offset %d failed: %s",
-                    tp.topic,
-                    tp.partition,
-                    tp.offset,
-                    exc,
+                    "purging %(topic)s[%(partition)d] below offset %(offset)d failed: %(error)s",
+                    {
+                        "topic": tp.topic,
+                        "partition": tp.partition,
+                        "offset": tp.offset,
+                        "error": str(exc),
+                    },
                 )
             else:
                 self._purged[(tp.topic, tp.partition)] = tp.offset

@@ -348,7 +348,10 @@ class StandbyReplica:
         try:
             self.store.restore(key, value)
         except ValueError:
-            logger.warning("standby %s: malformed changelog record at %d", self.sp, offset)
+            logger.warning(
+                "standby %(store)s/%(partition)d: malformed changelog record at %(offset)d",
+                {"store": self.sp.store, "partition": self.sp.partition, "offset": offset},
+            )
             return
         self.last_applied_ms = msg.timestamp()[1]
         source = record_source(msg)
@@ -461,8 +464,8 @@ class Replicator:
         if self._auth is None:
             logger.warning(
                 "membership records are not authenticated (no membership_secret and no "
-                "query_token): anyone who can write %s can redirect forwarded queries",
-                settings.membership_topic,
+                "query_token): anyone who can write %(topic)s can redirect forwarded queries",
+                {"topic": settings.membership_topic},
             )
         self._active_tasks = active_tasks
         self._restoring_tasks = restoring_tasks
@@ -535,7 +538,10 @@ class Replicator:
             self._producer.produce(self.settings.membership_topic, key=key, headers=headers)
             self._producer.flush(5)
         except (KafkaException, BufferError) as exc:
-            logger.warning("membership tombstone not sent: %s", exc)
+            logger.warning(
+                "membership tombstone not sent: %(error)s",
+                {"topic": self.settings.membership_topic, "error": str(exc)},
+            )
         for consumer in (
             self._membership_consumer,
             self._changelog_consumer,
@@ -571,7 +577,10 @@ class Replicator:
             error = msg.error()
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
-                    logger.warning("membership consumer: %s", error)
+                    logger.warning(
+                        "membership consumer: %(error)s",
+                        {"topic": self.settings.membership_topic, "error": str(error)},
+                    )
                 continue
             key = msg.key()
             if key is None:
@@ -660,7 +669,10 @@ class Replicator:
             with self._offsets_lock:
                 return int(self._offsets_consumer.get_watermark_offsets(ktp, timeout=5)[1])
         except (KafkaException, RuntimeError) as exc:
-            logger.debug("no end offset for %s[%d]: %s", tp.topic, tp.partition, exc)
+            logger.debug(
+                "no end offset for %(topic)s[%(partition)d]: %(error)s",
+                {"topic": tp.topic, "partition": tp.partition, "error": str(exc)},
+            )
             return -1
 
     def changelog_tp(self, sp: StorePartition) -> TopicPartitionId:
@@ -756,7 +768,7 @@ class Replicator:
                     [TopicPartition(tp.topic, tp.partition) for tp in sorted(sources)], timeout=5
                 )
         except KafkaException as exc:  # the next interval asks again
-            logger.debug("committed offsets not read: %s", exc)
+            logger.debug("committed offsets not read: %(error)s", {"error": str(exc)})
             return
         committed = {
             TopicPartitionId(tp.topic, tp.partition): tp.offset
@@ -784,12 +796,18 @@ class Replicator:
     def _set_standbys(self, wanted: set[StorePartition]) -> None:
         with self._standby_lock:
             for sp in set(self.standbys) - wanted:
-                logger.info("standby %s dropped", sp)
+                logger.info(
+                    "standby %(store)s/%(partition)d dropped",
+                    {"store": sp.store, "partition": sp.partition},
+                )
                 self.standbys.pop(sp).close()
                 self.metrics.standby_lag(sp.store, str(sp.partition)).set(0)
             for sp in wanted - set(self.standbys):
                 spec, _sub, topic, _count = self.stores[sp.store]
-                logger.info("standby %s created", sp)
+                logger.info(
+                    "standby %(store)s/%(partition)d created",
+                    {"store": sp.store, "partition": sp.partition},
+                )
                 self.standbys[sp] = StandbyReplica(spec, sp, topic)
             assignment = [
                 TopicPartition(
@@ -823,7 +841,14 @@ class Replicator:
                     if error.code() == KafkaError._PARTITION_EOF:
                         replica.eof_offset = msg.offset() or 0
                     else:
-                        logger.warning("standby consumer: %s", error)
+                        logger.warning(
+                            "standby consumer: %(error)s",
+                            {
+                                "topic": msg.topic(),
+                                "partition": msg.partition(),
+                                "error": str(error),
+                            },
+                        )
                     continue
                 replica.apply(msg)
             # Cached by the consumer from its fetch responses: no broker round trip.

@@ -180,13 +180,19 @@ class StreamThread:
         for task in self.tasks.values():
             decision = task.group.last_decision
             if task.group.buffered() and not decision.ready:
+                tp = decision.partition
                 logger.info(
-                    "task %s holds %d records but waits: %s on %s (lag %s)",
-                    task.id,
-                    task.group.buffered(),
-                    decision.reason.value,
-                    decision.partition,
-                    decision.lag,
+                    "task %(task)s holds %(buffered)d records but waits: %(reason)s on "
+                    "%(waits_on)s (lag %(lag)s)",
+                    {
+                        "task": str(task.id),
+                        "buffered": task.group.buffered(),
+                        "reason": decision.reason.value,
+                        "waits_on": "-" if tp is None else f"{tp.topic}[{tp.partition}]",
+                        "topic": None if tp is None else tp.topic,
+                        "partition": None if tp is None else tp.partition,
+                        "lag": decision.lag,
+                    },
                 )
 
     def _shutdown(self, failure: BaseException | None) -> None:
@@ -226,7 +232,10 @@ class StreamThread:
                     continue
                 if error.fatal():
                     raise StreamsError(f"consumer failed: {error}")
-                logger.warning("consumer error: %s", error)
+                logger.warning(
+                    "consumer error: %(error)s",
+                    {"topic": topic, "partition": partition, "error": str(error)},
+                )
                 continue
             offset = msg.offset() or 0
             headers = msg.headers()
@@ -263,7 +272,10 @@ class StreamThread:
             task.add_records(tp, records)
 
     def _rewind(self, tp: TopicPartitionId, offset: int) -> None:
-        logger.warning("no task owns %s[%d] yet; pausing it", tp.topic, tp.partition)
+        logger.warning(
+            "no task owns %(topic)s[%(partition)d] yet; pausing it",
+            {"topic": tp.topic, "partition": tp.partition, "offset": offset},
+        )
         ktp = TopicPartition(tp.topic, tp.partition, offset)
         self.consumer.seek(ktp)
         self.consumer.pause([ktp])
@@ -347,7 +359,10 @@ class StreamThread:
                     # The group is rebalancing (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS...):
                     # whoever owns these partitions next starts from the last commit
                     # (at-least-once), so local state must not checkpoint this position.
-                    logger.warning("offset commit failed (%s); input will be processed again", exc)
+                    logger.warning(
+                        "offset commit failed (%(error)s); input will be processed again",
+                        {"error": str(exc)},
+                    )
                     return
         for task, task_offsets in per_task:
             task.committed_offsets(task_offsets)
@@ -363,7 +378,8 @@ class StreamThread:
             error = exc.args[0] if exc.args else None
             if isinstance(error, KafkaError) and error.txn_requires_abort():
                 logger.warning(
-                    "transaction aborted (%s); processing again from the last commit", error
+                    "transaction aborted (%(error)s); processing again from the last commit",
+                    {"error": str(error)},
                 )
                 self.collector.abort()
                 self._rewind_all()
@@ -389,7 +405,10 @@ class StreamThread:
         else:
             consumer.assign(partitions)
         self._create_tasks(new, seek=False)
-        logger.info("assigned %d partitions; %d tasks", len(partitions), len(self.tasks))
+        logger.info(
+            "assigned %(partitions)d partitions; %(tasks)d tasks",
+            {"partitions": len(partitions), "tasks": len(self.tasks)},
+        )
 
     def _create_tasks(self, partitions: Sequence[TopicPartitionId], *, seek: bool) -> None:
         wanted: set[TaskId] = set()
@@ -459,7 +478,8 @@ class StreamThread:
                 self.commit()
             except (KafkaException, StreamsError) as exc:
                 logger.warning(
-                    "commit on revocation failed (%s); input will be processed again", exc
+                    "commit on revocation failed (%(error)s); input will be processed again",
+                    {"error": str(exc)},
                 )
                 if self._settings.exactly_once:
                     self.collector.abort()
@@ -473,7 +493,7 @@ class StreamThread:
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Another member may own these already: no commit, and under exactly-once the open
         # transaction would be fenced anyway.
-        logger.warning("lost %d partitions", len(partitions))
+        logger.warning("lost %(partitions)d partitions", {"partitions": len(partitions)})
         lost = {TopicPartitionId(p.topic, p.partition) for p in partitions}
         if self._settings.exactly_once:
             self.collector.abort()

@@ -253,6 +253,11 @@ class Checkpoint:
             raise ValueError(f"not a checkpoint: {exc}") from exc
 
 
+def _offsets_field(offsets: Mapping[TopicPartitionId, int]) -> dict[str, int]:
+    """Offsets by partition as a log field: ``{"clicks[0]": 12}`` (JSON keys are strings)."""
+    return {f"{tp.topic}[{tp.partition}]": offset for tp, offset in sorted(offsets.items())}
+
+
 def read_checkpoint(path: Path) -> Checkpoint | None:
     """The checkpoint at ``path``; ``None`` when absent or unreadable (logged)."""
     try:
@@ -260,12 +265,17 @@ def read_checkpoint(path: Path) -> Checkpoint | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        logger.warning("cannot read checkpoint %s: %s", path, exc)
+        logger.warning(
+            "cannot read checkpoint %(path)s: %(error)s", {"path": str(path), "error": str(exc)}
+        )
         return None
     try:
         return Checkpoint.from_json(text)
     except ValueError as exc:
-        logger.warning("ignoring invalid checkpoint %s: %s", path, exc)
+        logger.warning(
+            "ignoring invalid checkpoint %(path)s: %(error)s",
+            {"path": str(path), "error": str(exc)},
+        )
         return None
 
 
@@ -504,19 +514,22 @@ class TaskStateManager:
         self._restored = True
         result.duration_s = time.monotonic() - started
         logger.info(
-            "task %s restored: %d applied, %d skipped (uncommitted input), %d unattributed,"
-            " %d malformed, %d corrections, checkpoint reused: %s, %d keys from standbys of %s,"
-            " in %.2fs",
-            self.task_id,
-            result.records_applied,
-            result.records_skipped_uncommitted,
-            result.unattributed,
-            result.records_malformed,
-            result.corrections,
-            result.reused_checkpoint,
-            result.records_from_standby,
-            result.warm_stores or "no store",
-            result.duration_s,
+            "task %(task)s restored: %(applied)d applied, %(skipped_uncommitted)d skipped"
+            " (uncommitted input), %(unattributed)d unattributed, %(malformed)d malformed,"
+            " %(corrections)d corrections, checkpoint reused: %(checkpoint_reused)s,"
+            " %(from_standby)d keys from standbys of %(standby_stores)s, in %(duration_s).2fs",
+            {
+                "task": str(self.task_id),
+                "applied": result.records_applied,
+                "skipped_uncommitted": result.records_skipped_uncommitted,
+                "unattributed": result.unattributed,
+                "malformed": result.records_malformed,
+                "corrections": result.corrections,
+                "checkpoint_reused": result.reused_checkpoint,
+                "from_standby": result.records_from_standby,
+                "standby_stores": list(result.warm_stores) or "no store",
+                "duration_s": result.duration_s,
+            },
         )
         return result
 
@@ -658,11 +671,16 @@ class TaskStateManager:
         except ValueError as exc:
             result.records_malformed += 1
             logger.warning(
-                "skipping malformed changelog record %s[%s]@%s: %s",
-                msg.topic(),
-                msg.partition(),
-                msg.offset(),
-                exc,
+                "skipping malformed changelog record %(topic)s[%(partition)s]@%(offset)s:"
+                " %(error)s",
+                {
+                    "task": str(self.task_id),
+                    "store": slot.spec.name,
+                    "topic": msg.topic(),
+                    "partition": msg.partition(),
+                    "offset": msg.offset(),
+                    "error": str(exc),
+                },
             )
             return
         result.records_applied += 1
@@ -698,7 +716,10 @@ class TaskStateManager:
     def _restore_error(self, error: KafkaError) -> None:
         if error.fatal() or error.code() in _FATAL_RESTORE_ERRORS:
             raise RestoreError(f"task {self.task_id}: cannot read changelog: {error}")
-        logger.warning("task %s: changelog consumer: %s", self.task_id, error)
+        logger.warning(
+            "task %(task)s: changelog consumer: %(error)s",
+            {"task": str(self.task_id), "error": str(error)},
+        )
 
     def _watermarks(
         self, partitions: Sequence[TopicPartitionId], deadline: float
@@ -749,23 +770,28 @@ class TaskStateManager:
             return None
         if checkpoint.inputs != dict(committed_inputs):
             logger.info(
-                "task %s: checkpoint is for inputs %s, committed are %s: restoring from scratch",
-                self.task_id,
-                checkpoint.inputs,
-                dict(committed_inputs),
+                "task %(task)s: checkpoint is for inputs %(checkpoint_inputs)s, committed are"
+                " %(committed_inputs)s: restoring from scratch",
+                {
+                    "task": str(self.task_id),
+                    "checkpoint_inputs": _offsets_field(checkpoint.inputs),
+                    "committed_inputs": _offsets_field(committed_inputs),
+                },
             )
             return None
         for tp, offset in checkpoint.changelog_offsets.items():
             if tp in watermarks and offset > watermarks[tp][1]:
                 # The changelog is shorter than what we read before: recreated or truncated.
                 logger.warning(
-                    "task %s: checkpoint offset %d beyond the end %d of %s[%d]: restoring"
-                    " from scratch",
-                    self.task_id,
-                    offset,
-                    watermarks[tp][1],
-                    tp.topic,
-                    tp.partition,
+                    "task %(task)s: checkpoint offset %(offset)d beyond the end %(end_offset)d"
+                    " of %(topic)s[%(partition)d]: restoring from scratch",
+                    {
+                        "task": str(self.task_id),
+                        "offset": offset,
+                        "end_offset": watermarks[tp][1],
+                        "topic": tp.topic,
+                        "partition": tp.partition,
+                    },
                 )
                 return None
         return checkpoint
@@ -792,9 +818,8 @@ class TaskStateManager:
                     source=correction.source,
                 )
             logger.info(
-                "task %s: logged %d restore corrections",
-                self.task_id,
-                len(self._pending_corrections),
+                "task %(task)s: logged %(corrections)d restore corrections",
+                {"task": str(self.task_id), "corrections": len(self._pending_corrections)},
             )
             self._pending_corrections = []
 
@@ -828,7 +853,8 @@ class TaskStateManager:
             except KafkaException as exc:
                 # A checkpoint is an optimization: without one the next start restores fully.
                 logger.warning(
-                    "task %s: no checkpoint, changelog offsets unknown: %s", self.task_id, exc
+                    "task %(task)s: no checkpoint, changelog offsets unknown: %(error)s",
+                    {"task": str(self.task_id), "error": str(exc)},
                 )
                 self._delete_checkpoint()
                 return
@@ -896,7 +922,10 @@ class TaskStateManager:
             try:
                 slot.store.engine.close()
             except sqlite3.Error as exc:
-                logger.warning("task %s: closing store %s: %s", self.task_id, slot.spec.name, exc)
+                logger.warning(
+                    "task %(task)s: closing store %(store)s: %(error)s",
+                    {"task": str(self.task_id), "store": slot.spec.name, "error": str(exc)},
+                )
         if self._offsets_consumer is not None:
             self._offsets_consumer.close()
             self._offsets_consumer = None
@@ -944,7 +973,8 @@ class TaskStateManager:
             assert path is not None
             # A damaged file is local state we can do without: start empty and restore.
             logger.warning(
-                "task %s: store %s unreadable (%s): recreating", self.task_id, spec.name, exc
+                "task %(task)s: store %(store)s unreadable (%(error)s): recreating",
+                {"task": str(self.task_id), "store": spec.name, "error": str(exc)},
             )
             _remove_files(path)
             self._damaged.add(spec.name)
