@@ -11,11 +11,14 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BeforeValidator, ValidationError
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from progress_control.trust import DEFAULT_MAX_SKEW_MS, TrustPolicy, allowed_sources, parse_keys
 
 __all__ = [
     "ConfigurationError",
+    "ControlTrustSettings",
     "KafkaProperties",
     "component_config",
     "default_cache_dir",
@@ -54,19 +57,81 @@ class ConfigurationError(ValueError):
 
 
 def load_settings(cls: type[S], **values: Any) -> S:
-    """Build ``cls`` from ``values`` and the environment, failing fast with the settings' names."""
+    """Build ``cls`` from ``values`` and the environment, failing fast with the settings' names
+    (and the offending values, except those of secret settings)."""
     try:
         return cls(**values)
     except ValidationError as exc:
         prefix = str(cls.model_config.get("env_prefix", ""))
+        secret = {
+            name
+            for name, info in cls.model_fields.items()
+            if info.annotation is not None and SecretStr in getattr(info.annotation, "__args__", ())
+        }
         problems = []
         for error in exc.errors():
             name = ".".join(str(part) for part in error["loc"]) or "(settings)"
             env = f" (env {prefix}{name.upper().replace('.', '__')})" if prefix else ""
-            problems.append(f"  {name}{env}: {error['msg']} [got {error.get('input')!r}]")
+            shown = "" if name in secret else f" [got {error.get('input')!r}]"
+            problems.append(f"  {name}{env}: {error['msg']}{shown}")
         raise ConfigurationError(
             f"invalid {cls.__name__} configuration:\n" + "\n".join(problems)
         ) from None
+
+
+class ControlTrustSettings(BaseSettings):
+    """Which control records move a consumer's time (:mod:`progress_control.trust`), for the
+    settings of every consumer we ship. Keys come from the environment or a file, never from a
+    command line, where a secret would show in ``ps`` and shell history."""
+
+    max_control_skew_ms: int = Field(
+        DEFAULT_MAX_SKEW_MS,
+        ge=0,
+        description="Control records dated more than this ahead of the wall clock are skipped.",
+    )
+    control_verification_keys: SecretStr | None = Field(
+        None,
+        description="'id:secret,...': accept only control records signed by one of these keys "
+        "(env or control_verification_keys_file; never pass secrets on a command line).",
+    )
+    control_verification_keys_file: Path | None = Field(
+        None, description="A file holding control_verification_keys (e.g. a mounted Secret)."
+    )
+    control_allowed_sources: str | None = Field(
+        None, description="Comma-separated source ids whose control records are accepted."
+    )
+
+    @field_validator("control_verification_keys")
+    @classmethod
+    def _keys_parse(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_keys(value.get_secret_value())  # its ValueError never holds the secret
+        return value
+
+    @field_validator("control_verification_keys_file")
+    @classmethod
+    def _file_parses(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                text = value.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read {value}: {exc}") from None
+            if not parse_keys(text.strip()):
+                raise ValueError(f"{value} holds no keys")
+        return value
+
+    def trust_policy(self) -> TrustPolicy:
+        """Which control records move time (see :mod:`progress_control.trust`)."""
+        specs = []
+        if self.control_verification_keys is not None:
+            specs.append(self.control_verification_keys.get_secret_value())
+        if self.control_verification_keys_file is not None:
+            specs.append(self.control_verification_keys_file.read_text(encoding="utf-8").strip())
+        return TrustPolicy(
+            max_skew_ms=self.max_control_skew_ms,
+            verification_keys=parse_keys(",".join(specs)),
+            allowed_sources=allowed_sources(self.control_allowed_sources),
+        )
 
 
 def default_cache_dir() -> Path:

@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings
 
-from progress_control.settings import KafkaProperties, component_config
-from progress_control.trust import DEFAULT_MAX_SKEW_MS, TrustPolicy, allowed_sources, parse_keys
+from progress_control.settings import ControlTrustSettings, KafkaProperties, component_config
 from streams_runtime.query_security import check_query_settings
 
 __all__ = ["BadRecordPolicy", "ProcessingGuarantee", "RuntimeSettings", "StateEngine"]
@@ -44,8 +42,9 @@ class BadRecordPolicy(enum.StrEnum):
     """Send the original bytes with error headers to ``dead_letter_topic``, then skip."""
 
 
-class RuntimeSettings(BaseSettings):
-    """Settings of a streams runtime :class:`~streams_runtime.App`."""
+class RuntimeSettings(ControlTrustSettings):
+    """Settings of a streams runtime :class:`~streams_runtime.App` (and which control records
+    move its time: :class:`~progress_control.settings.ControlTrustSettings`)."""
 
     model_config = component_config("PROGRESS_CONTROL_RUNTIME_")
 
@@ -96,22 +95,6 @@ class RuntimeSettings(BaseSettings):
     )
     progress_interval_ms: int = Field(
         1000, ge=10, description="How often progress propagation runs."
-    )
-    max_control_skew_ms: int = Field(
-        DEFAULT_MAX_SKEW_MS,
-        ge=0,
-        description="Control records dated more than this ahead of the wall clock are skipped.",
-    )
-    control_verification_keys: SecretStr | None = Field(
-        None,
-        description="'id:secret,...': accept only control records signed by one of these keys "
-        "(env or control_verification_keys_file; never pass secrets on a command line).",
-    )
-    control_verification_keys_file: Path | None = Field(
-        None, description="A file holding control_verification_keys (e.g. a mounted Secret)."
-    )
-    control_allowed_sources: str | None = Field(
-        None, description="Comma-separated source ids whose control records are accepted."
     )
     repartition_purge_interval_ms: int = Field(
         30_000,
@@ -206,24 +189,6 @@ class RuntimeSettings(BaseSettings):
                 "to its producer"
             )
         return value
-
-    @model_validator(mode="after")
-    def _trust(self) -> Self:
-        self.trust_policy()  # invalid keys fail at start-up, with the setting's name
-        return self
-
-    def trust_policy(self) -> TrustPolicy:
-        """Which control records move time (see :mod:`progress_control.trust`)."""
-        spec = ""
-        if self.control_verification_keys is not None:
-            spec = self.control_verification_keys.get_secret_value()
-        if self.control_verification_keys_file is not None:
-            spec = ",".join((spec, self.control_verification_keys_file.read_text().strip()))
-        return TrustPolicy(
-            max_skew_ms=self.max_control_skew_ms,
-            verification_keys=parse_keys(spec),
-            allowed_sources=allowed_sources(self.control_allowed_sources),
-        )
 
     @model_validator(mode="after")
     def _query_security(self) -> Self:
