@@ -18,14 +18,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from progress_control.protocol import CONTROL_HEADER
-from progress_control.trust import TrustPolicy, Verdict
+from progress_control.trust import TrustPolicy
 from spark_jobs.trust import (
     ACCEPTED,
     REJECTION_REASONS,
     RejectionSample,
-    control_source,
-    control_verdict,
+    control_headers,
     well_formed_marker,
+    with_control_verdict,
 )
 
 __all__ = [
@@ -160,20 +160,16 @@ def parse_records(raw: DataFrame, trust: TrustPolicy | None = None) -> DataFrame
     click event's value is a JSON object with string ``user`` and ``page`` and an integer ``ts``;
     a number where a string belongs is an error, not silently converted.
     """
-    policy = trust or TrustPolicy()
-    headers = sf.col("headers")
-    staged = raw.select(
+    checked = with_control_verdict(raw, trust or TrustPolicy())
+    staged = checked.select(
         "topic",
         "partition",
         "offset",
         sf.col("timestamp").alias("event_time"),
         "key",
         "value",
-        control_verdict(
-            headers, sf.col("topic"), sf.col("partition"), sf.col("timestamp"), policy
-        ).alias("control"),
-        # As the Python validator logs them: a malformed marker's source is unknown ("?").
-        sf.when(has_control_header(headers), control_source(headers)).alias("_source"),
+        "control",
+        "control_source",
         sf.try_parse_json(sf.col("value").cast("string")).alias("_json"),
     )
     typed = staged.select(
@@ -193,12 +189,7 @@ def parse_records(raw: DataFrame, trust: TrustPolicy | None = None) -> DataFrame
         .when(*_type_error("ts", _INTEGER_TYPES, "an integer"))
         .when(sf.unix_millis("event_time") < 0, sf.lit("negative record timestamp"))
     )
-    source = sf.when(sf.col("control") == sf.lit(Verdict.MALFORMED.value), sf.lit("?")).otherwise(
-        sf.col("_source")
-    )
-    classified = typed.select(
-        "*", is_control.alias("is_control"), error.alias("error"), source.alias("control_source")
-    )
+    classified = typed.select("*", is_control.alias("is_control"), error.alias("error"))
     # Only valid events carry user and page: a half-parsed malformed record must not look like
     # data to anything downstream.
     is_data = sf.col("error").isNull() & ~sf.col("is_control")
@@ -332,24 +323,18 @@ def collect_errors(errors: DataFrame) -> list[MalformedRecord]:
     ]
 
 
-def _markers(headers: Column) -> Column:
-    return sf.filter(headers, lambda h: h["key"] == sf.lit(CONTROL_HEADER))
-
-
 def has_control_header(headers: Column) -> Column:
     """Whether a row carries a ``progress-control`` header at all, valid or not (Spark's
     :func:`progress_control.protocol.has_control_header`): such a row is never data."""
-    return sf.coalesce(sf.size(_markers(headers)), sf.lit(0)) > 0
+    return sf.coalesce(sf.array_contains(headers.getField("key"), CONTROL_HEADER), sf.lit(False))
 
 
 def is_control_record(headers: Column) -> Column:
     """Spark's version of :func:`progress_control.protocol.is_control_record`, over the Kafka
     source's ``headers`` column: exactly one ``progress-control`` header, well formed. Whether it
     may move time is :func:`spark_jobs.trust.control_verdict`'s decision."""
-    markers = _markers(headers)
-    return (sf.coalesce(sf.size(markers), sf.lit(0)) == 1) & valid_marker(
-        sf.try_element_at(markers, sf.lit(1))["value"]
-    )
+    count, first = control_headers(headers)
+    return (count == 1) & valid_marker(first)
 
 
 def valid_marker(marker: Column) -> Column:

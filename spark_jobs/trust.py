@@ -1,7 +1,7 @@
 """Control-record validation as Spark SQL expressions: :mod:`progress_control.trust` for Spark.
 
-A row carrying a ``progress-control`` header is never data. :func:`control_verdict` decides, per
-row and with the same rules in the same order as
+A row carrying a ``progress-control`` header is never data. :func:`with_control_verdict`
+decides, per row and with the same rules in the same order as
 :class:`progress_control.trust.ControlRecordValidator`, whether it may move the watermark
 (``accepted``) or why not (a :class:`progress_control.trust.Verdict` value: ``malformed``,
 ``negative-timestamp``, ``future-timestamp``, ``source-not-allowed``, ``unsigned``,
@@ -31,7 +31,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from progress_control.protocol import CONTROL_HEADER, MAC_SIZE, SIGNED_PROTOCOL_VERSION
@@ -43,10 +43,10 @@ __all__ = [
     "REJECTION_REASONS",
     "RejectionLog",
     "RejectionSample",
-    "control_source",
-    "control_verdict",
+    "control_headers",
     "redact_key_material",
     "well_formed_marker",
+    "with_control_verdict",
 ]
 
 ACCEPTED = Verdict.ACCEPTED.value
@@ -109,18 +109,21 @@ class _Marker:
     :mod:`progress_control.protocol`, positions 1-based as Spark's ``substring`` counts)."""
 
     value: Column
+    version: Column
+    id_len: Column
+    kid_len: Column
+    """Key-id length; as the Python decoder, no byte after the source id reads as 0."""
+
+    @classmethod
+    def parse(cls, value: Column) -> _Marker:
+        """The fields as expressions over ``value``."""
+        id_len = _byte_at(value, _PREFIX_BYTES)
+        kid_len = sf.coalesce(_byte_at(value, id_len + (_PREFIX_BYTES + 1)), sf.lit(0))
+        return cls(value, _byte_at(value, 1), id_len, kid_len)
 
     @property
     def length(self) -> Column:
         return sf.octet_length(self.value)
-
-    @property
-    def version(self) -> Column:
-        return _byte_at(self.value, 1)
-
-    @property
-    def id_len(self) -> Column:
-        return _byte_at(self.value, _PREFIX_BYTES)
 
     @property
     def id_end(self) -> Column:
@@ -130,11 +133,6 @@ class _Marker:
     @property
     def source(self) -> Column:
         return sf.substring(self.value, sf.lit(_PREFIX_BYTES + 1), self.id_len)
-
-    @property
-    def kid_len(self) -> Column:
-        # As the Python decoder: no byte after the source id reads as a zero length.
-        return sf.coalesce(_byte_at(self.value, self.id_end + 1), sf.lit(0))
 
     @property
     def key_id(self) -> Column:
@@ -177,34 +175,78 @@ class _Marker:
         )
 
 
-def _markers(headers: Column) -> Column:
-    return sf.filter(headers, lambda h: h["key"] == sf.lit(CONTROL_HEADER))
+def control_headers(headers: Column) -> tuple[Column, Column]:
+    """How many ``progress-control`` headers a row carries (0 without any headers) and the
+    value of the first (null when none).
+
+    Written with ``array_remove``/``array_position`` on the headers' keys rather than a lambda
+    (``filter``): Spark runs higher-order functions interpreted, outside whole-stage code
+    generation, and this is evaluated for every record of the topic.
+    """
+    keys = headers.getField("key")
+    count = sf.coalesce(sf.size(keys) - sf.size(sf.array_remove(keys, CONTROL_HEADER)), sf.lit(0))
+    position = sf.array_position(keys, CONTROL_HEADER)
+    first = sf.when(position > 0, sf.element_at(headers.getField("value"), position.cast("int")))
+    return count, first
 
 
 def well_formed_marker(marker: Column) -> Column:
     """Whether a ``progress-control`` header value parses as a v1 or v2 (or later) marker, as
     :meth:`progress_control.protocol.ControlMarker.decode` decides; never null."""
-    return _Marker(marker).well_formed()
+    return _Marker.parse(marker).well_formed()
 
 
-def control_verdict(
-    headers: Column,
-    topic: Column,
-    partition: Column,
-    event_time: Column,
+_TEMPORARY = ("_pc_count", "_pc_marker", "_pc_version", "_pc_id_len", "_pc_kid_len")
+
+
+def with_control_verdict(
+    frame: DataFrame,
     policy: TrustPolicy,
-) -> Column:
-    """A string column: null for a row without a ``progress-control`` header, else ``accepted``
-    or the reason the control record is skipped (see the module docstring).
+    *,
+    headers: str = "headers",
+    topic: str = "topic",
+    partition: str = "partition",
+    timestamp: str = "timestamp",
+    verdict: str = "control",
+    source: str = "control_source",
+) -> DataFrame:
+    """``frame`` (Spark's Kafka source schema by default) with two string columns:
+    ``verdict``, null for a row without a ``progress-control`` header, else ``accepted`` or the
+    reason the control record is skipped (see the module docstring); and ``source``, the marker's
+    source id for rows with the header (``?`` when it is malformed, as the Python validator logs).
 
-    ``headers`` is the Kafka source's ``headers`` column (``array<struct<key, value>>``),
-    ``event_time`` the record timestamp.
+    The marker and its fields are computed in projections of their own, each referenced by the
+    next: written as one expression, every use of a field would repeat the extraction of the
+    header, and with keys the generated code outgrows the JVM's 64 KB method limit (Spark then
+    falls back to slower, interpreted evaluation).
     """
-    markers = _markers(headers)
-    count = sf.coalesce(sf.size(markers), sf.lit(0))
-    marker = _Marker(sf.try_element_at(markers, sf.lit(1))["value"])
-    well_formed = (count == 1) & marker.well_formed()
+    count, first = control_headers(sf.col(headers))
+    staged = frame.withColumns({"_pc_count": count, "_pc_marker": first})
+    parsed = _Marker.parse(sf.col("_pc_marker"))
+    staged = staged.withColumns(
+        {"_pc_version": parsed.version, "_pc_id_len": parsed.id_len, "_pc_kid_len": parsed.kid_len}
+    )
+    marker = _Marker(
+        sf.col("_pc_marker"), sf.col("_pc_version"), sf.col("_pc_id_len"), sf.col("_pc_kid_len")
+    )
+    record = (sf.col(topic), sf.col(partition), sf.col(timestamp))
+    decided = _verdict(sf.col("_pc_count"), marker, record, policy)
+    source_id = sf.coalesce(sf.try_validate_utf8(marker.source.cast("string")), sf.lit("?"))
+    return staged.withColumns(
+        {
+            verdict: decided,
+            source: sf.when(sf.col("_pc_count") == 0, sf.lit(None).cast("string"))
+            .when(decided == sf.lit(Verdict.MALFORMED.value), sf.lit("?"))
+            .otherwise(source_id),
+        }
+    ).drop(*_TEMPORARY)
 
+
+def _verdict(
+    count: Column, marker: _Marker, record: tuple[Column, Column, Column], policy: TrustPolicy
+) -> Column:
+    topic, partition, event_time = record
+    well_formed = (count == 1) & marker.well_formed()
     millis = sf.unix_millis(event_time)
     skew = sf.lit(min(policy.max_skew_ms, _SKEW_CAP_MS))
     verdict = (
@@ -244,13 +286,6 @@ def control_verdict(
             .when(marker.mac != expected, sf.lit(Verdict.BAD_SIGNATURE.value))
         )
     return verdict.otherwise(sf.lit(ACCEPTED))
-
-
-def control_source(headers: Column) -> Column:
-    """The source id of a row's ``progress-control`` marker, ``?`` when it cannot be read (as
-    the Python validator logs malformed records)."""
-    marker = _Marker(sf.try_element_at(_markers(headers), sf.lit(1))["value"])
-    return sf.coalesce(sf.try_validate_utf8(marker.source.cast("string")), sf.lit("?"))
 
 
 def redact_key_material(spark: SparkSession) -> None:

@@ -55,7 +55,7 @@ from spark_jobs import (
 )
 from spark_jobs.cli import build_parser, main
 from spark_jobs.reconcile import parse_runtime_session
-from spark_jobs.trust import RejectionLog, RejectionSample, control_verdict
+from spark_jobs.trust import RejectionLog, RejectionSample, with_control_verdict
 from tests.helpers import unique_name, wait_for
 
 GAP_MS = 5_000
@@ -802,10 +802,8 @@ def test_spark_verdicts_equal_the_python_validator(spark: SparkSession) -> None:
     ]
     seen: set[str] = set()
     for policy in policies:
-        verdict = control_verdict(
-            sf.col("headers"), sf.col("topic"), sf.col("partition"), sf.col("timestamp"), policy
-        )
-        spark_side = [row["v"] for row in frame.select(verdict.alias("v")).collect()]
+        checked = with_control_verdict(frame, policy)
+        spark_side = [row["control"] for row in checked.select("control").collect()]
         validator = ControlRecordValidator(policy)
         python_side = [validator.check(t, p, ts, h).value for t, p, ts, h in cases]
         assert spark_side == python_side
@@ -821,10 +819,9 @@ def test_a_row_without_the_header_has_no_verdict(spark: SparkSession) -> None:
         [("t", 0, None, None), ("t", 0, None, []), ("t", 0, None, [{"key": "x", "value": b"1"}])],
         schema,
     )
-    verdict = control_verdict(
-        sf.col("headers"), sf.col("topic"), sf.col("partition"), sf.col("ts"), TrustPolicy()
-    )
-    assert [r["v"] for r in frame.select(verdict.alias("v")).collect()] == [None, None, None]
+    checked = with_control_verdict(frame, TrustPolicy(), timestamp="ts")
+    rows = checked.select("control", "control_source").collect()
+    assert [(r["control"], r["control_source"]) for r in rows] == [(None, None)] * 3
 
 
 def test_rejection_log_logs_once_per_source_and_reason(caplog: pytest.LogCaptureFixture) -> None:
