@@ -22,7 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tools.helm import HELM_VERSION, helm_binary
+from tools.helm import HELM_VERSION, helm_binary, helm_needs_build
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "progress-control"
@@ -166,8 +166,18 @@ def validate_strictly(manifests: list[Manifest], kube_version: str) -> list[str]
 
 
 @pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return Helm(helm_binary(), tmp_path_factory.mktemp("helm-home"))
+def helm(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Helm:
+    binary = None
+    if helm_needs_build():
+        # A first build takes minutes: show its steps and progress on the terminal, uncaptured.
+        capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+        reporter = pytestconfig.pluginmanager.getplugin("terminalreporter")
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                if reporter is not None:
+                    reporter.ensure_newline()
+                binary = helm_binary()
+    return Helm(binary or helm_binary(), tmp_path_factory.mktemp("helm-home"))
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,14 @@
 ``<cache>/tools/helm-<HELM_VERSION>/helm`` (``<cache>`` is
 :func:`progress_control.settings.default_cache_dir`), building it first when it is missing with
 ``go install helm.sh/helm/v3/cmd/helm@v<HELM_VERSION>``. The build takes a few minutes on a cold
-Go cache and is silent unless it fails; a file lock keeps concurrent test runs from building twice.
+Go cache; a file lock keeps concurrent test runs from building twice.
+
+A build shows what it does and how far it got, as two steps (:class:`pipeline.steps.Steps`: a
+spinner on a terminal, a line every 15 s otherwise): the Go modules Helm needs, counted as ``go``
+downloads them, then the packages compiled out of all Helm's packages (``go install -v``)::
+
+    [1/2] Downloading Helm v3.22.0's Go modules ... 15s: 87 modules downloaded (k8s.io/api v0.35.0)
+    [2/2] Compiling Helm v3.22.0 ... 60s: 412/702 packages compiled (k8s.io/client-go/rest)
 
 The build passes the same ``-ldflags`` as Helm's release Makefile, so ``helm version`` reports
 the release and the default Kubernetes version (used by ``helm template`` and ``helm lint``
@@ -18,7 +25,12 @@ import json
 import os
 import re
 import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from progress_control.cache import fill_once
 from progress_control.jars import MissingToolError, find_tool
@@ -31,6 +43,7 @@ __all__ = [
     "MissingToolError",
     "find_go",
     "helm_binary",
+    "helm_needs_build",
 ]
 
 HELM_VERSION = "3.22.0"
@@ -56,33 +69,105 @@ def find_go() -> Path:
     )
 
 
-def helm_binary(cache_dir: Path | None = None) -> Path:
-    """Path of a working ``helm`` executable, building and caching it first when needed."""
+def _target(cache_dir: Path | None) -> Path:
+    return (cache_dir or default_cache_dir()) / "tools" / f"helm-{HELM_VERSION}"
+
+
+def helm_needs_build(cache_dir: Path | None = None) -> bool:
+    """Whether :func:`helm_binary` would build Helm first (no override, nothing cached)."""
+    if os.environ.get("PROGRESS_CONTROL_HELM"):
+        return False
+    return not _is_executable(_target(cache_dir) / "helm")
+
+
+def helm_binary(cache_dir: Path | None = None, *, out: TextIO | None = None) -> Path:
+    """Path of a working ``helm`` executable, building and caching it first when needed; a
+    build shows its progress on ``out`` (stderr)."""
     override = os.environ.get("PROGRESS_CONTROL_HELM")
     if override:
         path = Path(override).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise MissingToolError(f"PROGRESS_CONTROL_HELM={override} is not an executable file")
         return path
-    target = (cache_dir or default_cache_dir()) / "tools" / f"helm-{HELM_VERSION}"
-    announce = (
-        f"Building Helm v{HELM_VERSION} from the Go module proxy into {target} "
-        "(first run only; takes a few minutes)..."
-    )
-    fill_once(target, lambda directory: _is_executable(directory / "helm"), _build, announce)
+    target = _target(cache_dir)
+    out = out or sys.stderr
+
+    def build(staging: Path) -> None:
+        out.write(
+            f"Building Helm v{HELM_VERSION} from the Go module proxy into {target} "
+            "(first run only; takes a few minutes)\n"
+        )
+        out.flush()
+        _build(staging, out)
+
+    fill_once(target, lambda directory: _is_executable(directory / "helm"), build)
     return target / "helm"
 
 
-def _build(staging: Path) -> None:
+class _GoProgress:
+    """What ``go`` reported so far, for the step display (updated by the reading thread)."""
+
+    def __init__(self) -> None:
+        self.modules = 0
+        self.module = ""
+        self.packages = 0
+        self.package = ""
+        self.total_packages = 0
+
+    def line(self, text: str) -> None:
+        if text.startswith("go: downloading "):
+            self.modules += 1
+            self.module = text.removeprefix("go: downloading ").strip()
+        elif text and not text.startswith(("go: ", "#", " ", "\t")):
+            self.packages += 1
+            self.package = text.strip()
+
+    def downloads(self) -> str:
+        if not self.modules:
+            return "resolving modules"
+        return f"{_count(self.modules, 'module')} downloaded ({self.module})"
+
+    def compiled(self) -> str:
+        if not self.packages:
+            return "starting"
+        done = (
+            f"{self.packages}/{self.total_packages} packages"
+            if self.total_packages
+            else _count(self.packages, "package")
+        )
+        return f"{done} compiled ({self.package})"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _build(staging: Path, out: TextIO) -> None:
+    from pipeline.steps import Steps  # the demo's step display; the dev install has it
+
     go = find_go()
     module = f"{HELM_MODULE}@v{HELM_VERSION}"
-    env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"}
-    download = _run([str(go), "mod", "download", "-json", module], env, staging)
-    try:
-        module_dir = Path(json.loads(download)["Dir"])
-        go_mod = (module_dir / "go.mod").read_text()
-    except (ValueError, KeyError, OSError) as exc:
-        raise HelmBuildError(f"`go mod download {module}` gave no module directory") from exc
+    # GOWORK=off: a go.work around the cache must not change Helm's module graph.
+    env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0", "GOWORK": "off"}
+    steps = Steps(out, total=2)
+    progress = _GoProgress()
+    with steps.step(f"Downloading Helm v{HELM_VERSION}'s Go modules", progress.downloads):
+        download = _run([str(go), "mod", "download", "-json", module], env, staging)
+        try:
+            module_dir = Path(json.loads(download)["Dir"])
+            go_mod = (module_dir / "go.mod").read_text()
+        except (ValueError, KeyError, OSError) as exc:
+            raise HelmBuildError(f"`go mod download {module}` gave no module directory") from exc
+        # The packages `go install` will compile; listing them downloads the modules they are in
+        # (the same module graph: both use Helm's go.mod as the main module).
+        listed = _run(
+            [str(go), "list", "-deps", "-f", "{{.ImportPath}}", "./cmd/helm"],
+            env,
+            module_dir,
+            on_line=progress.line,
+            stdout_lines=False,
+        )
+        progress.total_packages = len(listed.split())
     kube_major, kube_minor = _kubernetes_version(go_mod)
     version_pkg = f"{HELM_MODULE}/internal/version"
     ldflags = [
@@ -97,17 +182,22 @@ def _build(staging: Path) -> None:
             f"-X {HELM_MODULE}/{package}.k8sVersionMajor={kube_major}",
             f"-X {HELM_MODULE}/{package}.k8sVersionMinor={kube_minor}",
         ]
-    _run(
-        [
-            str(go),
-            "install",
-            "-trimpath",
-            f"-ldflags={' '.join(ldflags)}",
-            f"{HELM_MODULE}/cmd/helm@v{HELM_VERSION}",
-        ],
-        env,
-        staging,
-    )
+    progress.packages = 0
+    with steps.step(f"Compiling Helm v{HELM_VERSION}", progress.compiled):
+        # -v: each package's import path on stderr as it is compiled (cached ones are not).
+        _run(
+            [
+                str(go),
+                "install",
+                "-v",
+                "-trimpath",
+                f"-ldflags={' '.join(ldflags)}",
+                f"{HELM_MODULE}/cmd/helm@v{HELM_VERSION}",
+            ],
+            env,
+            staging,
+            on_line=progress.line,
+        )
     binary = staging / "helm"
     version = _run([str(binary), "version", "--short"], env, staging).strip()
     if not version.startswith(f"v{HELM_VERSION}"):
@@ -125,27 +215,68 @@ def _kubernetes_version(go_mod: str) -> tuple[int, int]:
     return 1, int(match.group(1))
 
 
-def _run(command: list[str], env: dict[str, str], cwd: Path) -> str:
-    """Run ``command`` quietly; on failure raise with the tail of its output."""
+def _run(
+    command: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    *,
+    on_line: Callable[[str], None] | None = None,
+    stdout_lines: bool = True,
+) -> str:
+    """Run ``command`` quietly and return its stdout; on failure raise with the tail of its
+    output. ``on_line`` sees each stderr line as it comes (and each stdout line unless not
+    ``stdout_lines``)."""
+    tail: deque[str] = deque(maxlen=_TAIL_LINES)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        process.kill()
+
+    timer = threading.Timer(_BUILD_TIMEOUT_S, kill)
+    timer.start()
+    stdout: list[str] = []
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            tail.append(line.rstrip("\n"))
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=cwd,
-            timeout=_BUILD_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise HelmBuildError(f"{command} did not finish within {_BUILD_TIMEOUT_S}s") from exc
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-_TAIL_LINES:])
+        assert process.stdout is not None
+        for line in process.stdout:
+            stdout.append(line)
+            tail.append(line.rstrip("\n"))
+            if on_line is not None and stdout_lines:
+                on_line(line.rstrip("\n"))
+        reader.join()
+        code = process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:  # interrupted while reading
+            process.kill()
+            process.wait()
+    if code != 0:
+        if timed_out.is_set():
+            raise HelmBuildError(f"{command} did not finish within {_BUILD_TIMEOUT_S}s")
+        lines = "\n".join(tail)
         raise HelmBuildError(
-            f"building Helm v{HELM_VERSION} failed: {' '.join(command)} exited "
-            f"{result.returncode}:\n{tail}"
+            f"building Helm v{HELM_VERSION} failed: {' '.join(command)} exited {code}:\n{lines}"
         )
-    return result.stdout
+    return "".join(stdout)
 
 
 def _is_executable(path: Path) -> bool:
