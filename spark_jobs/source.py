@@ -332,7 +332,7 @@ def has_control_header(headers: Column) -> Column:
 def is_control_record(headers: Column) -> Column:
     """Spark's version of :func:`progress_control.protocol.is_control_record`, over the Kafka
     source's ``headers`` column: exactly one ``progress-control`` header, well formed. Whether it
-    may move time is :func:`spark_jobs.trust.control_verdict`'s decision."""
+    may move time is :func:`spark_jobs.trust.with_control_verdict`'s decision."""
     count, first = control_headers(headers)
     return (count == 1) & valid_marker(first)
 
