@@ -527,7 +527,7 @@ class TaskStateManager:
                 "corrections": result.corrections,
                 "checkpoint_reused": result.reused_checkpoint,
                 "from_standby": result.records_from_standby,
-                "standby_stores": list(result.warm_stores) or "no store",
+                "standby_stores": list(result.warm_stores),
                 "duration_s": result.duration_s,
             },
         )
