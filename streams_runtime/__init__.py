@@ -7,6 +7,16 @@ results come out without new data.
 """
 
 from streams_runtime.app import App
+from streams_runtime.dsl import (
+    GroupedStream,
+    SessionWindowedStream,
+    Stream,
+    StreamsBuilder,
+    Suppressed,
+    Table,
+    WindowedTable,
+    until_window_closes,
+)
 from streams_runtime.errors import BadRecordError, StreamsError
 from streams_runtime.record import Record
 from streams_runtime.settings import (
@@ -15,18 +25,7 @@ from streams_runtime.settings import (
     RuntimeSettings,
     StateEngine,
 )
-from streams_runtime.topology import (
-    GroupedStream,
-    SessionWindowedStream,
-    Stream,
-    StreamsBuilder,
-    Suppressed,
-    Table,
-    Topology,
-    TopologyError,
-    WindowedTable,
-    until_window_closes,
-)
+from streams_runtime.topology import Topology, TopologyError
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows
 

@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any
 
 from progress_control.settings import load_settings
+from streams_runtime.dsl import StreamsBuilder
 from streams_runtime.internal_topics import prepare_topics
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.queries import (
@@ -23,7 +24,7 @@ from streams_runtime.query_server import QueryServer
 from streams_runtime.replication import LagInfo, Replicator
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.stream_thread import StreamThread
-from streams_runtime.topology import StreamsBuilder, Topology
+from streams_runtime.topology import Topology
 
 __all__ = ["App"]
 

@@ -1,0 +1,41 @@
+"""The topology DSL: ``StreamsBuilder`` and the stream, grouped, windowed and table views.
+
+Building a topology only records logical nodes in a
+:class:`~streams_runtime.topology.TopologyBuilder`; :meth:`StreamsBuilder.build` splits them into
+sub-topologies (connected parts between repartition topics), and every task instantiates its own
+processors from them.
+
+    builder = StreamsBuilder()
+    (builder.stream("clicks", key_serde=String(), value_serde=Json())
+        .group_by_key()
+        .windowed_by(SessionWindows.with_inactivity_gap(30_000))
+        .count()
+        .suppress(until_window_closes())
+        .to_stream()
+        .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "clicks": n}))
+        .to("sessions"))
+
+Tables (``builder.table(topic)``, and ``group_by_key()`` followed by ``count``, ``reduce`` or
+``aggregate``) are materialised in changelog-backed key-value stores and emit on change
+(KIP-557): an update with the same serialized value as stored and a strictly newer timestamp is
+dropped and counted; see :func:`streams_runtime.processors.is_idempotent_update`.
+
+Modules, each importing only those below it: ``builder`` (the entry point) > ``stream`` >
+``grouped`` > ``table`` (whose ``to_stream`` imports ``stream`` when called).
+"""
+
+from streams_runtime.dsl.builder import StreamsBuilder
+from streams_runtime.dsl.grouped import GroupedStream, SessionWindowedStream
+from streams_runtime.dsl.stream import Stream
+from streams_runtime.dsl.table import Suppressed, Table, WindowedTable, until_window_closes
+
+__all__ = [
+    "GroupedStream",
+    "SessionWindowedStream",
+    "Stream",
+    "StreamsBuilder",
+    "Suppressed",
+    "Table",
+    "WindowedTable",
+    "until_window_closes",
+]

@@ -1,0 +1,78 @@
+"""``StreamsBuilder``: where a topology starts (Kafka Streams' ``StreamsBuilder``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from streams_runtime import processors as p
+from streams_runtime.dsl.stream import Stream
+from streams_runtime.dsl.table import Table
+from streams_runtime.serdes import Json, Serde
+from streams_runtime.state import StoreSpec
+from streams_runtime.topology import QueryableStore, Topology, TopologyBuilder, TopologyError
+
+__all__ = ["StreamsBuilder"]
+
+
+class StreamsBuilder:
+    """Builds a topology. Serdes not given anywhere default to ``default_key_serde`` and
+    ``default_value_serde`` (JSON)."""
+
+    def __init__(
+        self,
+        *,
+        default_key_serde: Serde[Any] | None = None,
+        default_value_serde: Serde[Any] | None = None,
+    ) -> None:
+        self.default_key_serde: Serde[Any] = default_key_serde or Json()
+        self.default_value_serde: Serde[Any] = default_value_serde or Json()
+        self._graph = TopologyBuilder()
+
+    def stream(
+        self,
+        topics: str | Sequence[str],
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[Any, Any]:
+        """A stream of the records of ``topics`` (several topics must be co-partitioned)."""
+        names = (topics,) if isinstance(topics, str) else tuple(topics)
+        if not names:
+            raise TopologyError("stream() needs at least one topic")
+        ks, vs = key_serde or self.default_key_serde, value_serde or self.default_value_serde
+        node = self._graph.source(names, ks, vs)
+        return Stream(self, node, ks, vs)
+
+    def table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        store_name: str | None = None,
+    ) -> Table[Any, Any]:
+        """A table of the latest value per key of ``topic``, materialised in the key-value store
+        ``store_name`` (auto-named otherwise) backed by a changelog topic; null values delete,
+        null keys are dropped and counted.
+
+        Emit-on-change (KIP-557): an update whose serialized value equals the stored one and
+        whose timestamp is strictly newer is stored but not forwarded, and counted in
+        ``streams_idempotent_update_skip_total``; a changed value, or the same value with an
+        equal or older timestamp, is stored and forwarded."""
+        ks, vs = key_serde or self.default_key_serde, value_serde or self.default_value_serde
+        source = self._graph.source((topic,), ks, vs)
+        store = store_name or self._graph.name("KTABLE-SOURCE-STORE")
+        spec = StoreSpec(name=store, kind="key_value")
+        node = self._graph.add(
+            "KTABLE-SOURCE",
+            lambda: p.TableSourceProcessor(store, ks, vs),
+            [source],
+            stores=(spec,),
+        )
+        self._graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
+        return Table(self, node, ks, vs, store_name=store, store_value_serde=vs)
+
+    def build(self, application_id: str) -> Topology:
+        """Resolve internal topic names and split the graph into sub-topologies."""
+        return self._graph.build(application_id)

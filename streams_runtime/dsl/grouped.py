@@ -1,0 +1,158 @@
+"""Grouped streams: aggregations into tables, and session-windowed aggregations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from streams_runtime import processors as p
+from streams_runtime.dsl.table import Table, WindowedTable
+from streams_runtime.serdes import Integer, Serde
+from streams_runtime.state import StoreSpec
+from streams_runtime.topology import QueryableStore
+from streams_runtime.windows import SessionWindows
+
+if TYPE_CHECKING:
+    from streams_runtime.dsl.stream import Stream
+
+__all__ = ["GroupedStream", "SessionWindowedStream"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+K2 = TypeVar("K2")
+V2 = TypeVar("V2")
+A = TypeVar("A")
+
+
+class GroupedStream(Generic[K, V]):
+    """A stream grouped by key, ready for an aggregation into a table, or a windowed one."""
+
+    def __init__(
+        self, stream: Stream[K, V], key_serde: Serde[Any], value_serde: Serde[Any]
+    ) -> None:
+        self._stream = stream
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def count(self, *, name: str | None = None) -> Table[K, int]:
+        """Records per key, as a table (values serialized with :class:`Integer`). See
+        :meth:`aggregate` for the store, dropped records and emit-on-change."""
+        return self.aggregate(
+            lambda: 0, lambda _k, _v, total: total + 1, value_serde=Integer(), name=name
+        )
+
+    def reduce(self, reducer: Callable[[V, V], V], *, name: str | None = None) -> Table[K, V]:
+        """Combine each key's values with ``reducer(aggregate, value)``; the first value of a
+        key is its aggregate as it is. See :meth:`aggregate`."""
+
+        def add(_k: K, value: V, aggregate: V | None) -> V:
+            return value if aggregate is None else reducer(aggregate, value)
+
+        return self.aggregate(lambda: None, add, value_serde=self.value_serde, name=name)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], A],
+        aggregator: Callable[[K, V, A], A],
+        *,
+        value_serde: Serde[A] | None = None,
+        name: str | None = None,
+    ) -> Table[K, A]:
+        """Aggregate per key, as a table: the aggregate starts as ``initializer()`` and
+        ``aggregator(key, value, aggregate)`` folds each record in (returning ``None`` deletes
+        the key). Records with a null key or value are dropped and counted
+        (``streams_dropped_records_total``).
+
+        The table is materialised in the key-value store ``name`` (auto-named otherwise), backed
+        by a changelog topic. Its updates carry the largest timestamp aggregated so far, and
+        emit on change (KIP-557): an update whose serialized aggregate equals the stored one and
+        whose timestamp is strictly newer is dropped and counted
+        (``streams_idempotent_update_skip_total``)."""
+        builder = self._stream._builder
+        store = name or builder._graph.name("KSTREAM-AGGREGATE-STATE-STORE")
+        ks = self.key_serde
+        vs: Serde[Any] = value_serde or builder.default_value_serde
+        node = builder._graph.add(
+            "KSTREAM-AGGREGATE",
+            lambda: p.TableAggregateProcessor(
+                store, ks, vs, initializer=initializer, aggregator=aggregator
+            ),
+            [self._stream._node],
+            stores=(StoreSpec(name=store, kind="key_value"),),
+        )
+        builder._graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
+        return Table(builder, node, ks, vs, store_name=store, store_value_serde=vs)
+
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedStream[K, V]:
+        """Session windows: per key, records closer than ``windows.gap_ms`` form one session."""
+        return SessionWindowedStream(self, windows)
+
+
+class SessionWindowedStream(Generic[K, V]):
+    """A grouped stream over session windows."""
+
+    def __init__(self, grouped: GroupedStream[K, V], windows: SessionWindows) -> None:
+        self._grouped = grouped
+        self.windows = windows
+
+    def count(self, *, name: str | None = None) -> WindowedTable[K, int]:
+        """Records per key and session."""
+        return self.aggregate(
+            lambda: 0,
+            lambda _k, _v, total: total + 1,
+            lambda _k, a, b: a + b,
+            value_serde=Integer(),
+            name=name,
+        )
+
+    def reduce(
+        self, reducer: Callable[[V, V], V], *, name: str | None = None
+    ) -> WindowedTable[K, V]:
+        """Combine the values of a session with ``reducer(aggregate, value)``."""
+        sentinel: Any = None
+
+        def add(_k: K, value: V, agg: V | None) -> V:
+            return value if agg is sentinel else reducer(agg, value)  # type: ignore[arg-type]
+
+        def merge(_k: K, a: V | None, b: V | None) -> V | None:
+            if a is sentinel:
+                return b
+            return a if b is sentinel else reducer(a, b)  # type: ignore[arg-type]
+
+        return self.aggregate(
+            lambda: sentinel, add, merge, value_serde=self._grouped.value_serde, name=name
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], A],
+        aggregator: Callable[[K, V, A], A],
+        merger: Callable[[K, A, A], A],
+        *,
+        value_serde: Serde[A] | None = None,
+        name: str | None = None,
+    ) -> WindowedTable[K, A]:
+        """Aggregate per key and session; when sessions merge, their aggregates are combined
+        with ``merger``. Updates are forwarded as they happen (use :meth:`WindowedTable.suppress`
+        for final results only); merged-away sessions are forwarded as tombstones."""
+        builder = self._grouped._stream._builder
+        store = name or builder._graph.name("KSTREAM-AGGREGATE-STATE-STORE")
+        ks, windows = self._grouped.key_serde, self.windows
+        vs: Serde[Any] = value_serde or builder.default_value_serde
+        spec = StoreSpec(name=store, kind="session", retention_ms=windows.retention_ms)
+        node = builder._graph.add(
+            "KSTREAM-SESSION-AGGREGATE",
+            lambda: p.SessionAggregateProcessor(
+                store,
+                windows,
+                ks,
+                vs,
+                initializer=initializer,
+                aggregator=aggregator,
+                merger=merger,
+            ),
+            [self._grouped._stream._node],
+            stores=(spec,),
+        )
+        builder._graph.add_queryable(QueryableStore(store, "session", ks, vs))
+        return WindowedTable(builder, node, ks, vs, windows)

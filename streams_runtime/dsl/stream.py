@@ -1,0 +1,233 @@
+"""``Stream``: a record stream (Kafka Streams' ``KStreamImpl``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from streams_runtime import processors as p
+from streams_runtime.dsl.grouped import GroupedStream
+from streams_runtime.serdes import Serde
+from streams_runtime.topology import Node, ProcessorFactory
+
+if TYPE_CHECKING:
+    from streams_runtime.dsl.builder import StreamsBuilder
+    from streams_runtime.dsl.table import Table
+
+__all__ = ["Stream"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+K2 = TypeVar("K2")
+V2 = TypeVar("V2")
+
+
+class Stream(Generic[K, V]):
+    """A record stream (Kafka Streams' ``KStream``)."""
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: Node,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        *,
+        key_changed: bool = False,
+    ) -> None:
+        self._builder = builder
+        self._node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._key_changed = key_changed
+
+    def _then(
+        self,
+        kind: str,
+        factory: ProcessorFactory,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        key_changed: bool | None = None,
+    ) -> Stream[Any, Any]:
+        node = self._builder._graph.add(kind, factory, [self._node])
+        return Stream(
+            self._builder,
+            node,
+            key_serde,
+            value_serde,
+            key_changed=self._key_changed if key_changed is None else key_changed,
+        )
+
+    def filter(self, predicate: Callable[[K, V], bool]) -> Stream[K, V]:
+        """Keep the records for which ``predicate(key, value)`` is true."""
+        return self._then(
+            "KSTREAM-FILTER",
+            lambda: p.FilterProcessor(predicate),
+            key_serde=self.key_serde,
+            value_serde=self.value_serde,
+        )
+
+    def filter_not(self, predicate: Callable[[K, V], bool]) -> Stream[K, V]:
+        """Drop the records for which ``predicate(key, value)`` is true."""
+        return self.filter(lambda k, v: not predicate(k, v))
+
+    def map(
+        self,
+        mapper: Callable[[K, V], tuple[K2, V2]],
+        *,
+        key_serde: Serde[K2] | None = None,
+        value_serde: Serde[V2] | None = None,
+    ) -> Stream[K2, V2]:
+        """New key and value per record; a later grouping or join repartitions."""
+        return self._then(
+            "KSTREAM-MAP",
+            lambda: p.MapProcessor(mapper),
+            key_serde=key_serde,
+            value_serde=value_serde,
+            key_changed=True,
+        )
+
+    def map_values(
+        self, mapper: Callable[[V], V2], *, value_serde: Serde[V2] | None = None
+    ) -> Stream[K, V2]:
+        """New value per record; the key (and so the partitioning) stays."""
+        return self._then(
+            "KSTREAM-MAPVALUES",
+            lambda: p.MapValuesProcessor(mapper),
+            key_serde=self.key_serde,
+            value_serde=value_serde,
+        )
+
+    def select_key(
+        self, selector: Callable[[K, V], K2], *, key_serde: Serde[K2] | None = None
+    ) -> Stream[K2, V]:
+        """New key per record; a later grouping or join repartitions."""
+        return self._then(
+            "KSTREAM-KEY-SELECT",
+            lambda: p.MapProcessor(lambda k, v: (selector(k, v), v)),
+            key_serde=key_serde,
+            value_serde=self.value_serde,
+            key_changed=True,
+        )
+
+    def peek(self, action: Callable[[K, V], None]) -> Stream[K, V]:
+        """Call ``action(key, value)`` for every record and pass it on unchanged."""
+        return self._then(
+            "KSTREAM-PEEK",
+            lambda: p.PeekProcessor(action),
+            key_serde=self.key_serde,
+            value_serde=self.value_serde,
+        )
+
+    def foreach(self, action: Callable[[K, V], None]) -> None:
+        """Call ``action(key, value)`` for every record (a terminal operation)."""
+        self._then("KSTREAM-FOREACH", lambda: p.PeekProcessor(action))
+
+    def merge(self, other: Stream[K, V]) -> Stream[K, V]:
+        """Records of both streams; merging streams of different sub-topologies needs both to
+        read co-partitioned topics (they become one task)."""
+        node = self._builder._graph.add(
+            "KSTREAM-MERGE", p.PassThroughProcessor, [self._node, other._node]
+        )
+        return Stream(
+            self._builder,
+            node,
+            self.key_serde if self.key_serde is other.key_serde else None,
+            self.value_serde if self.value_serde is other.value_serde else None,
+            key_changed=self._key_changed or other._key_changed,
+        )
+
+    def repartition(
+        self,
+        *,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[V] | None = None,
+        name: str | None = None,
+        num_partitions: int | None = None,
+    ) -> Stream[K, V]:
+        """Write to an internal topic ``<application.id>-<name>-repartition`` partitioned by the
+        current key, and continue from it. The runtime's producer has progress control attached,
+        so stream time crosses the topic even when no data does."""
+        ks = key_serde or self.key_serde or self._builder.default_key_serde
+        vs = value_serde or self.value_serde or self._builder.default_value_serde
+        topic = f"{name or self._builder._graph.name('KSTREAM-REPARTITION')}-repartition"
+        self._builder._graph.add(
+            "KSTREAM-REPARTITION-SINK",
+            lambda: p.SinkProcessor(topic, ks, vs, internal=True),
+            [self._node],
+            sink_topic=topic,
+            internal_topic=True,
+        )
+        source = self._builder._graph.source((topic,), ks, vs, internal=True)
+        source.num_partitions = num_partitions
+        return Stream(self._builder, source, ks, vs)
+
+    def group_by_key(
+        self, *, key_serde: Serde[K] | None = None, value_serde: Serde[V] | None = None
+    ) -> GroupedStream[K, V]:
+        """Group by the current key (repartitioning first when an upstream step changed it)."""
+        stream: Stream[K, V] = self
+        if self._key_changed:
+            stream = self.repartition(key_serde=key_serde, value_serde=value_serde)
+        return GroupedStream(
+            stream,
+            key_serde or stream.key_serde or self._builder.default_key_serde,
+            value_serde or stream.value_serde or self._builder.default_value_serde,
+        )
+
+    def join(
+        self,
+        table: Table[K, V2],
+        joiner: Callable[[V, V2], Any],
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]:
+        """Inner stream-table join: each record joins the table's value for its key at the time
+        the record is processed (records are processed in timestamp order across both inputs,
+        so "at that time" means at the record's timestamp; see ``max_task_idle_ms``). A table
+        derived with ``filter``/``map_values`` is read through the store it derives from."""
+        return self._join(table, joiner, left=False, value_serde=value_serde)
+
+    def left_join(
+        self,
+        table: Table[K, V2],
+        joiner: Callable[[V, V2 | None], Any],
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]:
+        """Like :meth:`join`, but records without a table value join ``None``."""
+        return self._join(table, joiner, left=True, value_serde=value_serde)
+
+    def _join(
+        self,
+        table: Table[Any, Any],
+        joiner: Callable[[Any, Any], Any],
+        *,
+        left: bool,
+        value_serde: Serde[Any] | None,
+    ) -> Stream[K, Any]:
+        stream: Stream[Any, Any] = self.repartition() if self._key_changed else self
+        store, ks, tvs = table.store_name, table.key_serde, table.store_value_serde
+        getter = table.value_getter
+        node = stream._builder._graph.add(
+            "KSTREAM-JOIN",
+            lambda: p.StreamTableJoinProcessor(store, ks, tvs, joiner, left=left, getter=getter),
+            [stream._node],
+            uses_stores=(store,),
+        )
+        return Stream(self._builder, node, stream.key_serde, value_serde)
+
+    def to(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[V] | None = None,
+    ) -> None:
+        """Write every record to ``topic`` (partitioned by key with murmur2, like Kafka's Java
+        clients; the topic must exist)."""
+        ks = key_serde or self.key_serde or self._builder.default_key_serde
+        vs = value_serde or self.value_serde or self._builder.default_value_serde
+        self._builder._graph.add(
+            "KSTREAM-SINK", lambda: p.SinkProcessor(topic, ks, vs), [self._node], sink_topic=topic
+        )
