@@ -5,8 +5,8 @@ Three ways to attach (see the README): :class:`Producer` / :class:`SerializingPr
 (``progress.control.mode=report``), which ships acks to a sidecar instead of sending ticks.
 """
 
-from interceptor.metrics import MetricsSnapshot
 from interceptor.producer import Producer, SerializingProducer
 from interceptor.settings import InterceptorSettings, Mode
+from progress_control.ticks.metrics import MetricsSnapshot
 
 __all__ = ["InterceptorSettings", "MetricsSnapshot", "Mode", "Producer", "SerializingProducer"]

@@ -9,12 +9,16 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
-from interceptor.activity import PartitionActivity, TopicPartition
-from interceptor.metrics import MetricsSnapshot, ProgressControlMetrics, PrometheusCollector
 from interceptor.report import ReportSender
-from interceptor.scheduler import IdlePartitionScheduler
-from interceptor.sender import TickSender
 from interceptor.settings import InterceptorSettings, Mode
+from progress_control.ticks.activity import PartitionActivity, TopicPartition
+from progress_control.ticks.idle_scheduler import IdlePartitionScheduler
+from progress_control.ticks.metrics import (
+    MetricsSnapshot,
+    ProgressControlMetrics,
+    PrometheusCollector,
+)
+from progress_control.ticks.sender import TickSender
 
 __all__ = ["DeliveryCallback", "ProgressControl"]
 

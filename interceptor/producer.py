@@ -21,8 +21,8 @@ from confluent_kafka.cimpl import Producer as KafkaProducer
 from confluent_kafka.serializing_producer import SerializingProducer as KafkaSerializingProducer
 
 from interceptor.control import DeliveryCallback, ProgressControl
-from interceptor.metrics import MetricsSnapshot, PrometheusCollector
 from interceptor.settings import InterceptorSettings, split_config
+from progress_control.ticks.metrics import MetricsSnapshot, PrometheusCollector
 
 __all__ = ["Producer", "SerializingProducer"]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter
 
-from interceptor.activity import TopicPartition
+from progress_control.ticks.activity import TopicPartition
 
 __all__ = ["ActivityAdmission", "DropReason", "ReportedAck"]
 

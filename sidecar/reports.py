@@ -8,7 +8,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from interceptor.report import MalformedReportError, decode_report, parse_address
+from progress_control.ticks.activity_report import (
+    MalformedReportError,
+    decode_report,
+    parse_address,
+)
 
 __all__ = ["ReportListener"]
 

@@ -36,10 +36,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from interceptor.activity import DueTick, PartitionActivity, TopicPartition
-from interceptor.metrics import ProgressControlMetrics, PrometheusCollector
-from interceptor.scheduler import IdlePartitionScheduler
-from interceptor.sender import TickSender
+from progress_control.ticks.activity import DueTick, PartitionActivity, TopicPartition
+from progress_control.ticks.idle_scheduler import IdlePartitionScheduler
+from progress_control.ticks.metrics import ProgressControlMetrics, PrometheusCollector
+from progress_control.ticks.sender import TickSender
 from sidecar.admission import ActivityAdmission, ReportedAck
 from sidecar.http import HealthServer
 from sidecar.reports import ReportListener

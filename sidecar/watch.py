@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from interceptor.activity import TopicPartition
 from progress_control.protocol import has_control_header
+from progress_control.ticks.activity import TopicPartition
 
 __all__ = ["BrokerWatch", "PartitionTail"]
 

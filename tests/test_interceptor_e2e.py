@@ -18,7 +18,6 @@ from confluent_kafka.serialization import StringSerializer
 from prometheus_client import CollectorRegistry, generate_latest
 
 from interceptor import Producer, SerializingProducer
-from interceptor.report import PartitionReport, decode_report
 from progress_control.broker import EmbeddedKafkaBroker
 from progress_control.protocol import (
     CONTROL_HEADER,
@@ -27,6 +26,7 @@ from progress_control.protocol import (
     parse_control_headers,
 )
 from progress_control.settings import ConfigurationError
+from progress_control.ticks.activity_report import PartitionReport, decode_report
 from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
 

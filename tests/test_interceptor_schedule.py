@@ -11,8 +11,8 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interceptor.activity import DueTick, PartitionActivity, TopicPartition
-from interceptor.schedule import TickSchedule
+from progress_control.ticks.activity import DueTick, PartitionActivity, TopicPartition
+from progress_control.ticks.schedule import TickSchedule
 
 EPSILON_S = 1e-6
 MIN_ACK_GAP_S = 1e-5

@@ -15,24 +15,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interceptor import report as report_module
-from interceptor.activity import PartitionActivity
-from interceptor.metrics import ProgressControlMetrics
-from interceptor.report import (
+from interceptor.report import ReportSender
+from interceptor.settings import InterceptorSettings, Mode, split_config
+from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
+from progress_control.settings import ConfigurationError
+from progress_control.ticks import activity_report as report_module
+from progress_control.ticks.activity import PartitionActivity
+from progress_control.ticks.activity_report import (
     MAX_DATAGRAM_BYTES,
     REPORT_VERSION,
     ActivityReport,
     MalformedReportError,
     PartitionReport,
-    ReportSender,
     decode_report,
     encode_reports,
     parse_address,
 )
-from interceptor.schedule import TickSchedule
-from interceptor.settings import InterceptorSettings, Mode, TopicFilter, split_config
-from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
-from progress_control.settings import ConfigurationError
+from progress_control.ticks.metrics import ProgressControlMetrics
+from progress_control.ticks.schedule import TickSchedule
+from progress_control.ticks.topic_filter import TopicFilter
 from progress_control.trust import SigningKey
 
 

@@ -21,18 +21,18 @@ import structlog
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry, Counter
 
-from interceptor.metrics import ProgressControlMetrics
-from interceptor.sender import TickSender
-from interceptor.settings import TickSettings
 from progress_control.broker import _free_port
 from progress_control.logging import configure_logging
 from progress_control.protocol import CONTROL_HEADER, is_control_record
+from progress_control.ticks.metrics import ProgressControlMetrics
+from progress_control.ticks.sender import TickSender
+from progress_control.ticks.settings import TickSettings
 from sidecar.admission import ActivityAdmission, ReportedAck
 from streams_runtime.errors import BadRecordHandler
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import SourceRecord
 from streams_runtime.settings import BadRecordPolicy
-from streams_runtime.state.manager import read_checkpoint
+from streams_runtime.state.directory import read_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("interceptor", "sidecar", "streams_runtime", "progress_control")
@@ -134,7 +134,7 @@ def _admission() -> ActivityAdmission:
 def test_interceptor_tick_failure_has_topic_partition_and_error(rendered: _Logs) -> None:
     sender = TickSender(TickSettings(), {}, ProgressControlMetrics(lambda: 0))
     sender._on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT), _Delivered())  # type: ignore[arg-type]
-    line = rendered.one("interceptor.sender")
+    line = rendered.one("progress_control.ticks.sender")
     assert line["level"] == "warning"
     assert line["event"].startswith("tick to clicks[3] failed: ")
     assert line | {"topic": "clicks", "partition": 3, "code": "_MSG_TIMED_OUT"} == line
@@ -180,7 +180,7 @@ def test_runtime_bad_record_and_checkpoint_have_their_fields(
     path = tmp_path / "checkpoint.json"
     path.write_text("{not json")
     assert read_checkpoint(path) is None
-    line = rendered.one("streams_runtime.state.manager")
+    line = rendered.one("streams_runtime.state.directory")
     assert line["event"].startswith(f"ignoring invalid checkpoint {path}: ")
     assert line["path"] == str(path)
     assert isinstance(line["error"], str)

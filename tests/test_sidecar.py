@@ -22,10 +22,15 @@ from confluent_kafka import Message
 from confluent_kafka import Producer as PlainProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from interceptor.report import ActivityReport, PartitionReport, decode_report, encode_reports
 from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
 from progress_control.protocol import parse_control_headers
 from progress_control.settings import ConfigurationError
+from progress_control.ticks.activity_report import (
+    ActivityReport,
+    PartitionReport,
+    decode_report,
+    encode_reports,
+)
 from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
-from interceptor.schedule import TickSchedule
+from progress_control.ticks.schedule import TickSchedule
 
 __all__ = ["DueTick", "PartitionActivity", "PartitionState", "TopicPartition"]
 

@@ -1,4 +1,4 @@
-"""Report mode: ship recorded acks to a sidecar on localhost instead of sending ticks.
+"""Activity reports: how an interceptor in report mode ships its acks to a sidecar on localhost.
 
 Wire format (v1): one UDP datagram per report, a UTF-8 JSON object::
 
@@ -17,15 +17,8 @@ host and needs no connection; a lost report only delays the sidecar's view until
 from __future__ import annotations
 
 import json
-import logging
-import socket
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from interceptor.activity import PartitionActivity
-from interceptor.metrics import ProgressControlMetrics
+from typing import TypeVar
 
 __all__ = [
     "MAX_DATAGRAM_BYTES",
@@ -33,7 +26,6 @@ __all__ = [
     "ActivityReport",
     "MalformedReportError",
     "PartitionReport",
-    "ReportSender",
     "decode_report",
     "encode_reports",
     "parse_address",
@@ -41,8 +33,6 @@ __all__ = [
 
 REPORT_VERSION = 1
 MAX_DATAGRAM_BYTES = 60_000
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -129,68 +119,3 @@ def parse_address(address: str, *, any_port: bool = False) -> tuple[str, int]:
     if not host or not port.isdigit() or not lowest <= int(port) < 65536:
         raise ValueError(f"expected host:port, got {address!r}")
     return host, int(port)
-
-
-class ReportSender:
-    """Sends the partitions acked since the last report to the sidecar."""
-
-    def __init__(
-        self,
-        activity: PartitionActivity,
-        address: str,
-        source_id: str,
-        metrics: ProgressControlMetrics,
-        *,
-        include_topic: Callable[[str], bool] = lambda _topic: True,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        host, port = parse_address(address)
-        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-        self._address: Any = sockaddr
-        self._sidecar = address
-        self._activity = activity
-        self._source = source_id
-        self._metrics = metrics
-        self._include_topic = include_topic
-        self._monotonic = monotonic
-        self._wall_clock = wall_clock
-        self._reported: dict[tuple[str, int], object] = {}
-        self._socket = socket.socket(family, socket.SOCK_DGRAM)
-        self._socket.setblocking(False)
-
-    def send(self) -> None:
-        """Send one report (called periodically from the scheduler thread)."""
-        latest = dict(self._activity.latest)  # one C-level copy: safe against the ack path
-        now, wall_ms = self._monotonic(), int(self._wall_clock() * 1000)
-        changed = []
-        reported_before = dict(self._reported)
-        for (topic, partition), entry in latest.items():
-            if self._reported.get((topic, partition)) is entry or not self._include_topic(topic):
-                continue  # identity: each ack stores a new entry, even at the same clock reading
-            self._reported[(topic, partition)] = entry
-            source, ack = entry
-            changed.append(
-                PartitionReport(
-                    topic,
-                    partition,
-                    self._activity.data_timestamp(source, ack),
-                    wall_ms - int((now - ack) * 1000),
-                )
-            )
-        if not changed:
-            return
-        for datagram in encode_reports(ActivityReport(self._source, wall_ms, tuple(changed))):
-            try:
-                self._socket.sendto(datagram, self._address)
-            except OSError as exc:  # no sidecar listening, buffer full: resend next time
-                logger.debug(
-                    "activity report to %(sidecar)s not sent: %(error)s",
-                    {"sidecar": self._sidecar, "error": str(exc)},
-                )
-                self._reported = reported_before
-            else:
-                self._metrics.report_sent()
-
-    def close(self) -> None:
-        self._socket.close()

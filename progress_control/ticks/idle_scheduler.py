@@ -18,7 +18,7 @@ from apscheduler.executors.debug import DebugExecutor
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from interceptor.activity import DueTick, PartitionActivity
+from progress_control.ticks.activity import DueTick, PartitionActivity
 
 __all__ = ["IdlePartitionScheduler"]
 

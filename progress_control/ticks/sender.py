@@ -19,15 +19,15 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 from confluent_kafka.cimpl import Producer as KafkaProducer  # the C type, never a rebound name
 
-from interceptor.activity import DueTick
-from interceptor.metrics import ProgressControlMetrics
-from interceptor.settings import TickSettings
 from progress_control.protocol import (
     ControlMarker,
     ControlRecord,
     TimestampMode,
     extrapolated_timestamp_ms,
 )
+from progress_control.ticks.activity import DueTick
+from progress_control.ticks.metrics import ProgressControlMetrics
+from progress_control.ticks.settings import TickSettings
 from progress_control.trust import sign
 
 __all__ = ["TickSender", "tick_producer_config"]

@@ -1,4 +1,5 @@
-"""Interceptor settings: ``progress.control.*`` keys in the producer config, or env variables.
+"""Tick settings: ``progress.control.*`` keys in a producer config, or env variables; shared by
+the interceptor and the sidecar.
 
 Config-dict keys win over env variables, which win over defaults::
 
@@ -9,7 +10,6 @@ Config-dict keys win over env variables, which win over defaults::
 
 from __future__ import annotations
 
-import enum
 import os
 import re
 import socket
@@ -28,56 +28,19 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode
 
-from interceptor.report import parse_address
-from interceptor.schedule import TickSchedule
 from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
 from progress_control.settings import ConfigurationError, component_config
+from progress_control.ticks.schedule import TickSchedule
+from progress_control.ticks.topic_filter import DEFAULT_INTERNAL_TOPICS, TopicFilter
 from progress_control.trust import SigningKey
 
-__all__ = [
-    "CONFIG_PREFIX",
-    "DEFAULT_INTERNAL_TOPICS",
-    "InterceptorSettings",
-    "Mode",
-    "TickSettings",
-    "TopicFilter",
-    "read_secret_file",
-    "split_config",
-]
+__all__ = ["CONFIG_PREFIX", "ENV_PREFIX", "TickSettings", "read_secret_file"]
 
 CONFIG_PREFIX = "progress.control."
 ENV_PREFIX = "PROGRESS_CONTROL_"
 
-DEFAULT_INTERNAL_TOPICS: tuple[str, ...] = (
-    r"__.*",  # Kafka's own: __consumer_offsets, __transaction_state, __cluster_metadata, ...
-    r"_schemas.*",  # Schema Registry
-    r"_confluent.*",  # Confluent Platform: metrics, license, command, ksqlDB internals
-    r"(.*[-_.])?connect[-_.](.*[-_.])?(offsets|configs|status)",  # Kafka Connect workers
-    r".*\.internal",  # MirrorMaker 2: mm2-offsets.<alias>.internal, <alias>.checkpoints.internal
-    r".*-changelog",  # Kafka Streams, Faust and our runtime's state store changelogs
-    r".*-repartition",  # Kafka Streams and our runtime's repartition topics
-    r".*-SUBSCRIPTION-(REGISTRATION|RESPONSE)-[0-9]+-topic",  # Kafka Streams foreign-key joins
-    r"(changelog|repartition)__.*",  # Quix Streams
-    r".*ksql_processing_log",  # ksqlDB
-    r".*-membership",  # our runtime's membership topic
-    r".*-dlq",  # dead-letter topics (our runtime's default name)
-)
-"""Topics never ticked by default (``topics.internal``): internal and system topics of Kafka and
-the tools around it. A tick there would be a record no one asked for in another tool's state."""
-
-_MAX_CACHED_TOPICS = 100_000
-
 # Settings whose values are never echoed in error messages.
 _SECRET_FIELDS = frozenset({"signing_key_secret"})
-
-
-class Mode(enum.StrEnum):
-    """What the interceptor does with the acks it records."""
-
-    TICKS = "ticks"
-    """Send control records to idle partitions itself."""
-    REPORT = "report"
-    """Only ship acks to a sidecar on localhost (:mod:`interceptor.report`)."""
 
 
 def _default_source_id() -> str:
@@ -275,23 +238,6 @@ class TickSettings(BaseSettings):
             ) from None
 
 
-class InterceptorSettings(TickSettings):
-    """Progress-control settings of one producer."""
-
-    enabled: bool = Field(True, description="Turn progress control off without removing it.")
-    mode: Mode = Field(Mode.TICKS, description="ticks: send control records; report: sidecar.")
-    report_address: str = Field(
-        "127.0.0.1:7071", description="Report mode: the sidecar's UDP host:port."
-    )
-    report_interval_ms: int = Field(1_000, ge=10, description="Report mode: send period.")
-
-    @field_validator("report_address")
-    @classmethod
-    def _host_port(cls, value: str) -> str:
-        parse_address(value)
-        return value
-
-
 def read_secret_file(path: Path, setting: str) -> bytes:
     """A secret from a file (UTF-8, surrounding whitespace stripped: a Secret written with
     ``echo`` ends with a newline); ``ValueError`` naming ``setting``, never the content."""
@@ -301,28 +247,3 @@ def read_secret_file(path: Path, setting: str) -> bytes:
         raise ValueError(
             f"{setting}: cannot read {str(path)!r}: {exc.__class__.__name__}"
         ) from None
-
-
-def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split a producer config into (``progress.control.*`` keys, everything else)."""
-    ours = {k: v for k, v in config.items() if k.startswith(CONFIG_PREFIX)}
-    theirs = {k: v for k, v in config.items() if not k.startswith(CONFIG_PREFIX)}
-    return ours, theirs
-
-
-class TopicFilter:
-    """Which topics get progress control, decided once per topic name and cached."""
-
-    def __init__(self, include: tuple[str, ...], exclude: tuple[str, ...]) -> None:
-        self._include = [re.compile(p) for p in include]
-        self._exclude = [re.compile(p) for p in exclude]
-        self._decided: dict[str, bool] = {}
-
-    def __call__(self, topic: str) -> bool:
-        decided = self._decided.get(topic)
-        if decided is None:
-            included = not self._include or any(p.fullmatch(topic) for p in self._include)
-            decided = included and not any(p.fullmatch(topic) for p in self._exclude)
-            if len(self._decided) < _MAX_CACHED_TOPICS:  # names may come from untrusted reports
-                self._decided[topic] = decided
-        return decided

@@ -1,0 +1,52 @@
+"""Interceptor settings: the tick settings plus the producer-only ones (on/off, ticks or report
+mode), from ``progress.control.*`` keys in the producer config or env variables.
+
+Config-dict keys win over env variables, which win over defaults (see
+:mod:`progress_control.ticks.settings`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from progress_control.ticks.activity_report import parse_address
+from progress_control.ticks.settings import CONFIG_PREFIX, TickSettings
+
+__all__ = ["InterceptorSettings", "Mode", "split_config"]
+
+
+class Mode(enum.StrEnum):
+    """What the interceptor does with the acks it records."""
+
+    TICKS = "ticks"
+    """Send control records to idle partitions itself."""
+    REPORT = "report"
+    """Only ship acks to a sidecar on localhost (:mod:`interceptor.report`)."""
+
+
+class InterceptorSettings(TickSettings):
+    """Progress-control settings of one producer."""
+
+    enabled: bool = Field(True, description="Turn progress control off without removing it.")
+    mode: Mode = Field(Mode.TICKS, description="ticks: send control records; report: sidecar.")
+    report_address: str = Field(
+        "127.0.0.1:7071", description="Report mode: the sidecar's UDP host:port."
+    )
+    report_interval_ms: int = Field(1_000, ge=10, description="Report mode: send period.")
+
+    @field_validator("report_address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
+
+def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a producer config into (``progress.control.*`` keys, everything else)."""
+    ours = {k: v for k, v in config.items() if k.startswith(CONFIG_PREFIX)}
+    theirs = {k: v for k, v in config.items() if not k.startswith(CONFIG_PREFIX)}
+    return ours, theirs
