@@ -11,6 +11,9 @@ from types import FrameType
 from typing import Any
 
 from progress_control.settings import load_settings
+from streams_runtime.cluster.membership import LagInfo
+from streams_runtime.cluster.replicator import Replicator
+from streams_runtime.cluster.store_provider import LocalStoreProvider
 from streams_runtime.dsl import StreamsBuilder
 from streams_runtime.internal_topics import prepare_topics
 from streams_runtime.metrics import RuntimeMetrics
@@ -21,7 +24,6 @@ from streams_runtime.queries import (
     QueryResult,
 )
 from streams_runtime.query_server import QueryServer
-from streams_runtime.replication import LagInfo, Replicator
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.stream_thread import StreamThread
 from streams_runtime.topology import Topology
@@ -141,7 +143,7 @@ class App:
             settings,
             instance_id=instance_id,
             partition_counts=partition_counts,
-            thread=thread,
+            stores=LocalStoreProvider(thread, self.replicator),
             replicator=self.replicator,
             metrics=self.metrics,
         )

@@ -25,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from streams_runtime.cluster.membership import LagInfo, MemberInfo, StorePartition, epoch_ms
+from streams_runtime.cluster.replicator import Replicator
+from streams_runtime.cluster.store_provider import LocalStoreProvider
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.murmur2 import partition_for_key
 from streams_runtime.query_security import client_ssl_context, query_token
-from streams_runtime.replication import LagInfo, MemberInfo, Replicator, StorePartition
 from streams_runtime.serdes import (
     Bytes,
     Float,
@@ -39,7 +41,6 @@ from streams_runtime.serdes import (
 )
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import KeyValueStore, SessionStore, changelog_topic
-from streams_runtime.stream_thread import StreamThread
 from streams_runtime.task import TaskId
 from streams_runtime.topology import QueryableStore, Topology
 
@@ -178,7 +179,7 @@ class InteractiveQueries:
         *,
         instance_id: str,
         partition_counts: dict[str, int],
-        thread: StreamThread,
+        stores: LocalStoreProvider,
         replicator: Replicator | None,
         metrics: RuntimeMetrics,
     ) -> None:
@@ -186,7 +187,7 @@ class InteractiveQueries:
         self.settings = settings
         self.instance_id = instance_id
         self.partition_counts = partition_counts
-        self.thread = thread
+        self.stores = stores
         self.replicator = replicator
         self.metrics = metrics
         self._token = query_token(settings)
@@ -308,11 +309,11 @@ class InteractiveQueries:
             )
 
         def from_active() -> QueryResult | None:
-            task = self.thread.tasks.get(task_id) if task_id in self.thread.active_tasks else None
-            if task is None:
+            stores = self.stores.active(task_id)
+            if stores is None:
                 return None
             try:
-                found, value, ts = self._read(spec, task.state.store(store), raw)
+                found, value, ts = self._read(spec, stores(store), raw)
             except (KeyError, RuntimeError, ValueError) as exc:
                 logger.debug(
                     "active store %(store)s/%(partition)d not readable: %(error)s",
@@ -327,26 +328,25 @@ class InteractiveQueries:
         if not allow_stale:
             raise NotAvailableError(f"no running active copy of {sp} on {self.instance_id}")
         seen: list[dict[str, Any]] = []
-        if self.replicator is not None:
-            replica = self.replicator.standbys.get(sp)
-            if replica is not None:
-                lag = replica.lag(int(time.time() * 1000))
-                seen.append({"instance_id": self.instance_id, "role": "standby", **lag.to_json()})
-                if lag.offset_lag >= 0 and (max_lag is None or lag.offset_lag <= max_lag):
-                    try:
-                        found, value, ts = self._read(spec, replica.store, raw)
-                        return result("standby", found, value, ts, lag)
-                    except (RuntimeError, ValueError) as exc:
-                        logger.debug(
-                            "standby %(store)s/%(partition)d not readable: %(error)s",
-                            {"store": sp.store, "partition": sp.partition, "error": str(exc)},
-                        )
-        restoring = self.thread.restoring_task
-        if restoring is not None and restoring.id == task_id:
+        replica = self.stores.standby(sp)
+        if replica is not None:
+            lag = replica.lag(epoch_ms())
+            seen.append({"instance_id": self.instance_id, "role": "standby", **lag.to_json()})
+            if lag.offset_lag >= 0 and (max_lag is None or lag.offset_lag <= max_lag):
+                try:
+                    found, value, ts = self._read(spec, replica.store, raw)
+                    return result("standby", found, value, ts, lag)
+                except (RuntimeError, ValueError) as exc:
+                    logger.debug(
+                        "standby %(store)s/%(partition)d not readable: %(error)s",
+                        {"store": sp.store, "partition": sp.partition, "error": str(exc)},
+                    )
+        restoring = self.stores.restoring(task_id)
+        if restoring is not None:
             seen.append({"instance_id": self.instance_id, "role": "restoring", "offset_lag": -1})
             if max_lag is None:
                 try:
-                    found, value, ts = self._read(spec, restoring.state.store(store), raw)
+                    found, value, ts = self._read(spec, restoring(store), raw)
                     return result("restoring", found, value, ts, LagInfo(-1, -1, -1, -1))
                 except (KeyError, RuntimeError, ValueError) as exc:
                     logger.debug(

@@ -29,6 +29,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from progress_control.settings import ConfigurationError, load_settings
 from streams_runtime import App, StreamsBuilder
+from streams_runtime.cluster import (
+    LagInfo,
+    MemberInfo,
+    MembershipView,
+    StorePartition,
+    rendezvous_standbys,
+    standby_placement,
+)
 from streams_runtime.murmur2 import murmur2, partition_for_key, to_positive
 from streams_runtime.queries import (
     InvalidKeyError,
@@ -44,14 +52,6 @@ from streams_runtime.query_security import (
     is_loopback_host,
     membership_key,
     query_token,
-)
-from streams_runtime.replication import (
-    LagInfo,
-    MemberInfo,
-    MembershipView,
-    StorePartition,
-    rendezvous_standbys,
-    standby_placement,
 )
 from streams_runtime.serdes import Integer, String
 from streams_runtime.settings import RuntimeSettings
@@ -275,7 +275,7 @@ def test_lags_match_the_broker_and_queries_route(  # noqa: PLR0915 - one scenari
         # One instance can hold all 4 actives and the other all 4 standbys for a while (the
         # second one joins the group late): 8 caught-up copies, but not the spread asserted on.
         return all(
-            app.queries is not None and len(app.queries.thread.active_tasks) == 2 for app in apps
+            app.queries is not None and len(app.queries.stores.active_tasks()) == 2 for app in apps
         )
 
     def caught_up() -> bool:

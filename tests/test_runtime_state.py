@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streams_runtime.cluster import StandbyReplica, StorePartition
 from streams_runtime.record import Headers, TopicPartitionId
-from streams_runtime.replication import StandbyReplica, StorePartition
 from streams_runtime.state import (
     SOURCE_HEADER,
     ChangelogWriter,

@@ -1,58 +1,48 @@
-"""Membership, lag exchange and standby replicas (KIP-535, DESIGN §5).
+"""The replicator: one thread per instance for membership and standbys (KIP-535, DESIGN §5).
 
-Every instance runs one :class:`Replicator` thread that
+It
 
-- publishes its :class:`MemberInfo` (query endpoint, active / restoring / standby store
-  partitions, per-store-partition lag, heartbeat) as JSON keyed by its instance id to the compacted
-  topic ``<application_id>-membership``, every ``membership_interval_ms`` and on every assignment
-  change; a clean shutdown publishes a tombstone;
-- reads that topic from the beginning with an assign-only consumer into a :class:`MembershipView`
-  (an instance is live while its heartbeat is younger than three intervals);
-- places standbys: for every logged store partition whose active owner is known, the
-  ``num_standby_replicas`` live instances other than the owner with the highest rendezvous hash
-  of (store, partition, instance id) keep a copy. Every instance computes the same placement from
-  the same view. While no live instance claims a partition (its owner just died, the group has
-  not rebalanced yet), existing standbys are kept, never created or dropped: they are what
-  serves queries during the failover;
-- keeps its standby copies warm with one read_committed consumer of their changelog partitions.
-
-What a standby applies: everything up to the end of the changelog, like Kafka Streams'
-standbys. Under exactly-once, read_committed only shows records whose transaction (which also
-committed the input offsets that caused them) committed, so a standby is never ahead of the
-committed input. Under at-least-once the changelog can hold records caused by input that is not
-committed yet (the active crashed before committing its offsets); a standby shows them, just as
-the active's own store did before the crash. That is what a query should see (the freshest
-state the application computed), and it never reaches a restored *active* store: when a
-standby's partition becomes active on the same instance, the task starts from the standby's
-*committed* copy (records whose input the application committed, see :class:`StandbyReplica`)
-and reads the changelog's tail with the crash-safety rules of ``TaskStateManager``. The standby
-keeps serving stale queries until that restore is done.
+- publishes this instance's :class:`~streams_runtime.cluster.membership.MemberInfo` every
+  ``membership_interval_ms`` and on every assignment change; a clean shutdown publishes a
+  tombstone;
+- reads the membership topic from the beginning with an assign-only consumer into a
+  :class:`~streams_runtime.cluster.membership.MembershipView`, believing only records that verify
+  (:mod:`streams_runtime.query_security`);
+- places standbys (:mod:`streams_runtime.cluster.placement`) and keeps its
+  :class:`~streams_runtime.cluster.standby.StandbyReplica` copies warm with one read_committed
+  consumer of their changelog partitions;
+- hands a task becoming active the committed state of its standbys (:meth:`Replicator.warm_stores`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
-    Message,
     Producer,
     TopicPartition,
 )
 
-from progress_control.protocol import is_control_record
+from streams_runtime.cluster.membership import (
+    LagInfo,
+    MemberInfo,
+    MembershipView,
+    StorePartition,
+    epoch_ms,
+    partitions_by_store,
+    store_partitions,
+)
+from streams_runtime.cluster.placement import standby_placement
+from streams_runtime.cluster.standby import StandbyReplica
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.query_security import (
     MembershipAuthenticator,
@@ -61,378 +51,15 @@ from streams_runtime.query_security import (
 )
 from streams_runtime.record import TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.state import (
-    InMemoryKeyValueEngine,
-    InMemorySessionEngine,
-    KeyValueStore,
-    SessionStore,
-    StoreSpec,
-    WarmStore,
-    changelog_topic,
-    record_source,
-)
+from streams_runtime.state import StoreSpec, WarmStore, changelog_topic
 from streams_runtime.task import TaskId
 from streams_runtime.topology import Topology
 
-__all__ = [
-    "LagInfo",
-    "MemberInfo",
-    "MembershipView",
-    "Replicator",
-    "StandbyReplica",
-    "StorePartition",
-    "rendezvous_standbys",
-]
+__all__ = ["Replicator"]
 
 logger = logging.getLogger(__name__)
 
-MEMBERSHIP_VERSION = 1
-LIVENESS_INTERVALS = 3
 _BATCH = 1000
-
-
-@dataclass(frozen=True, order=True)
-class StorePartition:
-    store: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.store}/{self.partition}"
-
-
-@dataclass(frozen=True)
-class LagInfo:
-    """How far a local copy of a store partition is behind its changelog.
-
-    ``current_offset``: next changelog offset reflected locally (-1: unknown, e.g. restoring);
-    ``end_offset``: the changelog's end (high watermark); ``offset_lag``: records behind;
-    ``time_lag_ms``: wall-clock age of the newest applied record while behind, 0 when caught up.
-    """
-
-    current_offset: int
-    end_offset: int
-    offset_lag: int
-    time_lag_ms: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "current_offset": self.current_offset,
-            "end_offset": self.end_offset,
-            "offset_lag": self.offset_lag,
-            "time_lag_ms": self.time_lag_ms,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LagInfo:
-        return cls(
-            int(data["current_offset"]),
-            int(data["end_offset"]),
-            int(data["offset_lag"]),
-            int(data.get("time_lag_ms", 0)),
-        )
-
-
-Partitions = dict[str, tuple[int, ...]]
-
-
-def _partitions(items: Iterable[StorePartition]) -> Partitions:
-    out: dict[str, list[int]] = {}
-    for sp in items:
-        out.setdefault(sp.store, []).append(sp.partition)
-    return {store: tuple(sorted(parts)) for store, parts in sorted(out.items())}
-
-
-def _store_partitions(partitions: Mapping[str, Iterable[int]]) -> frozenset[StorePartition]:
-    return frozenset(StorePartition(s, p) for s, parts in partitions.items() for p in parts)
-
-
-@dataclass(frozen=True)
-class MemberInfo:
-    """One instance's membership record (the value in the membership topic, as JSON)::
-
-    {"version": 1, "instance_id": "...", "endpoint": "host:port" | null,
-     "heartbeat_ms": <epoch ms>, "interval_ms": 1000,
-     "active": {"store": [0, 2]}, "restoring": {...}, "standby": {...},
-     "lags": {"store": {"0": {"current_offset": .., "end_offset": .., "offset_lag": ..,
-                              "time_lag_ms": ..}}}}
-    """
-
-    instance_id: str
-    endpoint: str | None
-    heartbeat_ms: int
-    interval_ms: int
-    active: Partitions = field(default_factory=dict)
-    restoring: Partitions = field(default_factory=dict)
-    standby: Partitions = field(default_factory=dict)
-    lags: dict[str, dict[int, LagInfo]] = field(default_factory=dict)
-
-    def live(self, now_ms: int) -> bool:
-        """Whether the heartbeat is younger than three publishing intervals."""
-        return now_ms - self.heartbeat_ms < LIVENESS_INTERVALS * self.interval_ms
-
-    def role(self, sp: StorePartition) -> str | None:
-        """``active``, ``standby``, ``restoring`` or ``None`` for ``sp`` on this instance (a
-        standby whose partition is restoring as active here is still reported as a standby:
-        it keeps serving until the restore is done)."""
-        for role, parts in (
-            ("active", self.active),
-            ("standby", self.standby),
-            ("restoring", self.restoring),
-        ):
-            if sp.partition in parts.get(sp.store, ()):
-                return role
-        return None
-
-    def lag(self, sp: StorePartition) -> LagInfo | None:
-        return self.lags.get(sp.store, {}).get(sp.partition)
-
-    def owns(self, sp: StorePartition) -> bool:
-        """Whether this instance is ``sp``'s active (running or restoring)."""
-        return sp.partition in self.active.get(sp.store, ()) or sp.partition in self.restoring.get(
-            sp.store, ()
-        )
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "version": MEMBERSHIP_VERSION,
-                "instance_id": self.instance_id,
-                "endpoint": self.endpoint,
-                "heartbeat_ms": self.heartbeat_ms,
-                "interval_ms": self.interval_ms,
-                "active": {s: list(p) for s, p in self.active.items()},
-                "restoring": {s: list(p) for s, p in self.restoring.items()},
-                "standby": {s: list(p) for s, p in self.standby.items()},
-                "lags": {
-                    store: {str(p): lag.to_json() for p, lag in sorted(parts.items())}
-                    for store, parts in sorted(self.lags.items())
-                },
-            },
-            sort_keys=True,
-        ).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> MemberInfo:
-        """Parse a membership record; ``ValueError`` when it is not one of this version."""
-        try:
-            data = json.loads(raw)
-            if data["version"] != MEMBERSHIP_VERSION:
-                raise ValueError(f"unsupported membership version {data['version']!r}")
-
-            def parts(value: Mapping[str, Iterable[int]]) -> Partitions:
-                return {str(s): tuple(sorted(int(p) for p in ps)) for s, ps in value.items()}
-
-            endpoint = data.get("endpoint")
-            return cls(
-                instance_id=str(data["instance_id"]),
-                endpoint=None if endpoint is None else str(endpoint),
-                heartbeat_ms=int(data["heartbeat_ms"]),
-                interval_ms=int(data["interval_ms"]),
-                active=parts(data.get("active", {})),
-                restoring=parts(data.get("restoring", {})),
-                standby=parts(data.get("standby", {})),
-                lags={
-                    str(store): {int(p): LagInfo.from_json(lag) for p, lag in lags.items()}
-                    for store, lags in data.get("lags", {}).items()
-                },
-            )
-        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"not a membership record: {exc}") from exc
-
-
-class MembershipView:
-    """The latest membership record per instance (thread-safe).
-
-    A record older than the one held for its instance (by heartbeat) is refused: a replayed
-    record, even a validly signed one, cannot turn an instance's view back to an earlier
-    assignment. (Heartbeats are the publishing instance's wall clock, so only that instance's
-    own records are compared with each other.)"""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._members: dict[str, MemberInfo] = {}
-
-    def update(self, instance_id: str, info: MemberInfo | None, left_ms: int | None = None) -> bool:
-        """Take ``info`` for ``instance_id`` (``None``: it left, at ``left_ms`` when known);
-        ``False`` when refused as older than the record held."""
-        with self._lock:
-            current = self._members.get(instance_id)
-            if info is None:
-                if current is not None and left_ms is not None and left_ms < current.heartbeat_ms:
-                    return False
-                self._members.pop(instance_id, None)
-                return True
-            if current is not None and info.heartbeat_ms < current.heartbeat_ms:
-                return False
-            self._members[instance_id] = info
-            return True
-
-    def members(self) -> dict[str, MemberInfo]:
-        with self._lock:
-            return dict(self._members)
-
-    def live(self, now_ms: int | None = None) -> dict[str, MemberInfo]:
-        """Members whose heartbeat is recent (see :meth:`MemberInfo.live`)."""
-        now = _now_ms() if now_ms is None else now_ms
-        return {i: m for i, m in self.members().items() if m.live(now)}
-
-
-def _score(sp: StorePartition, instance_id: str) -> int:
-    digest = hashlib.sha256(f"{sp.store}\0{sp.partition}\0{instance_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
-
-
-def rendezvous_standbys(sp: StorePartition, candidates: Iterable[str], count: int) -> list[str]:
-    """The ``count`` instances among ``candidates`` (the live instances minus the active owner)
-    that keep a standby of ``sp``: highest rendezvous (highest-random-weight) hash first. Pure
-    and deterministic; an instance leaving only moves the partitions it held."""
-    if count <= 0:
-        return []
-    ranked = sorted(set(candidates), key=lambda i: (_score(sp, i), i), reverse=True)
-    return ranked[:count]
-
-
-def standby_placement(
-    sp: StorePartition, members: Mapping[str, MemberInfo], count: int
-) -> list[str] | None:
-    """Instances that should hold a standby of ``sp`` given the live ``members``; ``None``
-    while no member claims ``sp`` as active or restoring (keep what is there)."""
-    owners = {i for i, m in members.items() if m.owns(sp)}
-    if not owners:
-        return None
-    return rendezvous_standbys(sp, set(members) - owners, count)
-
-
-@dataclass(frozen=True)
-class _PendingRecord:
-    source: TopicPartitionId
-    source_offset: int
-    timestamp: int
-    value: bytes | None
-
-
-class StandbyReplica:
-    """A warm in-memory copy of one store partition, fed from its changelog partition.
-
-    ``store`` holds everything read (what stale queries see). For a promotion it also keeps
-    what a restore would produce (DESIGN §5): ``committed`` has the latest changelog value per
-    key among the records whose input is known to be committed, ``pending`` the newer records
-    per key whose input is not (yet). :meth:`fold` moves pending records over as the
-    application's committed offsets advance; :meth:`warm_store` hands the result to a task.
-    """
-
-    def __init__(self, spec: StoreSpec, sp: StorePartition, topic: str) -> None:
-        self.spec = spec
-        self.sp = sp
-        self.tp = TopicPartitionId(topic, sp.partition)
-        self.store: KeyValueStore | SessionStore
-        if spec.kind == "key_value":
-            self.store = KeyValueStore(spec.name, sp.partition, InMemoryKeyValueEngine(), None)
-        else:
-            self.store = SessionStore(spec.name, sp.partition, InMemorySessionEngine(), None)
-        self.next_offset = -1  # after the last record read (applied or skipped)
-        self.eof_offset = -1
-        self.end_offset = -1  # the changelog's end as of the last fetch (-1: not known yet)
-        self.last_applied_ms = -1
-        self.committed: dict[bytes, bytes] = {}
-        self.pending: dict[bytes, list[_PendingRecord]] = {}
-        self.committed_inputs: dict[TopicPartitionId, int] = {}
-
-    def apply(self, msg: Message) -> None:
-        offset = msg.offset() or 0
-        self.next_offset = offset + 1
-        key = msg.key()
-        if key is None or (msg.headers() and is_control_record(msg)):
-            return
-        value = msg.value()
-        try:
-            self.store.restore(key, value)
-        except ValueError:
-            logger.warning(
-                "standby %(store)s/%(partition)d: malformed changelog record at %(offset)d",
-                {"store": self.sp.store, "partition": self.sp.partition, "offset": offset},
-            )
-            return
-        self.last_applied_ms = msg.timestamp()[1]
-        source = record_source(msg)
-        if source is None or self._input_committed(*source):
-            self._commit(key, value)
-            self.pending.pop(key, None)
-        else:
-            pending = _PendingRecord(source[0], source[1], self.last_applied_ms, value)
-            self.pending.setdefault(key, []).append(pending)
-
-    def _input_committed(self, source: TopicPartitionId, offset: int) -> bool:
-        committed = self.committed_inputs.get(source)
-        return committed is not None and offset < committed
-
-    def _commit(self, key: bytes, value: bytes | None) -> None:
-        if value is None:
-            self.committed.pop(key, None)
-        else:
-            self.committed[key] = value
-
-    def fold(self, committed_inputs: Mapping[TopicPartitionId, int]) -> None:
-        """Take in the application's committed input offsets (next offset per partition): a
-        key's newest pending record whose input is now committed becomes its committed value,
-        and the pending records before it are dropped, as restore would."""
-        for tp, offset in committed_inputs.items():
-            self.committed_inputs[tp] = max(offset, self.committed_inputs.get(tp, offset))
-        for key, records in list(self.pending.items()):
-            last = max(
-                (
-                    i
-                    for i, r in enumerate(records)
-                    if self._input_committed(r.source, r.source_offset)
-                ),
-                default=-1,
-            )
-            if last < 0:
-                continue
-            self._commit(key, records[last].value)
-            if last == len(records) - 1:
-                del self.pending[key]
-            else:
-                self.pending[key] = records[last + 1 :]
-
-    def pending_sources(self) -> set[TopicPartitionId]:
-        return {r.source for records in self.pending.values() for r in records}
-
-    def warm_store(self, committed_inputs: Mapping[TopicPartitionId, int]) -> WarmStore:
-        """What a restore at ``committed_inputs`` would produce up to :meth:`position`."""
-        self.fold(committed_inputs)
-        skipped: dict[bytes, dict[TopicPartitionId, int]] = {}
-        for key, records in self.pending.items():
-            sources = skipped.setdefault(key, {})
-            for r in records:
-                sources[r.source] = max(sources.get(r.source, 0), r.timestamp)
-        return WarmStore(self.position(), dict(self.committed), skipped)
-
-    def position(self) -> int:
-        return max(self.next_offset, self.eof_offset)
-
-    def lag(self, now_ms: int) -> LagInfo:
-        """The lag as of the replicator's last fetch. Until the replica has read something
-        (a record or the end) since it was assigned, it is behind by the whole changelog, or
-        by an unknown amount (-1) while the end is not known either: an empty store must
-        never look caught up."""
-        position, end = self.position(), self.end_offset
-        if position < 0:
-            return LagInfo(position, end, end if end > 0 else -1, -1)
-        if end < 0:
-            return LagInfo(position, end, -1, -1)
-        offset_lag = max(0, end - position)
-        time_lag = 0
-        if offset_lag:
-            time_lag = max(0, now_ms - self.last_applied_ms) if self.last_applied_ms >= 0 else -1
-        return LagInfo(position, end, offset_lag, time_lag)
-
-    def close(self) -> None:
-        self.store.engine.close()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Replicator:
@@ -534,7 +161,7 @@ class Replicator:
             self._thread.join(timeout_s)
         try:
             key = self.instance_id.encode()
-            headers = None if self._auth is None else self._auth.headers(key, None, _now_ms())
+            headers = None if self._auth is None else self._auth.headers(key, None, epoch_ms())
             self._producer.produce(self.settings.membership_topic, key=key, headers=headers)
             self._producer.flush(5)
         except (KafkaException, BufferError) as exc:
@@ -635,11 +262,11 @@ class Replicator:
         return MemberInfo(
             instance_id=self.instance_id,
             endpoint=self.endpoint,
-            heartbeat_ms=_now_ms(),
+            heartbeat_ms=epoch_ms(),
             interval_ms=self.settings.membership_interval_ms,
-            active=_partitions(active),
-            restoring=_partitions(restoring),
-            standby=_partitions(standby),
+            active=partitions_by_store(active),
+            restoring=partitions_by_store(restoring),
+            standby=partitions_by_store(standby),
             lags={
                 store: {sp.partition: lag for sp, lag in lags.items() if sp.store == store}
                 for store in sorted({sp.store for sp in lags})
@@ -655,7 +282,7 @@ class Replicator:
             self.settings.membership_topic, key=key, value=value, headers=headers
         )
         self._producer.poll(0)
-        for sp, lag in ((sp, info.lag(sp)) for sp in _store_partitions(info.standby)):
+        for sp, lag in ((sp, info.lag(sp)) for sp in store_partitions(info.standby)):
             if lag is not None:
                 self.metrics.standby_lag(sp.store, str(sp.partition)).set(lag.offset_lag)
         return info
@@ -691,7 +318,7 @@ class Replicator:
             active = self._local_partitions(self._active_tasks())
         if restoring is None:
             restoring = self._local_partitions(self._restoring_tasks())
-        now = _now_ms()
+        now = epoch_ms()
         lags: dict[StorePartition, LagInfo] = {}
         active = set(active)
         for sp in active:
@@ -714,7 +341,7 @@ class Replicator:
         broker: queries must not wait on Kafka clients the replicator thread is using."""
         with self._standby_lock:
             replica = self.standbys.get(sp)
-        return None if replica is None else replica.lag(_now_ms())
+        return None if replica is None else replica.lag(epoch_ms())
 
     # -- standbys -----------------------------------------------------------------------------
 
@@ -729,10 +356,10 @@ class Replicator:
         members[self.instance_id] = MemberInfo(
             self.instance_id,
             self.endpoint,
-            _now_ms(),
+            epoch_ms(),
             self.settings.membership_interval_ms,
-            active=_partitions(active),
-            restoring=_partitions(restoring - active),
+            active=partitions_by_store(active),
+            restoring=partitions_by_store(restoring - active),
         )
         with self._standby_lock:
             current = set(self.standbys)

@@ -1,0 +1,32 @@
+"""The cluster side of an instance (KIP-535, DESIGN §5), one job per module:
+
+- ``membership``: the membership record (wire format), lags, and the view of live members;
+- ``placement``: which instances keep a standby of a store partition (rendezvous hashing);
+- ``standby``: a standby replica, applying its changelog and keeping its committed copy;
+- ``replicator``: the thread that publishes and reads membership and feeds the standbys;
+- ``store_provider``: the local copies of stores that interactive queries read.
+
+Record signing and verification live in :mod:`streams_runtime.query_security`; the query router
+in :mod:`streams_runtime.queries`.
+"""
+
+from streams_runtime.cluster.membership import (
+    LagInfo,
+    MemberInfo,
+    MembershipView,
+    StorePartition,
+)
+from streams_runtime.cluster.placement import rendezvous_standbys, standby_placement
+from streams_runtime.cluster.replicator import Replicator
+from streams_runtime.cluster.standby import StandbyReplica
+
+__all__ = [
+    "LagInfo",
+    "MemberInfo",
+    "MembershipView",
+    "Replicator",
+    "StandbyReplica",
+    "StorePartition",
+    "rendezvous_standbys",
+    "standby_placement",
+]
