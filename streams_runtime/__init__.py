@@ -7,6 +7,8 @@ results come out without new data.
 """
 
 from streams_runtime.app import App
+from streams_runtime.app_state import AppState
+from streams_runtime.cluster.membership import LagInfo
 from streams_runtime.dsl import (
     GroupedStream,
     SessionWindowedStream,
@@ -18,6 +20,7 @@ from streams_runtime.dsl import (
     until_window_closes,
 )
 from streams_runtime.errors import BadRecordError, StreamsError
+from streams_runtime.queries import KeyQueryMetadata, QueryResult
 from streams_runtime.record import Record
 from streams_runtime.settings import (
     BadRecordPolicy,
@@ -31,10 +34,14 @@ from streams_runtime.windows import SessionWindows
 
 __all__ = [
     "App",
+    "AppState",
     "BadRecordError",
     "BadRecordPolicy",
     "GroupedStream",
+    "KeyQueryMetadata",
+    "LagInfo",
     "ProcessingGuarantee",
+    "QueryResult",
     "Record",
     "RuntimeSettings",
     "SessionWindowedStream",

@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any
 
 from progress_control.settings import load_settings
+from streams_runtime.app_state import AppState
 from streams_runtime.cluster.membership import LagInfo
 from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.store_provider import LocalStoreProvider
@@ -50,7 +51,7 @@ class App:
         self.settings = settings or load_settings(RuntimeSettings, **overrides)
         self.topology: Topology = builder.build(self.settings.application_id)
         self.metrics = RuntimeMetrics(self.settings.application_id)
-        self.state = "CREATED"
+        self.state = AppState.CREATED
         self._state_changed = threading.Condition()
         self._thread: StreamThread | None = None
         self._runner: threading.Thread | None = None
@@ -82,7 +83,7 @@ class App:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
-        self._set_state("STARTING")
+        self._set_state(AppState.STARTING)
         server = None
         query_server: QueryServer | None = None
         try:
@@ -110,7 +111,7 @@ class App:
             self._thread.run()
         except BaseException as exc:
             self.error = exc
-            self._set_state("ERROR")
+            self._set_state(AppState.ERROR)
             raise
         finally:
             if self.replicator is not None:
@@ -119,8 +120,8 @@ class App:
                 query_server.stop()
             if server is not None:
                 server.shutdown()
-            if self.state != "ERROR":
-                self._set_state("NOT_RUNNING")
+            if self.state != AppState.ERROR:
+                self._set_state(AppState.NOT_RUNNING)
 
     def _start_queries(
         self, thread: StreamThread, partition_counts: dict[str, int]
@@ -208,15 +209,18 @@ class App:
         if self._runner is not None and self._runner is not threading.current_thread():
             self._runner.join(timeout_s)
 
-    def wait_until(self, state: str, timeout_s: float = 60.0) -> bool:
-        """Block until the app reaches ``state`` (e.g. "RUNNING"); False on timeout or error."""
+    def wait_until(self, state: AppState | str, timeout_s: float = 60.0) -> bool:
+        """Block until the app reaches ``state`` (e.g. ``AppState.RUNNING`` or "RUNNING"); False
+        on timeout or error."""
         with self._state_changed:
             return (
-                self._state_changed.wait_for(lambda: self.state in {state, "ERROR"}, timeout_s)
+                self._state_changed.wait_for(
+                    lambda: self.state in {state, AppState.ERROR}, timeout_s
+                )
                 and self.state == state
             )
 
-    def _set_state(self, state: str) -> None:
+    def _set_state(self, state: AppState) -> None:
         with self._state_changed:
             self.state = state
             self._state_changed.notify_all()

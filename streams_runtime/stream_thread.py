@@ -20,6 +20,7 @@ from confluent_kafka import (
 
 from progress_control.protocol import has_control_header
 from progress_control.trust import ControlRecordValidator, Verdict
+from streams_runtime.app_state import AppState
 from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordError, BadRecordHandler, StreamsError
 from streams_runtime.metrics import RuntimeMetrics
@@ -50,7 +51,7 @@ class StreamThread:
         instance_id: str,
         metrics: RuntimeMetrics,
         partition_counts: dict[str, int],
-        on_state: Callable[[str], None],
+        on_state: Callable[[AppState], None],
     ) -> None:
         self._topology = topology
         self._settings = settings
@@ -142,7 +143,7 @@ class StreamThread:
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
-        self._on_state("RUNNING")
+        self._on_state(AppState.RUNNING)
         interval = self._settings.commit_interval_s
         progress_every = self._settings.progress_interval_ms / 1000
         next_commit = time.monotonic() + interval
@@ -196,7 +197,7 @@ class StreamThread:
                 )
 
     def _shutdown(self, failure: BaseException | None) -> None:
-        self._on_state("PENDING_SHUTDOWN")
+        self._on_state(AppState.PENDING_SHUTDOWN)
         try:
             if failure is None or isinstance(failure, BadRecordError):
                 # A bad record under "fail": commit everything before it, then stop. Under
