@@ -38,7 +38,7 @@ from streams_runtime.state import (
     session_changelog_key,
     split_session_changelog_key,
 )
-from streams_runtime.state.manager import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
+from streams_runtime.state.directory import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from tests.helpers import unique_name
 
 ENGINES: list[EngineKind] = ["memory", "sqlite"]

@@ -1,6 +1,13 @@
-"""State stores for the stream runtime: engines (memory, SQLite), changelogged key-value and
-session stores, and the per-task manager that restores them without ever getting ahead of the
-committed input (DESIGN §5)."""
+"""State stores for the stream runtime (DESIGN §5), split as Kafka Streams splits them:
+
+- ``spec``: what a processor asks for (:class:`StoreSpec`) and its changelog topic's config;
+- ``engines`` (memory, SQLite) and ``stores``: changelogged key-value and session stores;
+- ``changelog``: changelog topic names, the writer and the source header of every record;
+- ``directory``: a task's state directory, its lock and the checkpoint file;
+- ``restore``: the one changelog restore path of active tasks and standbys, with the
+  committed-input rule (:func:`input_committed`) and the corrections;
+- ``manager``: :class:`TaskStateManager`, one task's stores and their flush/commit lifecycle.
+"""
 
 from streams_runtime.state.changelog import (
     SOURCE_HEADER,
@@ -14,6 +21,7 @@ from streams_runtime.state.changelog import (
     session_changelog_key,
     split_session_changelog_key,
 )
+from streams_runtime.state.directory import Checkpoint, StateDirectoryLockedError
 from streams_runtime.state.engines import (
     EngineKind,
     InMemoryKeyValueEngine,
@@ -25,17 +33,15 @@ from streams_runtime.state.engines import (
     make_kv_engine,
     make_session_engine,
 )
-from streams_runtime.state.manager import (
-    Checkpoint,
+from streams_runtime.state.manager import TaskStateManager
+from streams_runtime.state.restore import (
     RestoreError,
     RestoreResult,
     RestoreTimeoutError,
-    StateDirectoryLockedError,
-    StoreSpec,
-    TaskStateManager,
     WarmStore,
-    changelog_topic_config,
+    input_committed,
 )
+from streams_runtime.state.spec import StoreSpec, changelog_topic_config
 from streams_runtime.state.stores import KeyValueStore, SessionStore
 
 __all__ = [
@@ -64,6 +70,7 @@ __all__ = [
     "changelog_topic_config",
     "decode_source",
     "encode_source",
+    "input_committed",
     "make_kv_engine",
     "make_session_engine",
     "record_source",
