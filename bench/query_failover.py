@@ -38,7 +38,7 @@ from statistics import median
 from typing import Any
 
 from bench._kafka import create_topic, unique_name
-from progress_control.broker import EmbeddedKafkaBroker
+from progress_control.dev.broker import EmbeddedKafkaBroker
 from tests.apps.table_cluster import (
     KEY,
     MAX_LAG,

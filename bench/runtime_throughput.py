@@ -35,7 +35,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 
 from bench._kafka import create_topic, end_offsets, unique_name
-from progress_control.broker import EmbeddedKafkaBroker
+from progress_control.dev.broker import EmbeddedKafkaBroker
 from progress_control.protocol import is_control_record
 from streams_runtime import App
 from streams_runtime.serdes import Json

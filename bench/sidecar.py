@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import Producer as PlainProducer
 
 from bench._kafka import create_topic, end_offsets, unique_name
-from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
+from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from progress_control.protocol import is_control_record
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings

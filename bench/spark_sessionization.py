@@ -60,7 +60,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from bench._kafka import create_topic, unique_name
-from progress_control.broker import EmbeddedKafkaBroker
+from progress_control.dev.broker import EmbeddedKafkaBroker
 from progress_control.protocol import ControlMarker, ControlRecord
 from progress_control.trust import SigningKey, TrustPolicy, sign
 from spark_jobs import (

@@ -36,8 +36,8 @@ from pipeline.logs import DemoLogs
 from pipeline.plot import Sample, plot_time
 from pipeline.steps import Steps
 from pipeline.topology import sessionization
-from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
-from progress_control.jars import JarSet, fetch_jars, kafka_broker_jars
+from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
+from progress_control.dev.jars import JarSet, fetch_jars, kafka_broker_jars
 from progress_control.protocol import is_control_record
 from progress_control.settings import load_settings
 from streams_runtime import App
@@ -119,7 +119,7 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
         if not jars_cached(jar_set, broker_settings.cache_dir):
             fetches.append(("the Kafka broker's", jar_set, broker_settings.cache_dir))
     if options.spark:
-        from progress_control.jars import spark_kafka_connector_jars
+        from progress_control.dev.jars import spark_kafka_connector_jars
 
         jar_set = spark_kafka_connector_jars()
         if not jars_cached(jar_set):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from progress_control.jars import JarSet
+from progress_control.dev.jars import JarSet
 from progress_control.settings import default_cache_dir
 
 __all__ = ["MavenDownloads", "jars_cached"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from progress_control import __version__
 from progress_control.argtypes import positive_float, positive_int
-from progress_control.broker import BrokerStartError
-from progress_control.jars import JarFetchError, MissingToolError
+from progress_control.dev.broker import BrokerStartError
+from progress_control.dev.jars import JarFetchError, MissingToolError
 from progress_control.logging import LOG_LEVELS, configure_logging, parse_log_level
 from progress_control.settings import ConfigurationError
 
@@ -158,7 +158,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
+    from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
     from progress_control.settings import load_settings
 
     overrides: dict[str, object] = {}
@@ -240,7 +240,7 @@ def _autoload_path(_args: argparse.Namespace) -> int:
 
 
 def _fetch_jars(args: argparse.Namespace) -> int:
-    from progress_control.jars import fetch_jars, kafka_broker_jars, spark_kafka_connector_jars
+    from progress_control.dev.jars import fetch_jars, kafka_broker_jars, spark_kafka_connector_jars
 
     if "spark" in args.which:
         _require_extra("spark", "fetch-jars spark", "pyspark")

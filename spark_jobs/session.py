@@ -1,7 +1,7 @@
 """A SparkSession with Spark's Kafka connector on the classpath, from the project's jar cache.
 
 The connector (``org.apache.spark:spark-sql-kafka-0-10_2.13`` at the installed pyspark version)
-and its dependencies are fetched once by :mod:`progress_control.jars`; Spark gets the local jar
+and its dependencies are fetched once by :mod:`progress_control.dev.jars`; Spark gets the local jar
 files through ``spark.jars``, so it never resolves packages over the network itself.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from progress_control.jars import fetch_jars, spark_kafka_connector_jars
+from progress_control.dev.jars import fetch_jars, spark_kafka_connector_jars
 
 __all__ = ["DEFAULT_APP_NAME", "connector_jars", "spark_jars_dir", "spark_session"]
 

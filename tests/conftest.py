@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from progress_control.broker import EmbeddedKafkaBroker
+from progress_control.dev.broker import EmbeddedKafkaBroker
 from streams_runtime import App, StreamsBuilder
 
 if TYPE_CHECKING:

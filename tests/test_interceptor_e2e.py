@@ -18,7 +18,7 @@ from confluent_kafka.serialization import StringSerializer
 from prometheus_client import CollectorRegistry, generate_latest
 
 from interceptor import Producer, SerializingProducer
-from progress_control.broker import EmbeddedKafkaBroker
+from progress_control.dev.broker import EmbeddedKafkaBroker
 from progress_control.protocol import (
     CONTROL_HEADER,
     DEFAULT_SENTINEL_KEY,

@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from progress_control.broker import BrokerSettings, BrokerStartError, EmbeddedKafkaBroker
-from progress_control.jars import (
+from progress_control.dev.broker import BrokerSettings, BrokerStartError, EmbeddedKafkaBroker
+from progress_control.dev.jars import (
     MissingToolError,
     fetch_jars,
     find_maven,

@@ -21,7 +21,7 @@ import structlog
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry, Counter
 
-from progress_control.broker import _free_port
+from progress_control.dev.ports import free_port
 from progress_control.logging import configure_logging
 from progress_control.protocol import CONTROL_HEADER, is_control_record
 from progress_control.ticks.metrics import ProgressControlMetrics
@@ -198,8 +198,8 @@ def test_protocol_and_broker_lines_have_their_fields(rendered: _Logs) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert _free_port("127.0.0.1", port) != port
-    line = rendered.one("progress_control.broker")
+        assert free_port("127.0.0.1", port) != port
+    line = rendered.one("progress_control.dev.ports")
     assert line | {"port": port, "host": "127.0.0.1"} == line
 
 

@@ -118,7 +118,7 @@ def test_metadata_is_fit_to_publish(wheel: Path) -> None:
     assert meta.get_payload().startswith("# kafka-progress-control")  # type: ignore[attr-defined]
     for package in PACKAGES:
         assert f"{package}/py.typed" in names, package
-    assert "progress_control/poms/kafka-broker.xml" in names
+    assert "progress_control/dev/poms/kafka-broker.xml" in names
     assert [n for n in names if n.endswith("entry_points.txt")]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from progress_control.broker import BrokerSettings
+from progress_control.dev.broker import BrokerSettings
 from progress_control.logging import configure_logging
 from progress_control.settings import ConfigurationError, default_cache_dir, load_settings
 

@@ -22,7 +22,7 @@ from confluent_kafka import Message
 from confluent_kafka import Producer as PlainProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from progress_control.broker import BrokerSettings, EmbeddedKafkaBroker
+from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from progress_control.protocol import parse_control_headers
 from progress_control.settings import ConfigurationError
 from progress_control.ticks.activity_report import (

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from progress_control.cache import fill_once
-from progress_control.jars import MissingToolError, find_tool
+from progress_control.dev.cache import fill_once
+from progress_control.dev.jars import MissingToolError, find_tool
 from progress_control.settings import default_cache_dir
 
 __all__ = [

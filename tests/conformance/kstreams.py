@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from progress_control.cache import fill_once
-from progress_control.jars import find_java, find_maven
+from progress_control.dev.cache import fill_once
+from progress_control.dev.jars import find_java, find_maven
 from progress_control.settings import default_cache_dir
 
 __all__ = ["KafkaStreamsApps", "build_conformance_app"]

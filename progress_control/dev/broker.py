@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
-from progress_control.jars import (
+from progress_control.dev.jars import (
     KAFKA_VERSION,
     MissingToolError,
     classpath,
@@ -40,6 +39,7 @@ from progress_control.jars import (
     find_java,
     kafka_broker_jars,
 )
+from progress_control.dev.ports import accepts_connections, free_port
 from progress_control.settings import KafkaProperties, component_config, load_settings
 
 __all__ = ["BrokerSettings", "BrokerStartError", "EmbeddedKafkaBroker"]
@@ -125,12 +125,12 @@ class EmbeddedKafkaBroker:
         previous_port, previous_controller_port = self._previous_ports()
         last_error: BrokerStartError | None = None
         for _ in range(_START_ATTEMPTS):
-            self._port = _free_port(
+            self._port = free_port(
                 self.settings.host,
                 self.settings.port or previous_port,
                 quiet=not self.settings.port,
             )
-            self._controller_port = _free_port(
+            self._controller_port = free_port(
                 self.settings.host,
                 self.settings.controller_port or previous_controller_port,
                 avoid={self._port},
@@ -304,7 +304,7 @@ class EmbeddedKafkaBroker:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.settings.startup_timeout_s
-        quiet = logging.getLogger("progress_control.broker.readiness")
+        quiet = logging.getLogger(f"{__name__}.readiness")
         quiet.setLevel(logging.CRITICAL)
         admin: AdminClient | None = None
         while time.monotonic() < deadline:
@@ -314,7 +314,7 @@ class EmbeddedKafkaBroker:
                     f"Kafka broker exited with code {self._process.returncode} while starting.\n"
                     f"{self.log_tail()}"
                 )
-            if admin is None and _accepts_connections(self.settings.host, self._port):
+            if admin is None and accepts_connections(self.settings.host, self._port):
                 # librdkafka logs every refused connection; readiness polling expects those.
                 conf: dict[str, Any] = {
                     "bootstrap.servers": self.bootstrap_servers,
@@ -378,42 +378,6 @@ def _check_java_version(java: Path) -> None:
             f"Java {_MIN_JAVA}+ is required to run the Kafka broker, but {java} reports "
             f"{(result.stderr or result.stdout).strip().splitlines()[:1]}"
         )
-
-
-def _free_port(
-    host: str, preferred: int, avoid: set[int] | None = None, *, quiet: bool = False
-) -> int:
-    """``preferred`` when it is free, else a free port chosen by the kernel (with a warning
-    unless ``quiet``: a previous run's port being taken is not worth one)."""
-    avoid = avoid or set()
-    if preferred and preferred not in avoid and _can_bind(host, preferred):
-        return preferred
-    if preferred and not quiet:
-        logger.warning(
-            "port %(port)s on %(host)s is in use; picking another",
-            {"port": preferred, "host": host},
-        )
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if port not in avoid:
-            return port
-
-
-def _can_bind(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def _accepts_connections(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
 
 
 def _read_properties(path: Path) -> dict[str, str]:

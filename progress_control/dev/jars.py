@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 
-from progress_control.cache import fill_once
+from progress_control.dev.cache import fill_once
 from progress_control.settings import default_cache_dir
 
 __all__ = [
@@ -52,7 +52,7 @@ class JarFetchError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class JarSet:
-    """A pom template (in ``progress_control/poms``) and the version substituted into it."""
+    """A pom template (in ``progress_control/dev/poms``) and the version substituted into it."""
 
     name: str
     pom: str
@@ -136,7 +136,7 @@ def classpath(directory: Path) -> str:
 
 def _copy_dependencies(jar_set: JarSet, staging: Path) -> None:
     mvn = find_maven()
-    template = resources.files("progress_control").joinpath("poms", jar_set.pom).read_text()
+    template = resources.files("progress_control.dev").joinpath("poms", jar_set.pom).read_text()
     pom = staging / "pom.xml"
     pom.write_text(template.replace("@VERSION@", jar_set.version))
     command = [
