@@ -36,10 +36,15 @@ class RecordCollector:
     flush or commit, so offsets are never committed past output that did not arrive."""
 
     def __init__(
-        self, settings: RuntimeSettings, instance_id: str, metrics: RuntimeMetrics
+        self,
+        settings: RuntimeSettings,
+        instance_id: str,
+        metrics: RuntimeMetrics,
+        *,
+        transactional: bool,
     ) -> None:
         self._metrics = metrics
-        self._eos = settings.exactly_once
+        self._eos = transactional  # decided by the thread's CommitStrategy
         config: dict[str, object] = {
             # Java clients' partitioner, so keys land where Kafka Streams and Java producers
             # would put them (and where interactive-query routing looks for them).

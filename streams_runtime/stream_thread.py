@@ -1,5 +1,7 @@
-"""The processing loop: one consumer, the tasks of its assigned partitions, commits, rebalances,
-back-pressure and progress propagation (Kafka Streams' ``StreamThread`` and ``TaskManager``)."""
+"""The processing loop (Kafka Streams' ``StreamThread``): one consumer, records routed to the
+tasks of its :class:`~streams_runtime.task_manager.TaskManager`, back-pressure, progress
+propagation, and when to commit (the task manager commits, under the thread's one
+:class:`~streams_runtime.commit_strategy.CommitStrategy`)."""
 
 from __future__ import annotations
 
@@ -10,24 +12,23 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
-    KafkaException,
     Message,
-    TopicPartition,
 )
 
 from progress_control.protocol import has_control_header
 from progress_control.trust import ControlRecordValidator, Verdict
 from streams_runtime.app_state import AppState
 from streams_runtime.collector import RecordCollector
-from streams_runtime.errors import BadRecordError, BadRecordHandler, StreamsError
+from streams_runtime.commit_strategy import commit_strategy_for
+from streams_runtime.errors import BadRecordHandler, StreamsError
+from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import SourceRecord, TopicPartitionId
-from streams_runtime.repartition_purge import RepartitionPurger
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.task import StreamTask, TaskId, WarmStores
+from streams_runtime.task_manager import TaskManager
 from streams_runtime.topology import Topology
 
 __all__ = ["StreamThread"]
@@ -60,17 +61,11 @@ class StreamThread:
         self._on_state = on_state
         self._stopping = threading.Event()
         self._trust = ControlRecordValidator(settings.trust_policy())
-        self._purger = RepartitionPurger(
-            {**settings.client_config()},
-            frozenset(topology.repartition_topics),
-            settings.repartition_purge_interval_ms / 1000,
-        )
-        self.collector = RecordCollector(settings, instance_id, metrics)
-        self._bad_records = BadRecordHandler(
-            settings.bad_record_policy,
-            settings.dead_letter_topic or f"{settings.application_id}-dlq",
-            self.collector.send,
-            metrics,
+        # At-least-once or exactly-once: decided here, once, for the consumer, the producer and
+        # every commit.
+        strategy = commit_strategy_for(settings)
+        self.collector = RecordCollector(
+            settings, instance_id, metrics, transactional=strategy.transactional
         )
         multi_input = any(len(s.source_topics) > 1 for s in topology.subtopologies)
         config: dict[str, object] = {
@@ -84,51 +79,72 @@ class StreamThread:
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
             "enable.partition.eof": "true",
-            "isolation.level": "read_committed" if settings.exactly_once else "read_uncommitted",
+            "isolation.level": strategy.isolation_level,
         }
-        self._cooperative = config["partition.assignment.strategy"] == "cooperative-sticky"
         self.consumer = Consumer(config)
-        self.tasks: dict[TaskId, StreamTask] = {}
-        self._task_of: dict[TopicPartitionId, StreamTask] = {}
-        self._assigned: set[TopicPartitionId] = set()
-        self._paused: set[TopicPartitionId] = set()
-        self._fetched: dict[TopicPartitionId, int] = {}
-        self._eof: dict[TopicPartitionId, int] = {}
+        self._partitions = InputPartitions(self.consumer)
+        self.task_manager = TaskManager(
+            topology,
+            settings,
+            self.consumer,
+            self.collector,
+            strategy(self.collector, self.consumer),
+            self._partitions,
+            metrics=metrics,
+            bad_records=BadRecordHandler(
+                settings.bad_record_policy,
+                settings.dead_letter_topic or f"{settings.application_id}-dlq",
+                self.collector.send,
+                metrics,
+            ),
+            cooperative=config["partition.assignment.strategy"] == "cooperative-sticky",
+        )
         self._ticked: dict[TopicPartitionId, int] = {}
-        # Read by other threads (membership, interactive queries): replaced, never mutated.
-        self.active_tasks: frozenset[TaskId] = frozenset()
-        """Tasks restored and processing."""
-        self.restoring_tasks: frozenset[TaskId] = frozenset()
+
+    # -- what other threads read (membership, interactive queries) --------------------------
+
+    @property
+    def tasks(self) -> dict[TaskId, StreamTask]:
+        """The tasks of this thread, by id (this thread's only)."""
+        return self.task_manager.tasks
+
+    @property
+    def active_tasks(self) -> frozenset[TaskId]:
+        """Tasks restored and processing (replaced, never mutated)."""
+        return self.task_manager.active_tasks
+
+    @property
+    def restoring_tasks(self) -> frozenset[TaskId]:
         """Tasks being created: their stores are restoring from the changelogs."""
-        self.restoring_task: StreamTask | None = None
+        return self.task_manager.restoring_tasks
+
+    @property
+    def restoring_task(self) -> StreamTask | None:
         """The task whose stores are restoring right now (readable, stale, by queries)."""
-        self.assignment_listener: Callable[[], None] | None = None
+        return self.task_manager.restoring_task
+
+    @property
+    def assignment_listener(self) -> Callable[[], None] | None:
         """Called (on this thread) whenever :attr:`active_tasks` or :attr:`restoring_tasks`
         change; must not block."""
-        self.warm_stores: WarmStores | None = None
-        """Local standby copies a new task restores from (see :meth:`StreamTask.initialize`)."""
+        return self.task_manager.assignment_listener
 
-    # -- lag for KIP-695 --------------------------------------------------------------------
+    @assignment_listener.setter
+    def assignment_listener(self, listener: Callable[[], None] | None) -> None:
+        self.task_manager.assignment_listener = listener
+
+    @property
+    def warm_stores(self) -> WarmStores | None:
+        """Local standby copies a new task restores from (see :meth:`StreamTask.initialize`)."""
+        return self.task_manager.warm_stores
+
+    @warm_stores.setter
+    def warm_stores(self, warm_stores: WarmStores | None) -> None:
+        self.task_manager.warm_stores = warm_stores
 
     def lag(self, tp: TopicPartitionId) -> int | None:
-        """Records on the broker not yet fetched by the task, from cached metadata only;
-        ``None`` when unknown. Under read_committed a transaction marker can leave
-        ``high - position`` at 1 forever: a partition-EOF event at or past the position means
-        caught up."""
-        ktp = TopicPartition(tp.topic, tp.partition)
-        try:
-            high = self.consumer.get_watermark_offsets(ktp, cached=True)[1]
-        except KafkaException:
-            return None
-        if high < 0:
-            return None
-        eof = self._eof.get(tp, -1)
-        position = self._fetched.get(tp, -1)
-        if position < 0 and eof < 0:
-            position = self.consumer.position([ktp])[0].offset
-            if position < 0:
-                return None
-        return max(0, high - max(position, eof))
+        """KIP-695's lag of ``tp`` (see :meth:`InputPartitions.lag`)."""
+        return self._partitions.lag(tp)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -139,9 +155,9 @@ class StreamThread:
         """Consume, process, commit until stopped; commits and closes cleanly on the way out."""
         self.consumer.subscribe(
             list(self._topology.source_topics),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self.task_manager.on_assign,
+            on_revoke=self.task_manager.on_revoke,
+            on_lost=self.task_manager.on_lost,
         )
         self._on_state(AppState.RUNNING)
         interval = self._settings.commit_interval_s
@@ -198,29 +214,15 @@ class StreamThread:
 
     def _shutdown(self, failure: BaseException | None) -> None:
         self._on_state(AppState.PENDING_SHUTDOWN)
+        self.task_manager.shutdown(failure)
         try:
-            if failure is None or isinstance(failure, BadRecordError):
-                # A bad record under "fail": commit everything before it, then stop. Under
-                # exactly-once its transaction holds partial output of the bad record: abort
-                # instead, the records since the last commit are processed again on restart.
-                if failure is not None and self._settings.exactly_once:
-                    self.collector.abort()
-                else:
-                    self.commit()
-            elif self._settings.exactly_once:
-                self.collector.abort()
-        except Exception:
-            logger.exception("final commit failed; uncommitted input will be processed again")
+            self.consumer.close()
         finally:
-            for task in self.tasks.values():
-                task.close()
-            self.tasks.clear()
-            self._task_of.clear()
-            self._publish_tasks(restoring=set())
-            try:
-                self.consumer.close()
-            finally:
-                self.collector.close()
+            self.collector.close()
+
+    def commit(self) -> None:
+        """Commit every task now (the loop calls this every commit interval)."""
+        self.task_manager.commit()
 
     def _route(self, messages: Sequence[Message]) -> None:
         batches: dict[TopicPartitionId, list[SourceRecord]] = defaultdict(list)
@@ -229,7 +231,9 @@ class StreamThread:
             topic, partition = msg.topic() or "", msg.partition() or 0
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    self._eof[TopicPartitionId(topic, partition)] = msg.offset() or 0
+                    self._partitions.reached_end(
+                        TopicPartitionId(topic, partition), msg.offset() or 0
+                    )
                     continue
                 if error.fatal():
                     raise StreamsError(f"consumer failed: {error}")
@@ -264,41 +268,28 @@ class StreamThread:
                 )
             )
         for tp, records in batches.items():
-            self._fetched[tp] = records[-1].offset + 1
-            task = self._task_of.get(tp)
+            self._partitions.fetched(tp, records[-1].offset + 1)
+            task = self.task_manager.task_of(tp)
             if task is None:
                 # Assigned without the rest of its task's inputs; never skip its records.
-                self._rewind(tp, records[0].offset)
+                self._partitions.hold(tp, records[0].offset)
                 continue
             task.add_records(tp, records)
-
-    def _rewind(self, tp: TopicPartitionId, offset: int) -> None:
-        logger.warning(
-            "no task owns %(topic)s[%(partition)d] yet; pausing it",
-            {"topic": tp.topic, "partition": tp.partition, "offset": offset},
-        )
-        ktp = TopicPartition(tp.topic, tp.partition, offset)
-        self.consumer.seek(ktp)
-        self.consumer.pause([ktp])
-        self._paused.add(tp)
-        self._fetched.pop(tp, None)
 
     def _apply_back_pressure(self) -> None:
         limit = self._settings.buffered_records_per_partition
         pause, resume = [], []
-        for tp, task in self._task_of.items():
+        for tp, task in self.task_manager.owned_partitions().items():
             buffered = task.group.buffered(tp)
-            if tp in self._paused:
+            if tp in self._partitions.paused:
                 if buffered <= limit // 2:
                     resume.append(tp)
             elif buffered > limit:
                 pause.append(tp)
         if pause:
-            self.consumer.pause([TopicPartition(t.topic, t.partition) for t in pause])
-            self._paused.update(pause)
+            self._partitions.pause(pause)
         if resume:
-            self.consumer.resume([TopicPartition(t.topic, t.partition) for t in resume])
-            self._paused.difference_update(resume)
+            self._partitions.resume(resume)
 
     def _propagate_progress(self) -> None:
         """Tick output and repartition partitions up to the progress their sinks promise (the
@@ -334,200 +325,3 @@ class StreamThread:
             if count:
                 self._partition_counts[topic] = count
         return count
-
-    # -- commits ----------------------------------------------------------------------------
-
-    def commit(self) -> None:
-        """Commit every task: flush (or commit the transaction with) outputs and changelogs,
-        then input offsets with partition times, then checkpoint local state."""
-        started = time.monotonic()
-        for task in self.tasks.values():
-            task.flush()
-        per_task = [(task, task.offsets_to_commit()) for task in self.tasks.values()]
-        offsets = [tp for _, task_offsets in per_task for tp in task_offsets]
-        if self._settings.exactly_once:
-            if not self._commit_transaction(offsets):
-                return
-        else:
-            self.collector.flush()
-            if offsets:
-                try:
-                    self.consumer.commit(offsets=offsets, asynchronous=False)
-                except KafkaException as exc:
-                    error = exc.args[0] if exc.args else None
-                    if isinstance(error, KafkaError) and error.fatal():
-                        raise
-                    # The group is rebalancing (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS...):
-                    # whoever owns these partitions next starts from the last commit
-                    # (at-least-once), so local state must not checkpoint this position.
-                    logger.warning(
-                        "offset commit failed (%(error)s); input will be processed again",
-                        {"error": str(exc)},
-                    )
-                    return
-        for task, task_offsets in per_task:
-            task.committed_offsets(task_offsets)
-        self._purger.committed(offsets)
-        self._metrics.commit_latency.observe(time.monotonic() - started)
-
-    def _commit_transaction(self, offsets: list[TopicPartition]) -> bool:
-        """Commit the transaction with ``offsets``; False when it had to be aborted (the tasks
-        then start again from the last commit)."""
-        try:
-            self.collector.commit(offsets, self.consumer.consumer_group_metadata())
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.txn_requires_abort():
-                logger.warning(
-                    "transaction aborted (%(error)s); processing again from the last commit",
-                    {"error": str(error)},
-                )
-                self.collector.abort()
-                self._rewind_all()
-                return False
-            raise StreamsError(f"transaction commit failed: {exc}") from exc
-        return True
-
-    def _rewind_all(self) -> None:
-        """Exactly-once after an abort: drop every task and restart it from the committed
-        offsets and changelogs."""
-        tps = [tp for task in self.tasks.values() for tp in task.inputs]
-        self._close_tasks(list(self.tasks.values()))
-        self._create_tasks(tps, seek=True)
-
-    # -- rebalances -------------------------------------------------------------------------
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances("assigned").inc(len(partitions))
-        new = [TopicPartitionId(p.topic, p.partition) for p in partitions]
-        self._assigned.update(new)
-        if self._cooperative:
-            consumer.incremental_assign(partitions)
-        else:
-            consumer.assign(partitions)
-        self._create_tasks(new, seek=False)
-        logger.info(
-            "assigned %(partitions)d partitions; %(tasks)d tasks",
-            {"partitions": len(partitions), "tasks": len(self.tasks)},
-        )
-
-    def _create_tasks(self, partitions: Sequence[TopicPartitionId], *, seek: bool) -> None:
-        wanted: set[TaskId] = set()
-        for tp in partitions:
-            sub = self._topology.subtopology_of(tp.topic)
-            wanted.add(TaskId(sub.id, tp.partition))
-        ready = []
-        for task_id in sorted(wanted):
-            if task_id in self.tasks:
-                continue
-            sub = self._topology.subtopologies[task_id.subtopology]
-            inputs = [TopicPartitionId(t, task_id.partition) for t in sub.source_topics]
-            if not all(tp in self._assigned for tp in inputs):
-                continue
-            ready.append((task_id, sub, inputs))
-        if not ready:
-            return
-        self._publish_tasks(restoring={task_id for task_id, _, _ in ready})
-        all_inputs = [
-            TopicPartition(tp.topic, tp.partition) for _, _, inputs in ready for tp in inputs
-        ]
-        committed = {
-            TopicPartitionId(tp.topic, tp.partition): (tp.offset, tp.metadata)
-            for tp in self.consumer.committed(all_inputs, timeout=30)
-        }
-        for task_id, sub, inputs in ready:
-            task = StreamTask(
-                task_id,
-                sub,
-                settings=self._settings,
-                collector=self.collector,
-                metrics=self._metrics,
-                bad_records=self._bad_records,
-                lag=self.lag,
-            )
-            self.restoring_task = task
-            try:
-                task.initialize(committed, self.warm_stores)
-            except BaseException:
-                self._publish_tasks(restoring=set())
-                raise
-            finally:
-                self.restoring_task = None
-            self.tasks[task_id] = task
-            for tp in inputs:
-                self._task_of[tp] = task
-                self._fetched.pop(tp, None)
-                self._eof.pop(tp, None)
-                if seek or tp in self._paused:
-                    offset = committed[tp][0]
-                    ktp = TopicPartition(
-                        tp.topic, tp.partition, offset if offset >= 0 else OFFSET_BEGINNING
-                    )
-                    self.consumer.seek(ktp)
-                    if tp in self._paused:
-                        self.consumer.resume([ktp])
-                        self._paused.discard(tp)
-            self._publish_tasks(restoring=set(self.restoring_tasks) - {task_id})
-        self._metrics.tasks.set(len(self.tasks))
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances("revoked").inc(len(partitions))
-        revoked = {TopicPartitionId(p.topic, p.partition) for p in partitions}
-        affected = [t for t in self.tasks.values() if revoked.intersection(t.inputs)]
-        if affected:
-            try:
-                self.commit()
-            except (KafkaException, StreamsError) as exc:
-                logger.warning(
-                    "commit on revocation failed (%(error)s); input will be processed again",
-                    {"error": str(exc)},
-                )
-                if self._settings.exactly_once:
-                    self.collector.abort()
-        self._close_tasks(affected)
-        self._forget(revoked)
-        if self._cooperative:
-            consumer.incremental_unassign(partitions)
-        else:
-            consumer.unassign()
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Another member may own these already: no commit, and under exactly-once the open
-        # transaction would be fenced anyway.
-        logger.warning("lost %(partitions)d partitions", {"partitions": len(partitions)})
-        lost = {TopicPartitionId(p.topic, p.partition) for p in partitions}
-        if self._settings.exactly_once:
-            self.collector.abort()
-            self._close_tasks(list(self.tasks.values()))
-        else:
-            self._close_tasks([t for t in self.tasks.values() if lost.intersection(t.inputs)])
-        self._forget(lost)
-        if self._cooperative:
-            consumer.incremental_unassign(partitions)
-        else:
-            consumer.unassign()
-        if self._settings.exactly_once:
-            self._create_tasks(sorted(self._assigned), seek=True)
-
-    def _close_tasks(self, tasks: list[StreamTask]) -> None:
-        for task in tasks:
-            task.close()
-            self.tasks.pop(task.id, None)
-            for tp in task.inputs:
-                self._task_of.pop(tp, None)
-        self._metrics.tasks.set(len(self.tasks))
-        self._publish_tasks()
-
-    def _publish_tasks(self, restoring: set[TaskId] | None = None) -> None:
-        if restoring is not None:
-            self.restoring_tasks = frozenset(restoring)
-        self.active_tasks = frozenset(self.tasks)
-        if self.assignment_listener is not None:
-            self.assignment_listener()
-
-    def _forget(self, partitions: set[TopicPartitionId]) -> None:
-        self._assigned.difference_update(partitions)
-        self._paused.difference_update(partitions)
-        for tp in partitions:
-            self._fetched.pop(tp, None)
-            self._eof.pop(tp, None)

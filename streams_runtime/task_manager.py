@@ -1,0 +1,238 @@
+"""``TaskManager``: the tasks of one stream thread (Kafka Streams' ``TaskManager``) — created
+when all of a task's inputs are assigned, closed on revocation or loss, restarted from the last
+commit after an abort — and their commits, under the thread's :class:`CommitStrategy`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from streams_runtime.collector import RecordCollector
+from streams_runtime.commit_strategy import CommitResult, CommitStrategy
+from streams_runtime.errors import BadRecordHandler, StreamsError
+from streams_runtime.input_partitions import InputPartitions
+from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.record import TopicPartitionId
+from streams_runtime.repartition_purge import RepartitionPurger
+from streams_runtime.settings import RuntimeSettings
+from streams_runtime.task import StreamTask, TaskId, WarmStores
+from streams_runtime.topology import Topology
+
+__all__ = ["TaskManager"]
+
+logger = logging.getLogger(__name__)
+
+
+class TaskManager:
+    """Owns the tasks of the partitions assigned to one consumer; runs on that consumer's thread
+    (the rebalance callbacks are called from its ``consume``)."""
+
+    def __init__(  # noqa: PLR0917 - the thread's parts, wired once
+        self,
+        topology: Topology,
+        settings: RuntimeSettings,
+        consumer: Consumer,
+        collector: RecordCollector,
+        strategy: CommitStrategy,
+        partitions: InputPartitions,
+        *,
+        metrics: RuntimeMetrics,
+        bad_records: BadRecordHandler,
+        cooperative: bool,
+    ) -> None:
+        self._topology = topology
+        self._settings = settings
+        self._consumer = consumer
+        self._collector = collector
+        self._strategy = strategy
+        self._partitions = partitions
+        self._metrics = metrics
+        self._bad_records = bad_records
+        self._cooperative = cooperative
+        self._purger = RepartitionPurger(
+            {**settings.client_config()},
+            frozenset(topology.repartition_topics),
+            settings.repartition_purge_interval_ms / 1000,
+        )
+        self.tasks: dict[TaskId, StreamTask] = {}
+        self._task_of: dict[TopicPartitionId, StreamTask] = {}
+        # Read by other threads (membership, interactive queries): replaced, never mutated.
+        self.active_tasks: frozenset[TaskId] = frozenset()
+        self.restoring_tasks: frozenset[TaskId] = frozenset()
+        self.restoring_task: StreamTask | None = None
+        self.assignment_listener: Callable[[], None] | None = None
+        self.warm_stores: WarmStores | None = None
+
+    def task_of(self, tp: TopicPartitionId) -> StreamTask | None:
+        """The task reading ``tp``; None when not all of its task's inputs are assigned yet."""
+        return self._task_of.get(tp)
+
+    def owned_partitions(self) -> dict[TopicPartitionId, StreamTask]:
+        return self._task_of
+
+    # -- commits ----------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Commit every task: flush (or commit the transaction with) outputs and changelogs,
+        then input offsets with partition times, then checkpoint local state."""
+        started = time.monotonic()
+        for task in self.tasks.values():
+            task.flush()
+        per_task = [(task, task.offsets_to_commit()) for task in self.tasks.values()]
+        offsets = [tp for _, task_offsets in per_task for tp in task_offsets]
+        result = self._strategy.commit(offsets)
+        if result is CommitResult.ABORTED:
+            self._rewind_all()
+        if result is not CommitResult.COMMITTED:
+            return
+        for task, task_offsets in per_task:
+            task.committed_offsets(task_offsets)
+        self._purger.committed(offsets)
+        self._metrics.commit_latency.observe(time.monotonic() - started)
+
+    def shutdown(self, failure: BaseException | None) -> None:
+        """Commit (or abort, as the strategy decides after ``failure``) and close every task."""
+        try:
+            if self._strategy.commits_on_stop(failure):
+                self.commit()
+            else:
+                self._strategy.abort()
+        except Exception:
+            logger.exception("final commit failed; uncommitted input will be processed again")
+        finally:
+            for task in self.tasks.values():
+                task.close()
+            self.tasks.clear()
+            self._task_of.clear()
+            self._publish_tasks(restoring=set())
+
+    def _rewind_all(self) -> None:
+        """After an abort: drop every task and restart it from the committed offsets and
+        changelogs."""
+        tps = [tp for task in self.tasks.values() for tp in task.inputs]
+        self._close_tasks(list(self.tasks.values()))
+        self._create_tasks(tps, seek=True)
+
+    # -- rebalances -------------------------------------------------------------------------
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances("assigned").inc(len(partitions))
+        new = [TopicPartitionId(p.topic, p.partition) for p in partitions]
+        self._partitions.assigned.update(new)
+        if self._cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        self._create_tasks(new, seek=False)
+        logger.info(
+            "assigned %(partitions)d partitions; %(tasks)d tasks",
+            {"partitions": len(partitions), "tasks": len(self.tasks)},
+        )
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances("revoked").inc(len(partitions))
+        revoked = {TopicPartitionId(p.topic, p.partition) for p in partitions}
+        affected = [t for t in self.tasks.values() if revoked.intersection(t.inputs)]
+        if affected:
+            try:
+                self.commit()
+            except (KafkaException, StreamsError) as exc:
+                logger.warning(
+                    "commit on revocation failed (%(error)s); input will be processed again",
+                    {"error": str(exc)},
+                )
+                self._strategy.abort()
+        self._close_tasks(affected)
+        self._partitions.forget(revoked)
+        self._unassign(consumer, partitions)
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Another member may own these already: no commit, and an open transaction would be
+        # fenced anyway.
+        logger.warning("lost %(partitions)d partitions", {"partitions": len(partitions)})
+        lost = {TopicPartitionId(p.topic, p.partition) for p in partitions}
+        discarded_all = self._strategy.abort()
+        if discarded_all:
+            self._close_tasks(list(self.tasks.values()))
+        else:
+            self._close_tasks([t for t in self.tasks.values() if lost.intersection(t.inputs)])
+        self._partitions.forget(lost)
+        self._unassign(consumer, partitions)
+        if discarded_all:
+            self._create_tasks(sorted(self._partitions.assigned), seek=True)
+
+    def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._cooperative:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+
+    # -- task lifecycle ---------------------------------------------------------------------
+
+    def _create_tasks(self, partitions: Sequence[TopicPartitionId], *, seek: bool) -> None:
+        wanted: set[TaskId] = set()
+        for tp in partitions:
+            sub = self._topology.subtopology_of(tp.topic)
+            wanted.add(TaskId(sub.id, tp.partition))
+        ready = []
+        for task_id in sorted(wanted):
+            if task_id in self.tasks:
+                continue
+            sub = self._topology.subtopologies[task_id.subtopology]
+            inputs = [TopicPartitionId(t, task_id.partition) for t in sub.source_topics]
+            if not all(tp in self._partitions.assigned for tp in inputs):
+                continue
+            ready.append((task_id, sub, inputs))
+        if not ready:
+            return
+        self._publish_tasks(restoring={task_id for task_id, _, _ in ready})
+        all_inputs = [
+            TopicPartition(tp.topic, tp.partition) for _, _, inputs in ready for tp in inputs
+        ]
+        committed = {
+            TopicPartitionId(tp.topic, tp.partition): (tp.offset, tp.metadata)
+            for tp in self._consumer.committed(all_inputs, timeout=30)
+        }
+        for task_id, sub, inputs in ready:
+            task = StreamTask(
+                task_id,
+                sub,
+                settings=self._settings,
+                collector=self._collector,
+                metrics=self._metrics,
+                bad_records=self._bad_records,
+                lag=self._partitions.lag,
+            )
+            self.restoring_task = task
+            try:
+                task.initialize(committed, self.warm_stores)
+            except BaseException:
+                self._publish_tasks(restoring=set())
+                raise
+            finally:
+                self.restoring_task = None
+            self.tasks[task_id] = task
+            for tp in inputs:
+                self._task_of[tp] = task
+                self._partitions.start(tp, committed[tp][0], seek=seek)
+            self._publish_tasks(restoring=set(self.restoring_tasks) - {task_id})
+        self._metrics.tasks.set(len(self.tasks))
+
+    def _close_tasks(self, tasks: list[StreamTask]) -> None:
+        for task in tasks:
+            task.close()
+            self.tasks.pop(task.id, None)
+            for tp in task.inputs:
+                self._task_of.pop(tp, None)
+        self._metrics.tasks.set(len(self.tasks))
+        self._publish_tasks()
+
+    def _publish_tasks(self, restoring: set[TaskId] | None = None) -> None:
+        if restoring is not None:
+            self.restoring_tasks = frozenset(restoring)
+        self.active_tasks = frozenset(self.tasks)
+        if self.assignment_listener is not None:
+            self.assignment_listener()
