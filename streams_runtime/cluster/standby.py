@@ -31,6 +31,7 @@ from streams_runtime.state import (
     SessionStore,
     StoreSpec,
     WarmStore,
+    input_committed,
     record_source,
 )
 
@@ -91,16 +92,12 @@ class StandbyReplica:
             return
         self.last_applied_ms = msg.timestamp()[1]
         source = record_source(msg)
-        if source is None or self._input_committed(*source):
+        if source is None or input_committed(source, self.committed_inputs):
             self._commit(key, value)
             self.pending.pop(key, None)
         else:
             pending = _PendingRecord(source[0], source[1], self.last_applied_ms, value)
             self.pending.setdefault(key, []).append(pending)
-
-    def _input_committed(self, source: TopicPartitionId, offset: int) -> bool:
-        committed = self.committed_inputs.get(source)
-        return committed is not None and offset < committed
 
     def _commit(self, key: bytes, value: bytes | None) -> None:
         if value is None:
@@ -119,7 +116,7 @@ class StandbyReplica:
                 (
                     i
                     for i, r in enumerate(records)
-                    if self._input_committed(r.source, r.source_offset)
+                    if input_committed((r.source, r.source_offset), self.committed_inputs)
                 ),
                 default=-1,
             )
