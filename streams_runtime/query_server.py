@@ -24,12 +24,14 @@ thread. A connection must deliver a complete request header within
 else it is closed; at ``query_max_connections`` the oldest idle connection is closed to make
 room for the new one (a new one is refused only while every connection is being answered).
 With TLS, handshakes run in the I/O thread too, under the same deadline.
+
+This module owns the connections (the listener, the I/O thread, the worker pool); what a request
+means, its routing and its answer, is :mod:`streams_runtime.query_endpoints`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import selectors
@@ -37,21 +39,18 @@ import socket
 import ssl
 import threading
 import time
-import urllib.parse
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from streams_runtime.queries import InteractiveQueries, InvalidKeyError, QueryError, key_from_text
+from streams_runtime.queries import InteractiveQueries
+from streams_runtime.query_endpoints import QueryEndpoints, RequestHandler, peer
 from streams_runtime.query_security import (
     is_loopback_host,
     query_token,
     security_metrics,
     server_ssl_context,
-    tokens_equal,
 )
 from streams_runtime.settings import RuntimeSettings
 
@@ -59,46 +58,11 @@ __all__ = ["QueryServer"]
 
 logger = logging.getLogger(__name__)
 
-_TRUE = {"true", "1", "yes"}
-_FALSE = {"false", "0", "no", ""}
 MAX_HEADER_BYTES = 32 * 1024
 _BACKLOG = 128  # the default 5 resets connections under a burst of queries
 _ACCEPTS_PER_WAKEUP = 64  # keep reading ready connections while a flood of connects arrives
 _RECV = 16 * 1024
 _HEADER_END = b"\r\n\r\n"
-
-
-class _BadRequestError(QueryError):
-    status = 400
-
-
-def _flag(params: dict[str, list[str]], name: str) -> bool:
-    value = params.get(name, ["false"])[-1].lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise _BadRequestError(f"{name} must be true or false, got {value!r}")
-
-
-def _max_lag(params: dict[str, list[str]]) -> int | None:
-    values = params.get("max_lag")
-    if not values or values[-1] == "":
-        return None
-    try:
-        lag = int(values[-1])
-    except ValueError:
-        raise _BadRequestError(f"max_lag must be an integer, got {values[-1]!r}") from None
-    if lag < 0:
-        raise _BadRequestError(f"max_lag must be >= 0, got {lag}")
-    return lag
-
-
-def _peer(address: Any) -> str:
-    """A socket address as ``host:port`` for logs (a log field is a string, not a tuple)."""
-    if isinstance(address, tuple) and len(address) >= 2:
-        return f"{address[0]}:{address[1]}"
-    return str(address)
 
 
 @dataclass(eq=False)
@@ -111,60 +75,6 @@ class _Connection:
     idle_since: float
     handshaking: bool = False
     buffer: bytearray = field(default_factory=bytearray)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """Answers exactly one request whose bytes the I/O thread already read."""
-
-    protocol_version = "HTTP/1.1"
-
-    def __init__(
-        self, owner: QueryServer, sock: socket.socket, address: Any, request: bytes
-    ) -> None:
-        # Not BaseRequestHandler.__init__: there is no socketserver here, and the request
-        # comes from a buffer, the answer goes to the socket.
-        self.owner = owner
-        self.request = sock
-        self.client_address = address
-        self.rfile = io.BytesIO(request)
-        self.wfile = sock.makefile("wb")
-        self.close_connection = True
-
-    def run(self) -> bool:
-        """Answer the request; whether the connection may be kept for another one."""
-        try:
-            self.handle_one_request()
-            self.wfile.flush()
-        finally:
-            with contextlib.suppress(OSError):
-                self.wfile.close()
-        return not self.close_connection
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug(
-            "query server: %(request_log)s",
-            {"request_log": format % args, "client": _peer(self.client_address)},
-        )
-
-    def do_GET(self) -> None:
-        try:
-            status, body = self.owner._dispatch(self)
-        except QueryError as exc:
-            status, body = exc.status, exc.to_json()
-        except Exception as exc:  # never let a request take the server down
-            logger.exception("query failed")
-            status, body = 500, {"error": type(exc).__name__, "message": str(exc)}
-        self._send(status, body)
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body, default=str).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if status == HTTPStatus.UNAUTHORIZED:
-            self.send_header("WWW-Authenticate", "Bearer")
-        self.end_headers()
-        self.wfile.write(data)
 
 
 def _listener(host: str, port: int) -> socket.socket:
@@ -193,6 +103,7 @@ class QueryServer:
         self.request_timeout_s = settings.query_request_timeout_ms / 1000
         self._ssl = server_ssl_context(settings)
         self._metrics = security_metrics(queries.metrics)
+        self._endpoints = QueryEndpoints(queries, self.token, self._metrics)
         self._sock = _listener(host, port)
         bound = str(self._sock.getsockname()[0])
         # The settings were checked by name; this checks the address actually bound (a name
@@ -377,7 +288,7 @@ class QueryServer:
             except (OSError, ValueError) as exc:
                 logger.debug(
                     "query server: TLS handshake with %(client)s failed: %(error)s",
-                    {"client": _peer(conn.address), "error": str(exc)},
+                    {"client": peer(conn.address), "error": str(exc)},
                 )
                 self._metrics.connections_closed("tls").inc()
                 self._drop(conn)
@@ -458,11 +369,11 @@ class QueryServer:
         keep = False
         try:
             conn.sock.settimeout(self.request_timeout_s)  # a client that does not read
-            keep = _Handler(self, conn.sock, conn.address, request).run()
+            keep = RequestHandler(self._endpoints, conn.sock, conn.address, request).run()
         except Exception as exc:
             logger.debug(
                 "query server: answering %(client)s failed: %(error)s",
-                {"client": _peer(conn.address), "error": str(exc)},
+                {"client": peer(conn.address), "error": str(exc)},
             )
         finally:
             self._finish(conn, keep=keep)
@@ -486,57 +397,3 @@ class QueryServer:
             self._wake()
         else:
             self._close(conn.sock)
-
-    # -- requests ---------------------------------------------------------------------------
-
-    def _authorized(self, handler: BaseHTTPRequestHandler) -> bool:
-        if not self.token:
-            return True
-        header = handler.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        return scheme.lower() == "bearer" and tokens_equal(given.strip(), self.token)
-
-    def _dispatch(  # noqa: PLR0911 - one return per endpoint
-        self, handler: BaseHTTPRequestHandler
-    ) -> tuple[int, dict[str, Any]]:
-        url = urllib.parse.urlsplit(handler.path)
-        params = urllib.parse.parse_qs(url.query, keep_blank_values=True)
-        parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
-        queries = self.queries
-        authorized = self._authorized(handler)
-        if parts == ["health"]:
-            if not authorized:  # liveness for probes, nothing more
-                return 200, {"status": "ok"}
-            return 200, {"status": "ok", "instance_id": queries.instance_id}
-        if not authorized:
-            self._metrics.unauthorized.inc()
-            return 401, {"error": "Unauthorized", "message": "missing or wrong bearer token"}
-        if parts == ["lags"]:
-            lags = queries.all_local_store_partition_lags()
-            return 200, {
-                "instance_id": queries.instance_id,
-                "lags": {
-                    store: {str(p): lag.to_json() for p, lag in partitions.items()}
-                    for store, partitions in lags.items()
-                },
-            }
-        if len(parts) == 3 and parts[0] == "metadata":
-            spec = queries.store(parts[1])
-            meta = queries.query_metadata_for_key(spec.name, key_from_text(spec, parts[2]))
-            return 200, {
-                "active_host": meta.active_host,
-                "standby_hosts": meta.standby_hosts,
-                "partition": meta.partition,
-            }
-        if len(parts) == 4 and parts[0] == "stores" and parts[2] == "keys":
-            spec = queries.store(parts[1])
-            key = key_from_text(spec, parts[3])
-            allow_stale, max_lag = _flag(params, "allow_stale"), _max_lag(params)
-            if _flag(params, "local"):
-                result = queries.get_local(spec.name, key, allow_stale=allow_stale, max_lag=max_lag)
-            else:
-                result = queries.get(spec.name, key, allow_stale=allow_stale, max_lag=max_lag)
-            return (200 if result.found else 404), result.to_json()
-        if parts and parts[0] in {"stores", "metadata"}:
-            raise InvalidKeyError(f"bad path {url.path!r}")
-        return 404, {"error": "NotFound", "message": f"no such path {url.path!r}"}

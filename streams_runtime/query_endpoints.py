@@ -1,0 +1,181 @@
+"""The query server's endpoints: one parsed HTTP request routed to :class:`InteractiveQueries`.
+
+:class:`QueryEndpoints` checks the bearer token and maps each path (``/stores/{store}/keys/{key}``,
+``/metadata/{store}/{key}``, ``/lags``, ``/health``; see :mod:`streams_runtime.query_server`)
+to a status and a JSON body. :class:`RequestHandler` parses one request whose bytes the server's
+I/O thread already read, asks the endpoints, and writes the answer to the socket. Neither owns
+a connection: that is :class:`streams_runtime.query_server.QueryServer`'s job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import socket
+import urllib.parse
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from streams_runtime.queries import InteractiveQueries, InvalidKeyError, QueryError, key_from_text
+from streams_runtime.query_security import SecurityMetrics, tokens_equal
+
+__all__ = ["QueryEndpoints", "RequestHandler", "peer"]
+
+# The server's logger: request logs keep the name they had before the endpoints moved here.
+logger = logging.getLogger("streams_runtime.query_server")
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no", ""}
+
+
+class _BadRequestError(QueryError):
+    status = 400
+
+
+def _flag(params: dict[str, list[str]], name: str) -> bool:
+    value = params.get(name, ["false"])[-1].lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise _BadRequestError(f"{name} must be true or false, got {value!r}")
+
+
+def _max_lag(params: dict[str, list[str]]) -> int | None:
+    values = params.get("max_lag")
+    if not values or values[-1] == "":
+        return None
+    try:
+        lag = int(values[-1])
+    except ValueError:
+        raise _BadRequestError(f"max_lag must be an integer, got {values[-1]!r}") from None
+    if lag < 0:
+        raise _BadRequestError(f"max_lag must be >= 0, got {lag}")
+    return lag
+
+
+def peer(address: Any) -> str:
+    """A socket address as ``host:port`` for logs (a log field is a string, not a tuple)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
+class QueryEndpoints:
+    """Authorizes a request and answers it from ``queries``: a status and a JSON body."""
+
+    def __init__(
+        self, queries: InteractiveQueries, token: str | None, metrics: SecurityMetrics
+    ) -> None:
+        self.queries = queries
+        self.token = token
+        self._metrics = metrics
+
+    def authorized(self, handler: BaseHTTPRequestHandler) -> bool:
+        if not self.token:
+            return True
+        header = handler.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        return scheme.lower() == "bearer" and tokens_equal(given.strip(), self.token)
+
+    def dispatch(  # noqa: PLR0911 - one return per endpoint
+        self, handler: BaseHTTPRequestHandler
+    ) -> tuple[int, dict[str, Any]]:
+        url = urllib.parse.urlsplit(handler.path)
+        params = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+        parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
+        queries = self.queries
+        authorized = self.authorized(handler)
+        if parts == ["health"]:
+            if not authorized:  # liveness for probes, nothing more
+                return 200, {"status": "ok"}
+            return 200, {"status": "ok", "instance_id": queries.instance_id}
+        if not authorized:
+            self._metrics.unauthorized.inc()
+            return 401, {"error": "Unauthorized", "message": "missing or wrong bearer token"}
+        if parts == ["lags"]:
+            lags = queries.all_local_store_partition_lags()
+            return 200, {
+                "instance_id": queries.instance_id,
+                "lags": {
+                    store: {str(p): lag.to_json() for p, lag in partitions.items()}
+                    for store, partitions in lags.items()
+                },
+            }
+        if len(parts) == 3 and parts[0] == "metadata":
+            spec = queries.store(parts[1])
+            meta = queries.query_metadata_for_key(spec.name, key_from_text(spec, parts[2]))
+            return 200, {
+                "active_host": meta.active_host,
+                "standby_hosts": meta.standby_hosts,
+                "partition": meta.partition,
+            }
+        if len(parts) == 4 and parts[0] == "stores" and parts[2] == "keys":
+            spec = queries.store(parts[1])
+            key = key_from_text(spec, parts[3])
+            allow_stale, max_lag = _flag(params, "allow_stale"), _max_lag(params)
+            if _flag(params, "local"):
+                result = queries.get_local(spec.name, key, allow_stale=allow_stale, max_lag=max_lag)
+            else:
+                result = queries.get(spec.name, key, allow_stale=allow_stale, max_lag=max_lag)
+            return (200 if result.found else 404), result.to_json()
+        if parts and parts[0] in {"stores", "metadata"}:
+            raise InvalidKeyError(f"bad path {url.path!r}")
+        return 404, {"error": "NotFound", "message": f"no such path {url.path!r}"}
+
+
+class RequestHandler(BaseHTTPRequestHandler):
+    """Answers exactly one request whose bytes the I/O thread already read."""
+
+    protocol_version = "HTTP/1.1"
+
+    def __init__(
+        self, endpoints: QueryEndpoints, sock: socket.socket, address: Any, request: bytes
+    ) -> None:
+        # Not BaseRequestHandler.__init__: there is no socketserver here, and the request
+        # comes from a buffer, the answer goes to the socket.
+        self.endpoints = endpoints
+        self.request = sock
+        self.client_address = address
+        self.rfile = io.BytesIO(request)
+        self.wfile = sock.makefile("wb")
+        self.close_connection = True
+
+    def run(self) -> bool:
+        """Answer the request; whether the connection may be kept for another one."""
+        try:
+            self.handle_one_request()
+            self.wfile.flush()
+        finally:
+            with contextlib.suppress(OSError):
+                self.wfile.close()
+        return not self.close_connection
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug(
+            "query server: %(request_log)s",
+            {"request_log": format % args, "client": peer(self.client_address)},
+        )
+
+    def do_GET(self) -> None:
+        try:
+            status, body = self.endpoints.dispatch(self)
+        except QueryError as exc:
+            status, body = exc.status, exc.to_json()
+        except Exception as exc:  # never let a request take the server down
+            logger.exception("query failed")
+            status, body = 500, {"error": type(exc).__name__, "message": str(exc)}
+        self._send(status, body)
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, default=str).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == HTTPStatus.UNAUTHORIZED:
+            self.send_header("WWW-Authenticate", "Bearer")
+        self.end_headers()
+        self.wfile.write(data)
