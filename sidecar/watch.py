@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -133,31 +133,14 @@ class BrokerWatch:
         """Read the records in ``[start, end)`` of each partition: the largest timestamp of a data
         record, or ``None`` when only control records (ours or another replica's) were appended."""
         found: dict[TopicPartition, int | None] = dict.fromkeys(ranges)
-        if not ranges:
-            return found
-        consumer = self._reader()
-        consumer.assign([KafkaTopicPartition(t, p, start) for (t, p), (start, _) in ranges.items()])
-        pending = set(ranges)
-        deadline = time.monotonic() + self._timeout_s
-        try:
-            while pending and time.monotonic() < deadline:
-                for msg in consumer.consume(500, timeout=0.2):
-                    key = (msg.topic() or "", msg.partition() or 0)
-                    error = msg.error()
-                    if error is not None:
-                        if error.code() != KafkaError._PARTITION_EOF:
-                            raise KafkaException(error)
-                        pending.discard(key)
-                        continue
-                    offset = msg.offset() or 0
-                    if offset >= ranges[key][1] - 1:
-                        pending.discard(key)
-                    if offset < ranges[key][1] and not has_control_header(msg.headers()):
-                        current, timestamp_ms = found[key], msg.timestamp()[1]
-                        found[key] = timestamp_ms if current is None else max(current, timestamp_ms)
-        finally:
-            consumer.unassign()
-        for key in pending:  # not read in time: assume data (-1: timestamp unknown)
+
+        def record(key: TopicPartition, _offset: int, msg: Message) -> None:
+            if not has_control_header(msg.headers()):
+                current, timestamp_ms = found[key], msg.timestamp()[1]
+                found[key] = timestamp_ms if current is None else max(current, timestamp_ms)
+
+        unread = self._scan(ranges, record)
+        for key in unread:  # not read in time: assume data (-1: timestamp unknown)
             if found[key] is None:
                 found[key] = -1
         return found
@@ -169,13 +152,26 @@ class BrokerWatch:
         data record is and how many control records followed it. Partitions of which nothing
         could be read (all deleted, only transaction markers, or not in time) are left out."""
         records: dict[TopicPartition, list[tuple[int, bool, int]]] = {key: [] for key in ends}
-        if not ends:
-            return {}
+
+        def record(key: TopicPartition, offset: int, msg: Message) -> None:
+            records[key].append((offset, has_control_header(msg.headers()), msg.timestamp()[1]))
+
+        self._scan({key: (max(0, end - window), end) for key, end in ends.items()}, record)
+        return {key: tail for key, read in records.items() if (tail := _tail(read)) is not None}
+
+    def _scan(
+        self,
+        ranges: dict[TopicPartition, tuple[int, int]],
+        record: Callable[[TopicPartition, int, Message], None],
+    ) -> set[TopicPartition]:
+        """Call ``record`` for each record in ``[start, end)`` of each partition, in offset order,
+        until every partition was read to its end (or its end of log) or the timeout passed;
+        returns the partitions not read to the end."""
+        pending = {key for key, (start, end) in ranges.items() if end > start}
+        if not pending:
+            return pending
         consumer = self._reader()
-        consumer.assign(
-            [KafkaTopicPartition(t, p, max(0, end - window)) for (t, p), end in ends.items()]
-        )
-        pending = {key for key, end in ends.items() if end > 0}
+        consumer.assign([KafkaTopicPartition(t, p, ranges[t, p][0]) for t, p in pending])
         deadline = time.monotonic() + self._timeout_s
         try:
             while pending and time.monotonic() < deadline:
@@ -187,15 +183,14 @@ class BrokerWatch:
                             raise KafkaException(error)
                         pending.discard(key)
                         continue
-                    offset = msg.offset() or 0
-                    if offset >= ends[key] - 1:
+                    offset, end = msg.offset() or 0, ranges[key][1]
+                    if offset >= end - 1:
                         pending.discard(key)
-                    if offset < ends[key]:
-                        control = has_control_header(msg.headers())
-                        records[key].append((offset, control, msg.timestamp()[1]))
+                    if offset < end:
+                        record(key, offset, msg)
         finally:
             consumer.unassign()
-        return {key: tail for key, read in records.items() if (tail := _tail(read)) is not None}
+        return pending
 
     def _reader(self) -> Consumer:
         if self._consumer is None:
