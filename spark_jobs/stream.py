@@ -30,28 +30,21 @@ the observed metrics, collected per batch by a query listener
 (:meth:`SessionizationStream.metrics`).
 The optional Kafka sink is a third, stateless query that streams the committed Parquet output to a
 topic, each session as JSON in the streams runtime's format ``{"user", "start", "end", "count"}``.
+
+The job's settings and results are :mod:`spark_jobs.stream_config` (re-exported here); the
+listener is :mod:`spark_jobs.stream_progress`.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable
 from types import TracebackType
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
-from pyspark.sql.streaming.listener import (
-    QueryIdleEvent,
-    QueryProgressEvent,
-    QueryStartedEvent,
-    QueryTerminatedEvent,
-    StreamingQueryListener,
-)
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import (
     BinaryType,
@@ -63,13 +56,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from progress_control.trust import TrustPolicy
 from spark_jobs.durations import format_interval
 from spark_jobs.sessionize import Session, collect_sessions, sessionize_events
 from spark_jobs.source import (
     KafkaSource,
     MalformedRecord,
-    RecordCounts,
     collect_errors,
     error_rows,
     moves_time,
@@ -77,6 +68,8 @@ from spark_jobs.source import (
     read_kafka,
     record_counts,
 )
+from spark_jobs.stream_config import StreamConfig, StreamFailedError, StreamMetrics, StreamResult
+from spark_jobs.stream_progress import BatchProgress, ProgressListener
 from spark_jobs.trust import RejectionLog, redact_key_material
 
 __all__ = [
@@ -119,137 +112,6 @@ ERRORS_SCHEMA = StructType(
 """Schema of the errors output (batch and streaming)."""
 
 
-class StreamFailedError(RuntimeError):
-    """A query of the streaming job terminated with an exception."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamConfig:
-    """Settings of one streaming sessionization job.
-
-    Outputs go to ``{output_dir}/sessions`` and ``{output_dir}/errors`` unless ``sessions_path``
-    / ``errors_path`` say otherwise; checkpoints to ``{checkpoint_dir}/sessions``, ``/errors``
-    and ``/kafka``. Paths may be any Hadoop URI (``s3a://``, ``hdfs://``) on a cluster. Restarting
-    with the same checkpoints resumes where the job stopped; a checkpoint fixes the number of
-    state partitions (``spark.sql.shuffle.partitions`` at its creation).
-    """
-
-    source: KafkaSource
-    gap_ms: int
-    output_dir: str
-    checkpoint_dir: str
-    watermark_delay_ms: int = 0
-    """How far behind the latest timestamp (data or control) the watermark trails: the allowed
-    lateness. Rows older than the watermark are dropped as late."""
-    trigger_interval_ms: int = 1000
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = None
-    output_topic: str | None = None
-    """Also write sessions to this Kafka topic (same cluster), as JSON."""
-    sessions_path: str | None = None
-    errors_path: str | None = None
-    trust: TrustPolicy = field(default_factory=TrustPolicy)
-    """Which control records move the watermark (:class:`progress_control.trust.TrustPolicy`;
-    :meth:`spark_jobs.settings.SparkJobSettings.trust_policy` reads it from the environment)."""
-
-    def __post_init__(self) -> None:
-        if self.gap_ms <= 0:
-            raise ValueError(f"gap_ms must be positive, got {self.gap_ms}")
-        if self.watermark_delay_ms < 0:
-            raise ValueError(f"watermark_delay_ms must be >= 0, got {self.watermark_delay_ms}")
-        if self.trigger_interval_ms <= 0:
-            raise ValueError(
-                f"trigger_interval_ms must be positive, got {self.trigger_interval_ms}"
-            )
-        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
-            raise ValueError("max_offsets_per_trigger must be positive")
-
-    @property
-    def sessions_location(self) -> str:
-        return self.sessions_path or _join(self.output_dir, "sessions")
-
-    @property
-    def errors_location(self) -> str:
-        return self.errors_path or _join(self.output_dir, "errors")
-
-    def checkpoint(self, query: str) -> str:
-        """Checkpoint location of one of the job's queries."""
-        return _join(self.checkpoint_dir, query)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamMetrics:
-    """Counts over the records the sessions query processed in this run (all micro-batches)."""
-
-    batches: int = 0
-    data_records: int = 0
-    control_records: int = 0
-    malformed_records: int = 0
-    rejected_control_records: Mapping[str, int] = field(default_factory=dict)
-    """Control records skipped (neither data nor time) per reason, e.g. ``future-timestamp``;
-    only reasons that occurred."""
-    max_event_time_ms: int | None = None
-    """Latest timestamp that moved time: data and accepted control records."""
-    watermark_ms: int | None = None
-    """The watermark after the latest micro-batch."""
-
-    @property
-    def control_records_skipped(self) -> int:
-        """All skipped control records, whatever the reason."""
-        return sum(self.rejected_control_records.values())
-
-
-@dataclass(frozen=True, slots=True)
-class StreamResult:
-    """What :func:`run_stream` saw when it stopped the job."""
-
-    sessions: list[Session]
-    errors: list[MalformedRecord]
-    metrics: StreamMetrics
-
-
-@dataclass(slots=True)
-class _Progress:
-    """Per-batch counts of one observation, keyed by batch id: a batch re-run after a failure
-    reports again under the same id and must not be counted twice."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    batches: dict[int, RecordCounts] = field(default_factory=dict)
-    watermark_ms: int | None = None
-
-
-class _ProgressListener(StreamingQueryListener):
-    """Collects the observed metrics named ``name`` from query progress events."""
-
-    def __init__(self, name: str, progress: _Progress, rejections: RejectionLog) -> None:
-        self._name = name
-        self._progress = progress
-        self._rejections = rejections
-
-    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (Spark's API)
-        """Nothing to record at start."""
-
-    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802 (Spark's API)
-        """Record one micro-batch's counts and the watermark after it."""
-        progress = event.progress
-        row = progress.observedMetrics.get(self._name)
-        if row is None:  # another query's progress
-            return
-        counts = RecordCounts.from_metrics(row)
-        self._rejections.report(counts.samples)
-        watermark = progress.eventTime.get("watermark")
-        with self._progress.lock:
-            self._progress.batches[progress.batchId] = counts
-            if watermark:
-                self._progress.watermark_ms = _iso_to_ms(watermark)
-
-    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802 (Spark's API)
-        """Idle triggers carry no metrics."""
-
-    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802 (Spark's API)
-        """Failures are read from the queries themselves."""
-
-
 class SessionizationStream:
     """The streaming sessionization job: start it, watch its outputs, stop it.
 
@@ -262,9 +124,9 @@ class SessionizationStream:
         self.config = config
         self._id = uuid.uuid4().hex[:8]
         self._metrics_name = f"sessionization_{self._id}"
-        self._progress = _Progress()
+        self._progress = BatchProgress()
         self._rejections = RejectionLog(f"sessionization stream {self._id}")
-        self._listener: _ProgressListener | None = None
+        self._listener: ProgressListener | None = None
         self._queries: dict[str, StreamingQuery] = {}
 
     def __enter__(self) -> SessionizationStream:
@@ -288,7 +150,7 @@ class SessionizationStream:
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         if config.trust.verification_keys:
             redact_key_material(self.spark)
-        self._listener = _ProgressListener(self._metrics_name, self._progress, self._rejections)
+        self._listener = ProgressListener(self._metrics_name, self._progress, self._rejections)
         self.spark.streams.addListener(self._listener)
         trigger = format_interval(config.trigger_interval_ms)
         try:
@@ -520,11 +382,3 @@ def _read_parquet(spark: SparkSession, path: str, schema: StructType) -> DataFra
 def _kafka_client_options(source: KafkaSource) -> dict[str, str]:
     """The source's ``kafka.*`` client settings (security, ...), for the Kafka sink."""
     return {key: value for key, value in source.options.items() if key.startswith("kafka.")}
-
-
-def _join(root: str, name: str) -> str:
-    return f"{root.rstrip('/')}/{name}"
-
-
-def _iso_to_ms(text: str) -> int:
-    return round(datetime.fromisoformat(text).timestamp() * 1000)
