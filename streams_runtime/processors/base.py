@@ -1,0 +1,130 @@
+"""Processors: the per-task instances of a topology's nodes.
+
+Data flows through :meth:`Processor.process`; time flows through :meth:`Processor.advance`, which
+a control record triggers at every processor reachable from its source. Time-driven processors
+(session aggregation, suppression) keep their own observed stream time, the maximum timestamp of
+what reached them, as Kafka Streams' processors do.
+
+**Progress** is what the runtime promises the readers of its outputs when it ticks them: on
+in-order input, records a sink still sends are not older than :meth:`SinkProcessor.progress`.
+It flows through the graph like data (DESIGN §5), not from the task's stream time:
+
+- only forwarded data and input control records move it. A record a filter drops, or an
+  aggregation drops as late or keyless, promises nothing downstream;
+- stateless and table processors keep their input's order, so the data a sink sends moves its
+  progress, and control time passes through them (:meth:`Processor.control_progress`);
+- a session aggregation stamps its output with session ends, which trail its input by up to
+  ``gap + grace``, and holds progress back by as much; data after it is out of order and moves
+  nothing. A suppression needs no hold of its own: what it still buffers ends after that bound.
+
+This module holds what every processor shares: the :class:`ProcessorContext` a task offers, the
+:class:`Processor` base class, and :class:`KeyedStoreProcessor`, the base of those keeping
+per-key state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from streams_runtime.record import Headers, Record
+from streams_runtime.serdes import Serde
+from streams_runtime.state import KeyValueStore, SessionStore
+
+__all__ = ["NO_PROGRESS", "KeyedStoreProcessor", "Processor", "ProcessorContext"]
+
+
+class ProcessorContext(Protocol):
+    """What a task offers its processors."""
+
+    @property
+    def application_id(self) -> str: ...
+
+    @property
+    def stream_time(self) -> int: ...
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+        *,
+        partition_key: bytes | None = None,
+    ) -> None:
+        """Send a record; ``partition_key`` (when given) chooses the partition instead of
+        ``key``, hashed the same way."""
+        ...
+
+    def kv_store(self, name: str) -> KeyValueStore: ...
+
+    def session_store(self, name: str) -> SessionStore: ...
+
+    def record_dropped(self, processor: str, reason: str) -> None: ...
+
+    def record_idempotent_skip(self, processor: str) -> None: ...
+
+    def suppress_buffer_size(self, processor: str, size: int) -> None: ...
+
+
+NO_PROGRESS = -1
+
+
+class Processor:
+    """Base processor: forwards records and time to its children."""
+
+    name = "processor"
+    reorders = False
+    """Whether the timestamps of what this processor forwards may run backwards while its input's
+    run forwards (so data after it promises nothing, see :meth:`SinkProcessor.progress`)."""
+
+    def __init__(self) -> None:
+        self.children: list[Processor] = []
+        self.parents: list[Processor] = []
+
+    def init(self, context: ProcessorContext) -> None:
+        """Called once per task before the first record, after state was restored."""
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self.forward(record)
+
+    def forward(self, record: Record[Any, Any]) -> None:
+        for child in self.children:
+            child.process(record)
+
+    def advance(self, timestamp: int) -> None:
+        """Time passed to ``timestamp`` without data (a control record)."""
+        for child in self.children:
+            child.advance(timestamp)
+
+    def control_progress(self) -> int:
+        """The progress this processor passes on without data: the control time that reached it,
+        held back by every aggregation on the way (:data:`NO_PROGRESS` when none). Several
+        parents are one time-ordered stream (the task takes records in timestamp order), so the
+        largest counts, as for Kafka Streams' stream time."""
+        return max((parent.control_progress() for parent in self.parents), default=NO_PROGRESS)
+
+    def flush(self) -> None:
+        """Called before every commit."""
+
+
+class KeyedStoreProcessor(Processor):
+    """A processor keeping per-key state in the store ``store_name``: records with a null key
+    have no place in it and are dropped and counted (reason ``null-key``)."""
+
+    def __init__(self, store_name: str, key_serde: Serde[Any]) -> None:
+        super().__init__()
+        self._store_name = store_name
+        self._key_serde = key_serde
+        self._context: ProcessorContext | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        self._context = context
+
+    def _store_key(self, record: Record[Any, Any]) -> bytes | None:
+        """The record's serialized key, or ``None`` (counted) when it has none."""
+        if record.key is None:
+            assert self._context is not None
+            self._context.record_dropped(self._store_name, "null-key")
+            return None
+        return self._key_serde.serialize(record.key) or b""
