@@ -1,0 +1,57 @@
+"""Processors: the per-task instances of a topology's nodes, one module per kind.
+
+- :mod:`~streams_runtime.processors.base`: the processor base class, the context a task offers,
+  and how **progress** flows through the graph (read this first);
+- :mod:`~streams_runtime.processors.stateless`: source, sink, and the stateless transforms;
+- :mod:`~streams_runtime.processors.tables`: tables, emit-on-change and the stream-table join;
+- :mod:`~streams_runtime.processors.sessions`: session-window aggregation and suppression.
+"""
+
+from streams_runtime.processors.base import (
+    NO_PROGRESS,
+    KeyedStoreProcessor,
+    Processor,
+    ProcessorContext,
+)
+from streams_runtime.processors.sessions import SessionAggregateProcessor, SuppressProcessor
+from streams_runtime.processors.stateless import (
+    FilterProcessor,
+    MapProcessor,
+    MapValuesProcessor,
+    PassThroughProcessor,
+    PeekProcessor,
+    SinkProcessor,
+    SourceProcessor,
+)
+from streams_runtime.processors.tables import (
+    StreamTableJoinProcessor,
+    TableAggregateProcessor,
+    TableFilterProcessor,
+    TableMapValuesProcessor,
+    TableSourceProcessor,
+    TimestampedTableStore,
+    is_idempotent_update,
+)
+
+__all__ = [
+    "NO_PROGRESS",
+    "FilterProcessor",
+    "KeyedStoreProcessor",
+    "MapProcessor",
+    "MapValuesProcessor",
+    "PassThroughProcessor",
+    "PeekProcessor",
+    "Processor",
+    "ProcessorContext",
+    "SessionAggregateProcessor",
+    "SinkProcessor",
+    "SourceProcessor",
+    "StreamTableJoinProcessor",
+    "SuppressProcessor",
+    "TableAggregateProcessor",
+    "TableFilterProcessor",
+    "TableMapValuesProcessor",
+    "TableSourceProcessor",
+    "TimestampedTableStore",
+    "is_idempotent_update",
+]

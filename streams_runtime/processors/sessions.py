@@ -1,0 +1,225 @@
+"""Session windows (Kafka Streams' ``KStreamSessionWindowAggregate``) and the suppression of
+their updates until each session's final result (``KTableSuppressProcessor``). Both are
+time-driven: they keep their own observed stream time, moved by data and control records."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+from typing import Any
+
+from streams_runtime.processors.base import (
+    NO_PROGRESS,
+    KeyedStoreProcessor,
+    Processor,
+    ProcessorContext,
+)
+from streams_runtime.record import Record
+from streams_runtime.serdes import Serde
+from streams_runtime.state import KeyValueStore, SessionStore
+from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
+from streams_runtime.windowed import Windowed
+from streams_runtime.windows import SessionWindow, SessionWindows, merge_sessions
+
+__all__ = ["SessionAggregateProcessor", "SuppressProcessor"]
+
+_PURGE_INTERVAL_S = 30.0  # expired sessions are removed at most this often (a full scan)
+
+
+class SessionAggregateProcessor(KeyedStoreProcessor):
+    """Session-window aggregation (Kafka Streams' ``KStreamSessionWindowAggregate``).
+
+    A record at ``t`` merges with every *retained* session of its key where
+    ``start - gap <= t <= end + gap``; it is late, dropped and counted when the merged session
+    ends before ``stream time - grace - gap``. A session is retained while its end is after
+    ``stream time - gap - grace`` (:attr:`SessionWindows.retention_ms`), so once its final result
+    is due it never changes again. Merged sessions are deleted and forwarded as tombstones, the
+    merged session as an update, both with the session's end as timestamp and without headers
+    (Kafka Streams forwards new records here, not the input's).
+    """
+
+    name = "session_aggregate"
+    reorders = True
+
+    def __init__(
+        self,
+        store_name: str,
+        windows: SessionWindows,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__(store_name, key_serde)
+        self._windows = windows
+        self._value_serde = value_serde
+        self._initializer = initializer
+        self._aggregator = aggregator
+        self._merger = merger
+        self._store: SessionStore | None = None
+        self.observed_stream_time = -1
+        self._accepted = NO_PROGRESS  # largest timestamp aggregated (not dropped)
+        self._next_purge = time.monotonic() + _PURGE_INTERVAL_S
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._store = context.session_store(self._store_name)
+        self.observed_stream_time = max(self.observed_stream_time, context.stream_time)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        assert self._store is not None
+        assert self._context is not None
+        key_bytes = self._store_key(record)
+        if key_bytes is None:
+            return
+        t = record.timestamp
+        gap = self._windows.gap_ms
+        # Only retained sessions merge, as in Kafka Streams' session stores: a session ending at
+        # or before the retention cutoff already had its final result, so merging a record into
+        # it would give a second, overlapping one. The cutoff is taken before this record moves
+        # stream time (the store has not seen it yet).
+        retained_after = self.observed_stream_time - self._windows.retention_ms
+        found = [
+            session
+            for session in self._store.find_sessions(key_bytes, t - gap, t + gap)
+            if session[1] > retained_after
+        ]
+        self.observed_stream_time = max(self.observed_stream_time, t)
+        merged = merge_sessions(t, (SessionWindow(s, e) for s, e, _ in found))
+        if self._windows.is_late(merged.end, self.observed_stream_time):
+            self._context.record_dropped(self._store_name, "late")
+            return
+        self._accepted = max(self._accepted, t)
+        aggregate = self._initializer()
+        # Every session the record merges with is replaced, and its removal forwarded, even one
+        # with the merged session's bounds (as Kafka Streams does); only a record landing on a
+        # single-point session at its own timestamp updates it in place.
+        replaced = (merged.start, merged.end) != (t, t)
+        for start, end, raw in found:
+            aggregate = self._merger(record.key, aggregate, self._value_serde.deserialize(raw))
+            if replaced:
+                self._store.put(key_bytes, start, end, None, t)
+                self.forward(Record(Windowed(record.key, start, end), None, end))
+        aggregate = self._aggregator(record.key, record.value, aggregate)
+        self._store.put(
+            key_bytes, merged.start, merged.end, self._value_serde.serialize(aggregate), t
+        )
+        self.forward(Record(Windowed(record.key, merged.start, merged.end), aggregate, merged.end))
+
+    def advance(self, timestamp: int) -> None:
+        self.observed_stream_time = max(self.observed_stream_time, timestamp)
+        super().advance(timestamp)
+
+    def control_progress(self) -> int:
+        # Output is stamped with session ends: a record at t (>= what came before, in order) can
+        # still replace retained sessions ending as early as t - gap, and a record within grace
+        # ones ending gap + grace before the latest time seen.
+        seen = max(self._accepted, super().control_progress())
+        held = seen - self._windows.gap_ms - self._windows.grace_ms
+        return held if seen >= 0 and held >= 0 else NO_PROGRESS
+
+    def flush(self) -> None:
+        # Retention: remove the sessions no record can merge with any more (they are already
+        # invisible to process()), with tombstones, so the compacted changelog forgets them too.
+        assert self._store is not None
+        now = time.monotonic()
+        if self.observed_stream_time < 0 or now < self._next_purge:
+            return
+        self._next_purge = now + _PURGE_INTERVAL_S
+        cutoff = self.observed_stream_time - self._windows.retention_ms
+        expired = [(k, s, e) for k, s, e, _ in self._store.items() if e <= cutoff]
+        for key, start, end in expired:
+            self._store.put(key, start, end, None, self.observed_stream_time)
+
+
+class SuppressProcessor(Processor):
+    """Suppress until window closes (Kafka Streams' ``KTableSuppressProcessor`` with final
+    results): keeps the latest update of every session and forwards it once
+    ``end + gap + grace <= observed stream time``. Tombstones (merged-away sessions) remove the
+    session, so it is never emitted. The buffer is a changelogged store, so a restart neither
+    loses nor repeats final results; control records advance the observed stream time too.
+
+    Progress passes through unchanged: every session still buffered ends after the aggregation's
+    bound (``stream time - gap - grace``), since those ending at or before it were emitted."""
+
+    name = "suppress"
+
+    def __init__(
+        self,
+        store_name: str,
+        windows: SessionWindows,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+    ) -> None:
+        super().__init__()
+        self._store_name = store_name
+        self._windows = windows
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._store: KeyValueStore | None = None
+        self._context: ProcessorContext | None = None
+        self._pending: dict[bytes, Record[Any, Any]] = {}
+        self._by_end: list[tuple[int, bytes]] = []  # heap; may hold stale entries
+        self.observed_stream_time = -1
+
+    def init(self, context: ProcessorContext) -> None:
+        self._context = context
+        self._store = context.kv_store(self._store_name)
+        self.observed_stream_time = max(self.observed_stream_time, context.stream_time)
+        for buffer_key, raw in self._store.items():
+            key_bytes, start, end = split_session_changelog_key(buffer_key)
+            windowed = Windowed(self._key_serde.deserialize(key_bytes), start, end)
+            self._pending[buffer_key] = Record(windowed, self._value_serde.deserialize(raw), end)
+            self._by_end.append((end, buffer_key))
+        heapq.heapify(self._by_end)
+        context.suppress_buffer_size(self._store_name, len(self._pending))
+
+    def process(self, record: Record[Any, Any]) -> None:
+        assert self._store is not None
+        assert self._context is not None
+        windowed: Windowed[Any] = record.key
+        buffer_key = session_changelog_key(
+            self._key_serde.serialize(windowed.key) or b"", windowed.start, windowed.end
+        )
+        self.observed_stream_time = max(self.observed_stream_time, record.timestamp)
+        if record.value is None:
+            if self._pending.pop(buffer_key, None) is not None:
+                self._store.put(buffer_key, None, record.timestamp)
+        else:
+            if buffer_key not in self._pending:
+                heapq.heappush(self._by_end, (windowed.end, buffer_key))
+            self._pending[buffer_key] = record
+            self._store.put(buffer_key, self._value_serde.serialize(record.value), record.timestamp)
+        self._emit_closed()
+
+    def advance(self, timestamp: int) -> None:
+        self.observed_stream_time = max(self.observed_stream_time, timestamp)
+        self._emit_closed()
+        super().advance(timestamp)
+
+    def _emit_closed(self) -> None:
+        assert self._store is not None
+        assert self._context is not None
+        heap, windows, now = self._by_end, self._windows, self.observed_stream_time
+        emitted = False
+        while heap and windows.is_final(heap[0][0], now):
+            _, buffer_key = heapq.heappop(heap)
+            record = self._pending.pop(buffer_key, None)
+            if record is None:
+                continue  # merged away (tombstone) after it was buffered
+            self._store.put(buffer_key, None, max(record.timestamp, now))
+            self.forward(record)
+            emitted = True
+        if len(heap) > 2 * len(self._pending) + 64:
+            # Stale entries of merged-away sessions: rebuild rather than let them pile up.
+            self._by_end = [(r.key.end, k) for k, r in self._pending.items()]
+            heapq.heapify(self._by_end)
+        if emitted:
+            self._context.suppress_buffer_size(self._store_name, len(self._pending))
+
+    def flush(self) -> None:
+        assert self._context is not None
+        self._context.suppress_buffer_size(self._store_name, len(self._pending))

@@ -1,0 +1,167 @@
+"""Stateless processors (Kafka Streams' ``KStreamFilter``, ``KStreamMap``, ``KStreamPeek``...)
+and the two ends of a sub-topology: the source that deserializes input records and the sink that
+serializes and sends output records. They keep their input's order, so the data a sink sends
+moves its progress (see :mod:`streams_runtime.processors.base`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from streams_runtime.processors.base import NO_PROGRESS, Processor, ProcessorContext
+from streams_runtime.record import Record, SourceRecord
+from streams_runtime.serdes import Serde, SessionWindowedSerde
+
+__all__ = [
+    "FilterProcessor",
+    "MapProcessor",
+    "MapValuesProcessor",
+    "PassThroughProcessor",
+    "PeekProcessor",
+    "SinkProcessor",
+    "SourceProcessor",
+]
+
+
+class PassThroughProcessor(Processor):
+    name = "merge"
+
+
+class SourceProcessor(Processor):
+    """Deserializes source records; the task forwards them (and applies the bad-record policy to
+    serde errors and to exceptions raised further down)."""
+
+    name = "source"
+
+    def __init__(self, key_serde: Serde[Any], value_serde: Serde[Any]) -> None:
+        super().__init__()
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._control_time = NO_PROGRESS
+
+    def advance(self, timestamp: int) -> None:
+        self._control_time = max(self._control_time, timestamp)
+        super().advance(timestamp)
+
+    def control_progress(self) -> int:
+        return self._control_time
+
+    def deserialize(self, source: SourceRecord) -> Record[Any, Any]:
+        return Record(
+            self._key_serde.deserialize(source.key),
+            self._value_serde.deserialize(source.value),
+            source.timestamp,
+            source.headers,
+        )
+
+
+class FilterProcessor(Processor):
+    name = "filter"
+
+    def __init__(self, predicate: Callable[[Any, Any], bool]) -> None:
+        super().__init__()
+        self._predicate = predicate
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if self._predicate(record.key, record.value):
+            self.forward(record)
+
+
+class MapProcessor(Processor):
+    name = "map"
+
+    def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        super().__init__()
+        self._mapper = mapper
+
+    def process(self, record: Record[Any, Any]) -> None:
+        key, value = self._mapper(record.key, record.value)
+        self.forward(Record(key, value, record.timestamp, record.headers))
+
+
+class MapValuesProcessor(Processor):
+    name = "map_values"
+
+    def __init__(self, mapper: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._mapper = mapper
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self.forward(
+            Record(record.key, self._mapper(record.value), record.timestamp, record.headers)
+        )
+
+
+class PeekProcessor(Processor):
+    name = "peek"
+
+    def __init__(self, action: Callable[[Any, Any], None]) -> None:
+        super().__init__()
+        self._action = action
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self._action(record.key, record.value)
+        self.forward(record)
+
+
+class SinkProcessor(Processor):
+    """Serializes and sends to a topic, partitioned by key with murmur2 (windowed keys by their
+    inner key)."""
+
+    name = "sink"
+
+    def __init__(
+        self, topic: str, key_serde: Serde[Any], value_serde: Serde[Any], *, internal: bool = False
+    ) -> None:
+        super().__init__()
+        self.topic = topic
+        self._internal = internal
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._context: ProcessorContext | None = None
+        self._sent = NO_PROGRESS
+        self._in_order = True
+
+    def init(self, context: ProcessorContext) -> None:
+        self._context = context
+        if self._internal:
+            self.topic = f"{context.application_id}-{self.topic}"
+        self._in_order = not any(p.reorders for p in _ancestors(self))
+
+    def progress(self) -> int:
+        """What a tick on this sink's topic may promise: records this sink still sends have
+        timestamps of at least this, on in-order input (:data:`NO_PROGRESS`: nothing yet). The
+        data it sent counts when nothing before it reorders records; control time always."""
+        sent = self._sent if self._in_order else NO_PROGRESS
+        return max(sent, self.control_progress())
+
+    def process(self, record: Record[Any, Any]) -> None:
+        assert self._context is not None
+        self._sent = max(self._sent, record.timestamp)
+        key_serde = self._key_serde
+        # Windowed keys are partitioned by their inner key, as Kafka Streams'
+        # WindowedStreamPartitioner does: every window of a key lands in one partition.
+        partition_key = (
+            key_serde.inner.serialize(record.key.key)
+            if isinstance(key_serde, SessionWindowedSerde) and record.key is not None
+            else None
+        )
+        self._context.send(
+            self.topic,
+            key_serde.serialize(record.key),
+            self._value_serde.serialize(record.value),
+            record.timestamp,
+            record.headers,
+            partition_key=partition_key,
+        )
+
+
+def _ancestors(processor: Processor) -> list[Processor]:
+    found: list[Processor] = []
+    stack = list(processor.parents)
+    while stack:
+        parent = stack.pop()
+        if parent not in found:
+            found.append(parent)
+            stack.extend(parent.parents)
+    return found

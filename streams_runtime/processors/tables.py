@@ -1,0 +1,267 @@
+"""Table processors (Kafka Streams' ``KTableSource``, ``KStreamAggregate``, ``KTableFilter``,
+``KTableMapValues``, ``KStreamKTableJoin``) and the timestamped store they keep tables in.
+
+Tables (a table source and non-windowed aggregations) keep :class:`ValueAndTimestamp` values in
+their key-value store and drop idempotent updates (KIP-557 emit-on-change, see
+:func:`is_idempotent_update`). Table processors forward the new value of every change, ``None``
+for a delete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from streams_runtime.processors.base import KeyedStoreProcessor, Processor, ProcessorContext
+from streams_runtime.record import Record
+from streams_runtime.serdes import Serde, ValueAndTimestamp
+from streams_runtime.state import KeyValueStore
+
+__all__ = [
+    "StreamTableJoinProcessor",
+    "TableAggregateProcessor",
+    "TableFilterProcessor",
+    "TableMapValuesProcessor",
+    "TableSourceProcessor",
+    "TimestampedTableStore",
+    "is_idempotent_update",
+]
+
+
+def is_idempotent_update(
+    stored: ValueAndTimestamp | None, value: bytes | None, timestamp: int
+) -> bool:
+    """Whether a table update is idempotent and is not forwarded (KIP-557 emit-on-change): the key
+    holds a value, the update's serialized bytes equal it, and the update's timestamp is strictly
+    newer than the stored one. It is still written: the store remembers the newer timestamp, as
+    Kafka Streams' store does, so later updates are stamped as Kafka Streams stamps them.
+
+    Everything else is forwarded: a different value, a delete, and the same value with an equal
+    or older timestamp. An older timestamp moves back when the value became valid, which
+    downstream must learn; an equal one is what re-processing the very same record gives, which
+    therefore always reaches downstream again.
+    """
+    return (
+        stored is not None
+        and value is not None
+        and value == stored.value
+        and timestamp > stored.timestamp
+    )
+
+
+class TimestampedTableStore:
+    """A table's key-value store: values are :class:`ValueAndTimestamp` (8-byte big-endian
+    timestamp, then the serialized value), written through emit-on-change.
+
+    Crash safety (why Kafka Streams disabled KIP-557 in 2.6.2/2.7.1, KAFKA-12508): dropping an
+    update because the store already holds it is only safe when the store never holds updates
+    whose output downstream may not have received. The state layer guarantees that a restored
+    store is never ahead of the committed input (changelog records carry their source offset and
+    restore skips uncommitted ones; changelog writes are flushed only at commit), so input that
+    is processed again after a crash meets the state it met the first time, and forwards again.
+    """
+
+    def __init__(self, store: KeyValueStore, context: ProcessorContext) -> None:
+        self.store = store
+        self._context = context
+
+    def get(self, key: bytes) -> ValueAndTimestamp | None:
+        """The stored value and timestamp of ``key``, or ``None``."""
+        raw = self.store.get(key)
+        return None if raw is None else ValueAndTimestamp.from_bytes(raw)
+
+    def update(
+        self, key: bytes, stored: ValueAndTimestamp | None, value: bytes | None, timestamp: int
+    ) -> bool:
+        """Write ``value`` (``None`` deletes) at ``timestamp``; True when the update is to be
+        forwarded, False when it is idempotent against ``stored`` (what :meth:`get` returned).
+        Idempotent updates are counted in ``streams_idempotent_update_skip_total``."""
+        encoded = None if value is None else ValueAndTimestamp(value, timestamp).to_bytes()
+        self.store.put(key, encoded, timestamp)
+        if is_idempotent_update(stored, value, timestamp):
+            self._context.record_idempotent_skip(self.store.name)
+            return False
+        return True
+
+
+class TableSourceProcessor(KeyedStoreProcessor):
+    """Materialises a topic as a table: the latest value per key; null values delete. Updates
+    are written, and forwarded unless idempotent (:func:`is_idempotent_update`)."""
+
+    name = "table_source"
+
+    def __init__(self, store_name: str, key_serde: Serde[Any], value_serde: Serde[Any]) -> None:
+        super().__init__(store_name, key_serde)
+        self._value_serde = value_serde
+        self._table: TimestampedTableStore | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        assert self._table is not None
+        key = self._store_key(record)
+        if key is None:
+            return
+        value = self._value_serde.serialize(record.value)
+        stored = self._table.get(key)
+        if self._table.update(key, stored, value, record.timestamp):
+            old = None if stored is None else self._value_serde.deserialize(stored.value)
+            self.forward(Record(record.key, record.value, record.timestamp, record.headers, old))
+
+
+class TableAggregateProcessor(KeyedStoreProcessor):
+    """Non-windowed aggregation into a table (Kafka Streams' ``KStreamAggregate``).
+
+    Per key, ``aggregator(key, value, aggregate)`` folds each record into the aggregate, which
+    starts as ``initializer()``; an aggregator returning ``None`` deletes the key. Records with a
+    null key or a null value are dropped and counted. The result's timestamp is the largest
+    timestamp of the records aggregated so far; updates are written, and forwarded unless
+    idempotent (:func:`is_idempotent_update`), e.g. a maximum that did not change.
+    """
+
+    name = "table_aggregate"
+
+    def __init__(
+        self,
+        store_name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__(store_name, key_serde)
+        self._value_serde = value_serde
+        self._initializer = initializer
+        self._aggregator = aggregator
+        self._table: TimestampedTableStore | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        assert self._table is not None
+        assert self._context is not None
+        key = self._store_key(record)
+        if key is None:
+            return
+        if record.value is None:
+            # A null value in a stream is no delete: Kafka Streams skips it too.
+            self._context.record_dropped(self._store_name, "null-value")
+            return
+        stored = self._table.get(key)
+        if stored is None:
+            old, timestamp = None, record.timestamp
+            aggregate = self._initializer()
+        else:
+            old = aggregate = self._value_serde.deserialize(stored.value)
+            timestamp = max(stored.timestamp, record.timestamp)
+        aggregate = self._aggregator(record.key, record.value, aggregate)
+        value = self._value_serde.serialize(aggregate)
+        if self._table.update(key, stored, value, timestamp):
+            self.forward(Record(record.key, aggregate, timestamp, record.headers, old))
+
+
+class TableFilterProcessor(Processor):
+    """Keeps a table's rows whose value passes the predicate (fails it, with ``negate``). An
+    update that does not pass is forwarded as a delete (``None``), so downstream drops a row that
+    no longer passes; as in Kafka Streams over a materialised table (and every table of the
+    runtime is one), nothing is forwarded when the row was not in the filtered table before
+    either."""
+
+    name = "table_filter"
+
+    def __init__(self, predicate: Callable[[Any, Any], bool], *, negate: bool = False) -> None:
+        super().__init__()
+        self._predicate = predicate
+        self._negate = negate
+
+    def _passing(self, key: Any, value: Any) -> Any:
+        if value is None or self._predicate(key, value) == self._negate:
+            return None
+        return value
+
+    def process(self, record: Record[Any, Any]) -> None:
+        new = self._passing(record.key, record.value)
+        old = self._passing(record.key, record.old_value)
+        if new is None and old is None:
+            return
+        self.forward(Record(record.key, new, record.timestamp, record.headers, old))
+
+
+class TableMapValuesProcessor(Processor):
+    """Maps a table's values; deletes pass through without calling the mapper."""
+
+    name = "table_map_values"
+
+    def __init__(self, mapper: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._mapper = mapper
+
+    def process(self, record: Record[Any, Any]) -> None:
+        value = None if record.value is None else self._mapper(record.value)
+        old = None if record.old_value is None else self._mapper(record.old_value)
+        self.forward(Record(record.key, value, record.timestamp, record.headers, old))
+
+
+class StreamTableJoinProcessor(KeyedStoreProcessor):
+    """Joins each stream record with the table's current value for its key (Kafka Streams'
+    ``KStreamKTableJoin``). Records with a null value are dropped and counted, and so are records
+    with a null key, except that a left join forwards them joined with no row (KIP-962).
+
+    The table is read from the store of the table it derives from; ``getter(key, value)``
+    applies the table's own filters and value mappers on the way (``None``: no row)."""
+
+    name = "stream_table_join"
+
+    def __init__(
+        self,
+        store_name: str,
+        key_serde: Serde[Any],
+        table_value_serde: Serde[Any],
+        joiner: Callable[[Any, Any], Any],
+        *,
+        left: bool,
+        getter: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        super().__init__(store_name, key_serde)
+        self._table_value_serde = table_value_serde
+        self._joiner = joiner
+        self._left = left
+        self._getter = getter
+        self._store: KeyValueStore | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._store = context.kv_store(self._store_name)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        assert self._store is not None
+        assert self._context is not None
+        if record.value is None:
+            # Nothing to join: a null value is an empty message, not SQL's NULL (Kafka Streams).
+            self._context.record_dropped(self._store_name, "null-value")
+            return
+        if record.key is None and self._left:
+            # KIP-962: a left join forwards a record without a key, joined with no row.
+            self.forward(
+                Record(None, self._joiner(record.value, None), record.timestamp, record.headers)
+            )
+            return
+        key = self._store_key(record)
+        if key is None:
+            return
+        raw = self._store.get(key)
+        table_value = None
+        if raw is not None:
+            stored = ValueAndTimestamp.from_bytes(raw)
+            table_value = self._table_value_serde.deserialize(stored.value)
+            if table_value is not None and self._getter is not None:
+                table_value = self._getter(record.key, table_value)
+        if table_value is None and not self._left:
+            return
+        joined = self._joiner(record.value, table_value)
+        self.forward(Record(record.key, joined, record.timestamp, record.headers))
