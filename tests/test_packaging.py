@@ -21,10 +21,10 @@ import pytest
 from packaging.requirements import Requirement
 
 from progress_control import __version__
+from tests.paths import ROOT
 
 pytestmark = pytest.mark.network
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (
     "progress_control",
     "interceptor",

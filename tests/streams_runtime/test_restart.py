@@ -20,10 +20,11 @@ from confluent_kafka import Producer
 
 from progress_control.protocol import ControlMarker, ControlRecord
 from tests.helpers import TopicReader, unique_name, wait_for
+from tests.paths import APPS, ROOT
 
 pytestmark = pytest.mark.broker
 
-APP = Path(__file__).parent / "apps" / "sessions_app.py"
+APP = APPS / "sessions_app.py"
 GAP_MS = 1000
 BASE = 1_700_000_000_000
 PARTITIONS = 2
@@ -104,7 +105,7 @@ class KilledRepeatedly:
 @pytest.fixture
 def app_env(kafka_bootstrap: str, tmp_path: Path) -> Callable[[str, str], dict[str, str]]:
     def make(guarantee: str, engine: str) -> dict[str, str]:
-        root = Path(__file__).resolve().parent.parent
+        root = ROOT
         return {
             **os.environ,
             "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",

@@ -20,7 +20,7 @@ from tests.conformance.harness import ProcessedCheck, read_to_end
 from tests.conformance.inputs import SENTINEL_KEY
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 from tests.helpers import unique_name, wait_for
-from tests.test_runtime_progress import BASE_MS, In, produce, session_app, tick
+from tests.streams_runtime.test_progress import BASE_MS, In, produce, session_app, tick
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,7 +15,7 @@ from progress_control.protocol import ControlMarker, ControlRecord
 from streams_runtime import App
 from tests.apps.sessions_app import session_counts
 from tests.helpers import TopicReader, unique_name, wait_for
-from tests.test_runtime_restart import (
+from tests.streams_runtime.test_restart import (
     GAP_MS,
     expected_sessions,
     generate_events,

@@ -36,10 +36,11 @@ from streams_runtime.state import (
     encode_source,
 )
 from tests.helpers import TopicReader, unique_name, wait_for
+from tests.paths import APPS, ROOT
 
 broker = pytest.mark.broker
 
-APP = Path(__file__).parent / "apps" / "tables_app.py"
+APP = APPS / "tables_app.py"
 SKIPS = "streams_idempotent_update_skip"
 
 Update = tuple[str | None, Any, int]  # key, value (None: delete), timestamp
@@ -493,7 +494,7 @@ def crashing_app(
 ) -> Iterator[Callable[[list[str], str], subprocess.Popen[bytes]]]:
     processes: list[subprocess.Popen[bytes]] = []
     log = open(os.environ.get("TABLES_TEST_LOG", os.devnull), "ab")  # noqa: SIM115
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     app_id = unique_name("eoc-kill")
 
     def start(args: list[str], engine: str) -> subprocess.Popen[bytes]:

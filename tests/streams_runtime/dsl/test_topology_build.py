@@ -19,6 +19,7 @@ from streams_runtime.serdes import (
 )
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.task import decode_partition_time, encode_partition_time
+from tests.paths import ROOT
 
 
 def test_select_key_then_group_repartitions_into_a_second_subtopology() -> None:
@@ -171,7 +172,7 @@ def test_control_record_trust_settings(tmp_path: Path) -> None:
 
 
 def test_readme_example_builds() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## The streams runtime") :]
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None

@@ -22,9 +22,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.paths import ROOT
 from tools.helm import HELM_VERSION, helm_binary, helm_needs_build
 
-ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "progress-control"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
 SPARK_VALUES = CHART / "ci" / "spark-values.yaml"

@@ -35,7 +35,7 @@ from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
 from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
-from tests.test_interceptor_e2e import APP, CLI
+from tests.interceptor.test_producer import APP, CLI
 
 FAST = {
     "start.ms": 600,

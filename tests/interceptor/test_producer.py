@@ -29,8 +29,9 @@ from progress_control.settings import ConfigurationError
 from progress_control.ticks.activity_report import PartitionReport, decode_report
 from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
+from tests.paths import APPS
 
-APP = Path(__file__).parent / "apps" / "clicks_app.py"
+APP = APPS / "clicks_app.py"
 CLI = [sys.executable, "-m", "progress_control.cli"]
 
 FAST = {

@@ -33,8 +33,8 @@ from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import SourceRecord
 from streams_runtime.settings import BadRecordPolicy
 from streams_runtime.state.directory import read_checkpoint
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("interceptor", "sidecar", "streams_runtime", "progress_control")
 # Converted by whoever owns them; drop an entry when its calls use the mapping form.
 NOT_YET = {"progress_control/trust.py"}
