@@ -68,6 +68,12 @@ class IdlePartitionScheduler:
     def shutdown(self) -> None:
         """Stop the thread; a wake-up in progress finishes first."""
         with contextlib.suppress(Exception):
+            # APScheduler's shutdown marks the scheduler stopped before it takes the job-store
+            # lock, so a wake-up finishing meanwhile fails to remove its own job and kills the
+            # thread with a traceback. Pause (no new runs), then clear the jobs, which waits for
+            # the lock an in-flight wake-up holds, and only then shut down.
+            self._scheduler.pause()
+            self._scheduler.remove_all_jobs()
             self._scheduler.shutdown(wait=True)
 
     def _wake(self) -> None:
