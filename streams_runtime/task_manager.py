@@ -135,8 +135,8 @@ class TaskManager:
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._metrics.rebalances("revoked").inc(len(partitions))
         revoked = {TopicPartitionId(p.topic, p.partition) for p in partitions}
-        affected = [t for t in self.tasks.values() if revoked.intersection(t.inputs)]
-        if affected:
+        rewind = False
+        if any(revoked.intersection(t.inputs) for t in self.tasks.values()):
             try:
                 self.commit()
             except (KafkaException, StreamsError) as exc:
@@ -144,10 +144,18 @@ class TaskManager:
                     "commit on revocation failed (%(error)s); input will be processed again",
                     {"error": str(exc)},
                 )
+                # Output since the last commit may be lost, every task's and not only the
+                # revoked ones' (an aborted transaction, a failed delivery): all of them start
+                # again from the last commit, duplicates rather than loss.
                 self._strategy.abort()
-        self._close_tasks(affected)
+                rewind = True
+        # Looked up again: an aborted commit has already recreated every task.
+        affected = [t for t in self.tasks.values() if revoked.intersection(t.inputs)]
+        self._close_tasks(list(self.tasks.values()) if rewind else affected)
         self._partitions.forget(revoked)
         self._unassign(consumer, partitions)
+        if rewind:
+            self._create_tasks(sorted(self._partitions.assigned), seek=True)
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Another member may own these already: no commit, and an open transaction would be
