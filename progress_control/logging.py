@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping, MutableMapping
+import threading
+from collections.abc import Hashable, Mapping, MutableMapping
 from typing import Any, TextIO
 
 import structlog
 
-__all__ = ["LOG_LEVELS", "configure_logging", "log_formatter", "parse_log_level"]
+__all__ = ["LOG_LEVELS", "OncePerKey", "configure_logging", "log_formatter", "parse_log_level"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 """The level names ``--log-level`` and the ``*_LOG_LEVEL`` settings accept (any case)."""
@@ -138,3 +139,26 @@ def configure_logging(
     root.setLevel(parse_log_level(level))
     # APScheduler (inside the interceptor) logs every job run at INFO.
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+
+
+class OncePerKey:
+    """Which keys were seen already, so a warning is logged once per key (say, a source and a
+    reason) and the rest are only counted; thread-safe. Keys may be chosen by whoever writes a
+    topic (forged source ids), so at most ``limit`` are remembered: past that, none is new."""
+
+    def __init__(self, limit: int = 1_000) -> None:
+        self._limit = limit
+        self._seen: set[Hashable] = set()
+        self._lock = threading.Lock()
+
+    def first(self, key: Hashable) -> bool:
+        """True the first time ``key`` comes, while fewer than ``limit`` keys are remembered."""
+        with self._lock:
+            if key in self._seen or len(self._seen) >= self._limit:
+                return False
+            self._seen.add(key)
+            return True
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._seen)

@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from progress_control.logging import OncePerKey
 from progress_control.protocol import (
     SIGNED_PROTOCOL_VERSION,
     ControlMarker,
@@ -55,7 +56,6 @@ DEFAULT_MAX_SKEW_MS = 300_000
 logger = logging.getLogger(__name__)
 
 _PAYLOAD_DOMAIN = b"progress-control/v2\x00"
-_MAX_LOGGED_SOURCES = 1_000  # forged records may carry endless source ids: remember this many
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class ControlRecordValidator:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._lock = threading.Lock()
         self._rejected: Counter[Verdict] = Counter()
-        self._logged: set[tuple[str, Verdict]] = set()
+        self._logged = OncePerKey()
 
     @property
     def rejected(self) -> Mapping[Verdict, int]:
@@ -212,20 +212,18 @@ class ControlRecordValidator:
     ) -> Verdict:
         with self._lock:
             self._rejected[verdict] += 1
-            first = (source, verdict) not in self._logged
-            if first and len(self._logged) >= _MAX_LOGGED_SOURCES:
-                first = False
-            elif first:
-                self._logged.add((source, verdict))
-        if first:
+        if self._logged.first((source, verdict)):
             logger.warning(
-                "skipped a control record from source %r on %s[%d]: %s (%s); further ones "
-                "from this source for this reason are counted, not logged",
-                source,
-                topic,
-                partition,
-                verdict.value,
-                detail,
+                "skipped a control record from source %(source)r on %(topic)s[%(partition)d]: "
+                "%(reason)s (%(detail)s); further ones from this source for this reason are "
+                "counted, not logged",
+                {
+                    "source": source,
+                    "topic": topic,
+                    "partition": partition,
+                    "reason": verdict.value,
+                    "detail": detail,
+                },
             )
         return verdict
 

@@ -21,20 +21,19 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import Counter
 
+from progress_control.logging import OncePerKey
 from progress_control.ticks.activity import TopicPartition
 
 __all__ = ["ActivityAdmission", "DropReason", "ReportedAck"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_LOGGED = 1_000  # spoofed reports may carry endless source ids: remember this many
 _MAX_PARKED = 1_024  # reports waiting for a metadata refresh
 
 
@@ -85,8 +84,7 @@ class ActivityAdmission:
         self._dropped = dropped
         """A counter with labels ``origin`` and ``reason``."""
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
-        self._lock = threading.Lock()
-        self._logged: set[tuple[str, DropReason]] = set()
+        self._logged = OncePerKey()
         self._parked: dict[TopicPartition, ReportedAck] = {}
         """Reports for topics not in our metadata yet (used by the report thread only)."""
 
@@ -167,11 +165,7 @@ class ActivityAdmission:
         self, origin: str, reason: DropReason, source: str, key: TopicPartition, detail: str
     ) -> None:
         self._dropped.labels(origin=origin, reason=reason.value).inc()
-        with self._lock:
-            first = (source, reason) not in self._logged and len(self._logged) < _MAX_LOGGED
-            if first:
-                self._logged.add((source, reason))
-        if first:
+        if self._logged.first((source, reason)):
             logger.warning(
                 "dropped %(origin)s activity from %(source)r for %(topic)r[%(partition)d]: "
                 "%(reason)s %(detail)s; further ones from this source for this reason are "
@@ -189,5 +183,4 @@ class ActivityAdmission:
     @property
     def logged(self) -> int:
         """How many (source, reason) pairs were logged (bounded)."""
-        with self._lock:
-            return len(self._logged)
+        return len(self._logged)

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
+from progress_control.logging import OncePerKey
 from progress_control.protocol import CONTROL_HEADER, MAC_SIZE, SIGNED_PROTOCOL_VERSION
 from progress_control.trust import TrustPolicy, Verdict
 
@@ -62,7 +62,6 @@ _PAYLOAD_DOMAIN = b"progress-control/v2\x00"  # as progress_control.trust.signed
 # A skew this large can never be exceeded by a millisecond timestamp; capping keeps the Spark
 # arithmetic inside a long whatever the setting (Python's integers never overflow, Spark's do).
 _SKEW_CAP_MS = 2**62
-_MAX_LOGGED = 1_000  # distinct (source, reason) pairs remembered, as the Python validator does
 
 logger = logging.getLogger(__name__)
 
@@ -318,17 +317,13 @@ class RejectionLog:
 
     def __init__(self, job: str) -> None:
         self._job = job
-        self._lock = threading.Lock()
-        self._logged: set[tuple[str, str]] = set()
+        self._logged = OncePerKey()
 
     def report(self, samples: Iterable[RejectionSample]) -> None:
         """Log the samples whose (source, reason) was not logged before."""
         for sample in sorted(samples):
-            pair = (sample.source, sample.reason)
-            with self._lock:
-                if pair in self._logged or len(self._logged) >= _MAX_LOGGED:
-                    continue
-                self._logged.add(pair)
+            if not self._logged.first((sample.source, sample.reason)):
+                continue
             logger.warning(
                 "%s: skipped a control record from source %r on %s[%d]: %s; further ones from "
                 "this source for this reason are counted, not logged",
