@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from progress_control.trust import DEFAULT_MAX_SKEW_MS, TrustPolicy, allowed_sources, parse_keys
@@ -23,6 +24,7 @@ __all__ = [
     "component_config",
     "default_cache_dir",
     "load_settings",
+    "shown_input",
 ]
 
 S = TypeVar("S", bound=BaseSettings)
@@ -56,24 +58,31 @@ class ConfigurationError(ValueError):
     """Invalid configuration; the message names every offending setting."""
 
 
+def shown_input(cls: type[BaseModel], error: ErrorDetails) -> str:
+    """`` [got <value>]`` for a validation error of ``cls``, or nothing where the value may be a
+    secret: a ``SecretStr`` setting's, or a whole-model error's (its input is every value)."""
+    if not error["loc"]:
+        return ""
+    field = cls.model_fields.get(str(error["loc"][0]))
+    if field is not None and (
+        field.annotation is SecretStr or SecretStr in getattr(field.annotation, "__args__", ())
+    ):
+        return ""
+    return f" [got {error.get('input')!r}]"
+
+
 def load_settings(cls: type[S], **values: Any) -> S:
     """Build ``cls`` from ``values`` and the environment, failing fast with the settings' names
-    (and the offending values, except those of secret settings)."""
+    (and the offending values, except those that may be secret: :func:`shown_input`)."""
     try:
         return cls(**values)
     except ValidationError as exc:
         prefix = str(cls.model_config.get("env_prefix", ""))
-        secret = {
-            name
-            for name, info in cls.model_fields.items()
-            if info.annotation is not None and SecretStr in getattr(info.annotation, "__args__", ())
-        }
         problems = []
         for error in exc.errors():
             name = ".".join(str(part) for part in error["loc"]) or "(settings)"
             env = f" (env {prefix}{name.upper().replace('.', '__')})" if prefix else ""
-            shown = "" if name in secret else f" [got {error.get('input')!r}]"
-            problems.append(f"  {name}{env}: {error['msg']}{shown}")
+            problems.append(f"  {name}{env}: {error['msg']}{shown_input(cls, error)}")
         raise ConfigurationError(
             f"invalid {cls.__name__} configuration:\n" + "\n".join(problems)
         ) from None

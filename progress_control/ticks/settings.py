@@ -29,7 +29,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode
 
 from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
-from progress_control.settings import ConfigurationError, component_config
+from progress_control.settings import ConfigurationError, component_config, shown_input
 from progress_control.ticks.schedule import TickSchedule
 from progress_control.ticks.topic_filter import DEFAULT_INTERNAL_TOPICS, TopicFilter
 from progress_control.trust import SigningKey
@@ -38,9 +38,6 @@ __all__ = ["CONFIG_PREFIX", "ENV_PREFIX", "TickSettings", "read_secret_file"]
 
 CONFIG_PREFIX = "progress.control."
 ENV_PREFIX = "PROGRESS_CONTROL_"
-
-# Settings whose values are never echoed in error messages.
-_SECRET_FIELDS = frozenset({"signing_key_secret"})
 
 
 def _default_source_id() -> str:
@@ -227,12 +224,7 @@ class TickSettings(BaseSettings):
                     where = f"{name} (env {ENV_PREFIX}{field.upper()})"
                 else:
                     where = "progress.control settings"
-                # Whole-model errors name their settings themselves; their input is every
-                # value, secrets included, so it is never echoed (nor a secret field's).
-                shown = (
-                    "" if not field or field in _SECRET_FIELDS else f" [got {error.get('input')!r}]"
-                )
-                problems.append(f"  {where}: {error['msg']}{shown}")
+                problems.append(f"  {where}: {error['msg']}{shown_input(cls, error)}")
             raise ConfigurationError(
                 "invalid progress-control configuration:\n" + "\n".join(problems)
             ) from None
