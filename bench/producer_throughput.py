@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, Message
 from confluent_kafka import Producer as KafkaProducer
 
 from bench._kafka import create_topic, end_offsets, unique_name
+from bench._timing import interleaved
 from interceptor import Producer as InterceptorProducer
 from progress_control.dev.broker import EmbeddedKafkaBroker
 
@@ -115,12 +116,10 @@ def main() -> None:
     records = int(os.environ.get("BENCH_RECORDS", "1000000"))
     repeats = int(os.environ.get("BENCH_REPEATS", "3"))
     names = list(VARIANTS)
-    rates: dict[str, list[float]] = {name: [] for name in names}
     with EmbeddedKafkaBroker() as broker:
-        for rep in range(repeats):
-            order = names[rep % len(names) :] + names[: rep % len(names)]
-            for name in order:
-                rates[name].append(_run(name, broker.bootstrap_servers, records))
+        rates = interleaved(
+            lambda name: _run(name, broker.bootstrap_servers, records), names, repeats
+        )
     median = {name: statistics.median(values) for name, values in rates.items()}
     print(
         f"{records:,} x {RECORD_SIZE}-byte records, {PARTITIONS} partitions, "
