@@ -24,6 +24,7 @@ from streams_runtime.state import (
     SourcePosition,
     TaskStateManager,
     WarmStore,
+    WindowStore,
 )
 from streams_runtime.topology import Subtopology
 
@@ -164,6 +165,9 @@ class StreamTask:
 
     def session_store(self, name: str) -> SessionStore:
         return self.state.session_store(name)
+
+    def window_store(self, name: str) -> WindowStore:
+        return self.state.window_store(name)
 
     def record_dropped(self, processor: str, reason: str) -> None:
         self._metrics.dropped_records(processor, reason).inc()

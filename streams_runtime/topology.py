@@ -82,10 +82,10 @@ class Subtopology:
 @dataclass(frozen=True)
 class QueryableStore:
     """A store interactive queries can read (KIP-535): a table's key-value store (values are
-    ``ValueAndTimestamp`` of ``value_serde``) or a session aggregation's session store."""
+    ``ValueAndTimestamp`` of ``value_serde``) or a windowed aggregation's session or window store."""
 
     name: str
-    kind: Literal["key_value", "session"]
+    kind: Literal["key_value", "session", "window"]
     key_serde: Serde[Any]
     value_serde: Serde[Any]
     subtopology: int = -1  # resolved by StreamsBuilder.build

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde
-from streams_runtime.state import KeyValueStore, SessionStore
+from streams_runtime.state import KeyValueStore, SessionStore, WindowStore
 
 __all__ = ["NO_PROGRESS", "KeyedStoreProcessor", "Processor", "ProcessorContext"]
 
@@ -59,6 +59,8 @@ class ProcessorContext(Protocol):
     def kv_store(self, name: str) -> KeyValueStore: ...
 
     def session_store(self, name: str) -> SessionStore: ...
+
+    def window_store(self, name: str) -> WindowStore: ...
 
     def record_dropped(self, processor: str, reason: str) -> None: ...
 

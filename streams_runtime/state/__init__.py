@@ -42,7 +42,7 @@ from streams_runtime.state.restore import (
     input_committed,
 )
 from streams_runtime.state.spec import StoreSpec, changelog_topic_config
-from streams_runtime.state.stores import KeyValueStore, SessionStore
+from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStore
 
 __all__ = [
     "SOURCE_HEADER",
@@ -66,6 +66,7 @@ __all__ = [
     "StoreSpec",
     "TaskStateManager",
     "WarmStore",
+    "WindowStore",
     "changelog_topic",
     "changelog_topic_config",
     "decode_source",

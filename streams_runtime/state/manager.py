@@ -58,7 +58,7 @@ from streams_runtime.state.restore import (
     read_watermarks,
 )
 from streams_runtime.state.spec import StoreSpec
-from streams_runtime.state.stores import KeyValueStore, SessionStore
+from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStore
 
 __all__ = ["TaskStateManager"]
 
@@ -153,6 +153,13 @@ class TaskStateManager:
         store = self.store(name)
         if not isinstance(store, SessionStore):
             raise TypeError(f"store {name!r} is a key-value store")
+        return store
+
+    def window_store(self, name: str) -> WindowStore:
+        """The window store called ``name``."""
+        store = self.store(name)
+        if not isinstance(store, WindowStore):
+            raise TypeError(f"store {name!r} is not a window store")
         return store
 
     @property
@@ -486,7 +493,8 @@ class TaskStateManager:
             return KeyValueStore(
                 spec.name, self.partition, make_kv_engine(self.engine, path), writer
             )
-        return SessionStore(
+        store_class = WindowStore if spec.kind == "window" else SessionStore
+        return store_class(
             spec.name, self.partition, make_session_engine(self.engine, path), writer
         )
 

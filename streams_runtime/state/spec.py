@@ -14,13 +14,14 @@ _MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """What a processor asks for: a named key-value or session store, logged by default.
+    """What a processor asks for: a named key-value, session or window store, logged by default.
 
-    ``retention_ms`` (session stores) is how long a session is kept after its end.
+    ``retention_ms`` (session and window stores) is how long, in stream time, an entry is kept
+    after its end.
     """
 
     name: str
-    kind: Literal["key_value", "session"]
+    kind: Literal["key_value", "session", "window"]
     logged: bool = True
     retention_ms: int | None = None
 
@@ -30,8 +31,8 @@ class StoreSpec:
             raise ValueError(f"store name must be non-empty [A-Za-z0-9._-], got {self.name!r}")
         if self.name in {".", ".."}:
             raise ValueError(f"invalid store name {self.name!r}")
-        if self.kind not in ("key_value", "session"):
-            raise ValueError(f"store kind must be key_value or session, got {self.kind!r}")
+        if self.kind not in ("key_value", "session", "window"):
+            raise ValueError(f"store kind must be key_value, session or window, got {self.kind!r}")
         if self.retention_ms is not None and self.retention_ms < 0:
             raise ValueError(f"retention_ms must be >= 0, got {self.retention_ms}")
 
@@ -39,12 +40,12 @@ class StoreSpec:
 def changelog_topic_config(spec: StoreSpec) -> dict[str, str]:
     """Topic configuration for the changelog of ``spec`` (the runtime creates the topic).
 
-    Compacted, for both kinds: expired sessions are removed with tombstones. Not time-based
-    deletion, which acts on record timestamps and would drop the changelog of live sessions when
-    old data is replayed.
+    Compacted, for every kind: expired sessions and windows are removed with tombstones. Not
+    time-based deletion, which acts on record timestamps and would drop the changelog of live
+    sessions when old data is replayed.
     """
-    if spec.kind == "session" and spec.retention_ms is None:
-        raise ValueError(f"session store {spec.name!r} needs retention_ms for its changelog")
+    if spec.kind != "key_value" and spec.retention_ms is None:
+        raise ValueError(f"{spec.kind} store {spec.name!r} needs retention_ms for its changelog")
     config = {"cleanup.policy": "compact"}
     # Restore skips records caused by input that was not committed. If the cleaner compacted a
     # key while such a newer, uncommitted version sits in the log, it would delete the committed

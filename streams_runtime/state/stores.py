@@ -16,7 +16,7 @@ from streams_runtime.state.changelog import (
 )
 from streams_runtime.state.engines import KeyValueEngine, SessionEngine
 
-__all__ = ["KeyValueStore", "SessionStore"]
+__all__ = ["KeyValueStore", "SessionStore", "WindowStore"]
 
 
 class KeyValueStore:
@@ -133,3 +133,21 @@ class SessionStore:
 
     def __repr__(self) -> str:
         return f"SessionStore({self.name!r}, partition={self.partition})"
+
+
+class WindowStore(SessionStore):
+    """One partition of a window store: ``(key, start, end) -> value``.
+
+    Time-window aggregations keep one entry per window ``[start, start + size)``; stream-stream
+    joins buffer each side's records as the point ``[timestamp, timestamp]``. Windows are
+    intervals too, so a window store is a session store (same engines, changelog key format,
+    restore and standby path) that is also read by window start.
+    """
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int) -> list[tuple[int, int, bytes]]:
+        """Windows ``(start, end, value)`` of ``key`` starting in ``[time_from, time_to]``,
+        sorted by ``(start, end)``."""
+        return [w for w in self.engine.find(key, time_from, time_to) if w[0] >= time_from]
+
+    def __repr__(self) -> str:
+        return f"WindowStore({self.name!r}, partition={self.partition})"
