@@ -1,4 +1,9 @@
-"""Session-window arithmetic (DESIGN §5): pure functions of timestamps, no state.
+"""Window specifications and their arithmetic (DESIGN §5): pure functions of timestamps, no state.
+
+Session windows (:class:`SessionWindows`), time windows (:class:`TimeWindows`, tumbling or
+hopping), sliding windows (:class:`SlidingWindows`) and the windows of a stream-stream join
+(:class:`JoinWindows`), each as Kafka Streams defines them.
+
 
 Sessions are closed intervals ``[start, end]`` in milliseconds. A record at ``t`` merges with every
 session where ``start - gap <= t <= end + gap``; the merged session is late (the record is
@@ -13,7 +18,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-__all__ = ["SessionWindow", "SessionWindows", "merge_sessions"]
+__all__ = [
+    "JoinWindows",
+    "SessionWindow",
+    "SessionWindows",
+    "SlidingWindows",
+    "TimeWindows",
+    "merge_sessions",
+]
 
 _ONE_MS = timedelta(milliseconds=1)
 
@@ -117,3 +129,140 @@ def merge_sessions(timestamp: int, sessions: Iterable[SessionWindow]) -> Session
         start = min(start, session.start)
         end = max(end, session.end)
     return SessionWindow(start, end)
+
+
+def _check_grace(grace_ms: int) -> None:
+    if grace_ms < 0:
+        raise ValueError(f"grace_ms must be >= 0, got {grace_ms}")
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindows:
+    """Fixed-size windows ``[start, start + size)`` starting every ``advance_ms`` from the epoch:
+    tumbling when ``advance_ms == size_ms`` (the default), hopping when smaller (Kafka Streams'
+    ``TimeWindows``). A window closes once ``end + grace <= stream time``.
+
+    ``size_ms`` must be positive, ``0 < advance_ms <= size_ms``, ``grace_ms >= 0``
+    (``ValueError`` otherwise).
+    """
+
+    size_ms: int
+    advance_ms: int = 0  # 0: tumbling (advance = size)
+    grace_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0:
+            raise ValueError(f"size_ms must be > 0, got {self.size_ms}")
+        if self.advance_ms == 0:
+            object.__setattr__(self, "advance_ms", self.size_ms)
+        if not 0 < self.advance_ms <= self.size_ms:
+            raise ValueError(
+                f"advance_ms must be > 0 and <= size_ms ({self.size_ms}), got {self.advance_ms}"
+            )
+        _check_grace(self.grace_ms)
+
+    @classmethod
+    def of_size(cls, size: int | timedelta, grace: int | timedelta = 0) -> TimeWindows:
+        """Tumbling windows of ``size`` with a ``grace`` period (``ofSizeAndGrace``); call
+        :meth:`advance_by` for hopping ones. Plain ints are milliseconds."""
+        return cls(size_ms=_to_ms(size, "size"), grace_ms=_to_ms(grace, "grace"))
+
+    def advance_by(self, advance: int | timedelta) -> TimeWindows:
+        """The same windows, hopping by ``advance`` instead of their size."""
+        return TimeWindows(self.size_ms, _to_ms(advance, "advance"), self.grace_ms)
+
+    def window_starts(self, timestamp: int) -> range:
+        """The starts of every window containing ``timestamp`` (``>= 0``), ascending."""
+        first = max(0, timestamp - self.size_ms + self.advance_ms)
+        first -= first % self.advance_ms
+        return range(first, timestamp + 1, self.advance_ms)
+
+    @property
+    def retention_ms(self) -> int:
+        """How long (in stream time) after its start a window is kept: ``size + grace``, the
+        default retention of Kafka Streams' window stores."""
+        return self.size_ms + self.grace_ms
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindows:
+    """Windows of ``time_difference_ms`` that slide with the records (Kafka Streams'
+    ``SlidingWindows``): two records fall into one window when their timestamps differ by at most
+    the time difference. Windows ``[start, end]`` include both bounds and close once
+    ``end + grace <= stream time``.
+
+    ``time_difference_ms`` must be positive and ``grace_ms`` non-negative (``ValueError``).
+    """
+
+    time_difference_ms: int
+    grace_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.time_difference_ms <= 0:
+            raise ValueError(f"time_difference_ms must be > 0, got {self.time_difference_ms}")
+        _check_grace(self.grace_ms)
+
+    @classmethod
+    def of_time_difference(
+        cls, difference: int | timedelta, grace: int | timedelta = 0
+    ) -> SlidingWindows:
+        """``ofTimeDifferenceAndGrace``; plain ints are milliseconds."""
+        return cls(_to_ms(difference, "difference"), _to_ms(grace, "grace"))
+
+    @property
+    def retention_ms(self) -> int:
+        """How long (in stream time) after its start a window is kept: ``2 * time difference +
+        grace``, as Kafka Streams' sliding-window stores (a window's end is a time difference
+        after its start, and the window after a record reaches another one further)."""
+        return 2 * self.time_difference_ms + self.grace_ms
+
+
+@dataclass(frozen=True, slots=True)
+class JoinWindows:
+    """The windows of a stream-stream join (Kafka Streams' ``JoinWindows``): a record at ``t``
+    joins the other side's records from ``t - before_ms`` to ``t + after_ms`` (bounds included).
+    Records are kept for joins until ``t + after + grace`` (left side) or ``t + before +
+    grace`` (right side) is below stream time; left and outer joins emit a record that found no
+    partner by then.
+
+    ``before_ms + after_ms`` must not be negative, ``grace_ms >= 0`` (``ValueError``).
+    """
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.before_ms + self.after_ms < 0:
+            raise ValueError(
+                f"before_ms + after_ms must be >= 0, got {self.before_ms} + {self.after_ms}"
+            )
+        _check_grace(self.grace_ms)
+
+    @classmethod
+    def of_time_difference(
+        cls, difference: int | timedelta, grace: int | timedelta = 0
+    ) -> JoinWindows:
+        """Symmetric windows: ``before = after = difference`` (``ofTimeDifferenceAndGrace``);
+        plain ints are milliseconds."""
+        ms = _to_ms(difference, "difference")
+        return cls(ms, ms, _to_ms(grace, "grace"))
+
+    def before(self, before: int | timedelta) -> JoinWindows:
+        """The same windows reaching ``before`` back in time from a left record."""
+        return JoinWindows(_to_ms(before, "before"), self.after_ms, self.grace_ms)
+
+    def after(self, after: int | timedelta) -> JoinWindows:
+        """The same windows reaching ``after`` ahead in time from a left record."""
+        return JoinWindows(self.before_ms, _to_ms(after, "after"), self.grace_ms)
+
+    @property
+    def size_ms(self) -> int:
+        """``before + after``."""
+        return self.before_ms + self.after_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """How long (in stream time) each side's buffered records are kept: ``before + after +
+        grace``, as Kafka Streams' join stores."""
+        return self.size_ms + self.grace_ms
