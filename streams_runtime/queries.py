@@ -390,19 +390,9 @@ class InteractiveQueries:
         actives = [m for m in members.values() if m.role(sp) == "active"]
         for member in sorted(actives, key=lambda m: m.instance_id != self.instance_id):
             seen.append({"instance_id": member.instance_id, "role": "active", "offset_lag": 0})
-            try:
-                return self._ask(member, store, key, allow_stale=False, max_lag=None)
-            except (NotAvailableError, _ForwardError) as exc:
-                self.metrics.routing_failures("forward-failed").inc()
-                logger.info(
-                    "active %(instance)s of %(store)s/%(partition)d did not answer: %(error)s",
-                    {
-                        "instance": member.instance_id,
-                        "store": sp.store,
-                        "partition": sp.partition,
-                        "error": str(exc),
-                    },
-                )
+            result = self._ask_or_log(member, sp, key, "active", allow_stale=False, max_lag=None)
+            if result is not None:
+                return result
         if not allow_stale:
             self.metrics.routing_failures("unavailable").inc()
             raise NotAvailableError(
@@ -432,21 +422,39 @@ class InteractiveQueries:
             elif offset_lag >= 0 and (max_lag is None or offset_lag <= max_lag):
                 candidates.append((offset_lag, member.instance_id, member, role))
         for _lag, _instance, member, _role in sorted(candidates, key=lambda c: (c[0], c[1])):
-            try:
-                return self._ask(member, store, key, allow_stale=True, max_lag=max_lag)
-            except (NotAvailableError, _ForwardError) as exc:
-                self.metrics.routing_failures("forward-failed").inc()
-                logger.info(
-                    "copy %(instance)s of %(store)s/%(partition)d did not answer: %(error)s",
-                    {
-                        "instance": member.instance_id,
-                        "store": sp.store,
-                        "partition": sp.partition,
-                        "error": str(exc),
-                    },
-                )
+            result = self._ask_or_log(member, sp, key, "copy", allow_stale=True, max_lag=max_lag)
+            if result is not None:
+                return result
         self.metrics.routing_failures("no-replica").inc()
         raise NoReplicaWithinBoundError(f"no live copy of {sp} within max_lag={max_lag}", seen)
+
+    def _ask_or_log(
+        self,
+        member: MemberInfo,
+        sp: StorePartition,
+        key: Any,
+        what: str,
+        *,
+        allow_stale: bool,
+        max_lag: int | None,
+    ) -> QueryResult | None:
+        """``_ask``, or ``None`` (counted and logged, ``what`` naming the copy) when the member
+        does not answer, so routing moves on to the next candidate."""
+        try:
+            return self._ask(member, sp.store, key, allow_stale=allow_stale, max_lag=max_lag)
+        except (NotAvailableError, _ForwardError) as exc:
+            self.metrics.routing_failures("forward-failed").inc()
+            logger.info(
+                "%(what)s %(instance)s of %(store)s/%(partition)d did not answer: %(error)s",
+                {
+                    "what": what,
+                    "instance": member.instance_id,
+                    "store": sp.store,
+                    "partition": sp.partition,
+                    "error": str(exc),
+                },
+            )
+            return None
 
     def _ask(
         self, member: MemberInfo, store: str, key: Any, *, allow_stale: bool, max_lag: int | None
