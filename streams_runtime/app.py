@@ -15,6 +15,7 @@ from streams_runtime.app_state import AppState
 from streams_runtime.cluster.membership import LagInfo
 from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.store_provider import LocalStoreProvider
+from streams_runtime.commit_strategy import OffsetCommitHook
 from streams_runtime.dsl import StreamsBuilder
 from streams_runtime.internal_topics import prepare_topics
 from streams_runtime.metrics import RuntimeMetrics
@@ -40,14 +41,20 @@ class App:
 
         app = App(builder, application_id="sessions", bootstrap_servers="localhost:9092")
         app.run()  # until SIGTERM / Ctrl-C, or app.close() from another thread
+
+    ``before_offset_commit`` is a fault-injection point for crash tests
+    (:data:`~streams_runtime.commit_strategy.OffsetCommitHook`); leave it unset otherwise.
     """
 
     def __init__(
         self,
         builder: StreamsBuilder,
         settings: RuntimeSettings | None = None,
+        *,
+        before_offset_commit: OffsetCommitHook | None = None,
         **overrides: Any,
     ) -> None:
+        self._before_offset_commit = before_offset_commit
         self.settings = settings or load_settings(RuntimeSettings, **overrides)
         self.topology: Topology = builder.build(self.settings.application_id)
         self.metrics = RuntimeMetrics(self.settings.application_id)
@@ -104,6 +111,7 @@ class App:
                 metrics=self.metrics,
                 partition_counts=partition_counts,
                 on_state=self._set_state,
+                before_offset_commit=self._before_offset_commit,
             )
             query_server = self._start_queries(self._thread, partition_counts)
             if self._stop_requested.is_set():

@@ -4,13 +4,17 @@
 differs between the guarantees is a method or a constant of it: how the consumer reads
 (``isolation.level``), whether the producer is transactional, how a commit makes the tasks' work
 durable, what an abort discards, and whether a stopping thread commits.
+
+A commit has one fault-injection point, ``before_offset_commit`` (:data:`OffsetCommitHook`): crash
+tests use it to die, or to commit nothing, in the window between the tasks' output and changelog
+writes and the input offsets (KAFKA-12508's window). Production code leaves it ``None``.
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import ClassVar
 
@@ -25,10 +29,18 @@ __all__ = [
     "CommitResult",
     "CommitStrategy",
     "ExactlyOnceCommit",
+    "OffsetCommitHook",
     "commit_strategy_for",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+OffsetCommitHook = Callable[[], bool]
+"""Fault injection for crash tests: called by every commit once the outputs and changelog writes
+are flushed (at-least-once) or in the open transaction (exactly-once), just before the input
+offsets are committed. It may kill the process there; returning ``False`` skips the commit
+(:attr:`CommitResult.SKIPPED`: the input is processed again from the last commit)."""
 
 
 class CommitResult(Enum):
@@ -49,9 +61,21 @@ class CommitStrategy(ABC):
     transactional: ClassVar[bool]
     """Whether the producer writes in transactions."""
 
-    def __init__(self, collector: RecordCollector, consumer: Consumer) -> None:
+    def __init__(
+        self,
+        collector: RecordCollector,
+        consumer: Consumer,
+        *,
+        before_offset_commit: OffsetCommitHook | None = None,
+    ) -> None:
         self.collector = collector
         self.consumer = consumer
+        self.before_offset_commit = before_offset_commit
+        """The fault-injection point (:data:`OffsetCommitHook`); ``None`` outside crash tests."""
+
+    def _offset_commit_allowed(self) -> bool:
+        """Whether this commit goes on to the offsets: no hook, or the hook says so."""
+        return self.before_offset_commit is None or self.before_offset_commit()
 
     @abstractmethod
     def commit(self, offsets: Sequence[TopicPartition]) -> CommitResult:
@@ -77,6 +101,8 @@ class AtLeastOnceCommit(CommitStrategy):
 
     def commit(self, offsets: Sequence[TopicPartition]) -> CommitResult:
         self.collector.flush()
+        if not self._offset_commit_allowed():
+            return CommitResult.SKIPPED
         if offsets:
             try:
                 self.consumer.commit(offsets=list(offsets), asynchronous=False)
@@ -110,6 +136,8 @@ class ExactlyOnceCommit(CommitStrategy):
     transactional = True
 
     def commit(self, offsets: Sequence[TopicPartition]) -> CommitResult:
+        if not self._offset_commit_allowed():
+            return CommitResult.SKIPPED
         try:
             self.collector.commit(offsets, self.consumer.consumer_group_metadata())
         except KafkaException as exc:

@@ -21,7 +21,7 @@ from progress_control.protocol import has_control_header
 from progress_control.trust import ControlRecordValidator, Verdict
 from streams_runtime.app_state import AppState
 from streams_runtime.collector import RecordCollector
-from streams_runtime.commit_strategy import commit_strategy_for
+from streams_runtime.commit_strategy import OffsetCommitHook, commit_strategy_for
 from streams_runtime.errors import BadRecordHandler, StreamsError
 from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
@@ -53,6 +53,7 @@ class StreamThread:
         metrics: RuntimeMetrics,
         partition_counts: dict[str, int],
         on_state: Callable[[AppState], None],
+        before_offset_commit: OffsetCommitHook | None = None,
     ) -> None:
         self._topology = topology
         self._settings = settings
@@ -88,7 +89,7 @@ class StreamThread:
             settings,
             self.consumer,
             self.collector,
-            strategy(self.collector, self.consumer),
+            strategy(self.collector, self.consumer, before_offset_commit=before_offset_commit),
             self._partitions,
             metrics=metrics,
             bad_records=BadRecordHandler(

@@ -6,10 +6,12 @@ PROGRESS_CONTROL_RUNTIME_* env vars.
 
 The first time the table forwards the value "B" while MARKER_FILE does not exist, the run
 starts crashing: it creates MARKER_FILE, and from then on its updates never reach the output (as
-if they were still in the producer's buffers when the process died) and it commits nothing. At
-the first commit after an update of the key "end" it sends and flushes its changelog writes,
-then kills itself with SIGKILL before committing the input offsets: KAFKA-12508's window, where
-the changelog holds updates that downstream never received, caused by uncommitted input.
+if they were still in the producer's buffers when the process died) and it commits no input
+offsets. At the first commit after an update of the key "end", once that commit has sent and
+flushed its changelog writes, it kills itself with SIGKILL before committing the input offsets:
+KAFKA-12508's window, where the changelog holds updates that downstream never received, caused by
+uncommitted input. Both go through the runtime's fault-injection point, ``App``'s
+``before_offset_commit``.
 """
 
 import faulthandler
@@ -20,8 +22,8 @@ from pathlib import Path
 
 from progress_control.logging import configure_logging
 from streams_runtime import App, StreamsBuilder
+from streams_runtime.commit_strategy import OffsetCommitHook
 from streams_runtime.serdes import String
-from streams_runtime.stream_thread import StreamThread
 
 
 class CrashGate:
@@ -41,21 +43,16 @@ class CrashGate:
         return not self.crashing
 
 
-def crash_at_commit(gate: CrashGate) -> None:
-    """Make ``StreamThread.commit`` die between the changelog flush and the offset commit."""
-    commit = StreamThread.commit
+def crash_at_commit(gate: CrashGate) -> OffsetCommitHook:
+    """The app's ``before_offset_commit``: once the changelog writes of a commit are flushed,
+    die before its input offsets are committed (and, while crashing, never commit them)."""
 
-    def crashing_commit(thread: StreamThread) -> None:
+    def before_offset_commit() -> bool:
         if gate.crash_at_commit:
-            for task in thread.tasks.values():
-                task.flush()  # what commit() does first: changelog writes to the producer
-            thread.collector.flush()  # ... acknowledged by the broker
-            os.kill(os.getpid(), signal.SIGKILL)  # and the input offsets are never committed
-        if gate.crashing:
-            return  # the crashing run never gets to commit its input
-        commit(thread)
+            os.kill(os.getpid(), signal.SIGKILL)  # the input offsets are never committed
+        return not gate.crashing  # the crashing run never gets to commit its input
 
-    StreamThread.commit = crashing_commit  # type: ignore[method-assign,assignment]
+    return before_offset_commit
 
 
 def table_updates(source: str, sink: str, store: str, gate: CrashGate) -> StreamsBuilder:
@@ -69,8 +66,7 @@ def main() -> None:
     configure_logging("INFO", json=False)
     faulthandler.register(signal.SIGUSR1)  # stack dump on demand, for debugging hangs
     gate = CrashGate(marker)
-    crash_at_commit(gate)
-    App(table_updates(source, sink, store, gate)).run()
+    App(table_updates(source, sink, store, gate), before_offset_commit=crash_at_commit(gate)).run()
 
 
 if __name__ == "__main__":

@@ -125,6 +125,31 @@ def test_exactly_once_aborts_a_transaction_that_requires_it_else_fails() -> None
     assert broken.calls == ["commit 1 group-metadata"]
 
 
+@pytest.mark.parametrize("kind", [AtLeastOnceCommit, ExactlyOnceCommit])
+def test_the_fault_injection_point_runs_before_the_offsets_and_may_skip_them(
+    kind: type[CommitStrategy],
+) -> None:
+    for allow, result in ((True, CommitResult.COMMITTED), (False, CommitResult.SKIPPED)):
+        collector, consumer = _Collector(), _Consumer()
+
+        def before_offset_commit(allow: bool = allow, collector: _Collector = collector) -> bool:
+            collector.calls.append("hook")
+            return allow
+
+        strategy = kind(
+            cast(RecordCollector, collector),
+            cast(Consumer, consumer),
+            before_offset_commit=before_offset_commit,
+        )
+        assert strategy.commit(OFFSETS) is result
+        flushed = ["flush"] if kind is AtLeastOnceCommit else []
+        committed = ["commit 1 group-metadata"] if kind is ExactlyOnceCommit and allow else []
+        assert collector.calls == [*flushed, "hook", *committed]
+        assert consumer.commits == (
+            [(OFFSETS, False)] if kind is AtLeastOnceCommit and allow else []
+        )
+
+
 def test_abort_discards_every_task_s_output_only_under_exactly_once() -> None:
     alo, eos = _Collector(), _Collector()
     assert _strategy(AtLeastOnceCommit, alo, _Consumer()).abort() is False
