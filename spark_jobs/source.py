@@ -193,20 +193,11 @@ def parse_records(raw: DataFrame, trust: TrustPolicy | None = None) -> DataFrame
     # Only valid events carry user and page: a half-parsed malformed record must not look like
     # data to anything downstream.
     is_data = sf.col("error").isNull() & ~sf.col("is_control")
-    return classified.select(
-        "topic",
-        "partition",
-        "offset",
-        "event_time",
-        "is_control",
-        "control",
-        "control_source",
-        sf.when(is_data, sf.try_variant_get("_json", "$.user", "string")).alias("user"),
-        sf.when(is_data, sf.try_variant_get("_json", "$.page", "string")).alias("page"),
-        "error",
-        "key",
-        "value",
-    )
+    event_fields = {
+        name: sf.when(is_data, sf.try_variant_get("_json", f"$.{name}", "string")).alias(name)
+        for name in ("user", "page")
+    }
+    return classified.select(*(event_fields.get(name, name) for name in PARSED_COLUMNS))
 
 
 def rejected_column() -> Column:
