@@ -178,7 +178,7 @@ class App:
             raise NotAvailableError("the app is not running")
         return self.queries
 
-    def query_metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+    def query_metadata_for_key(self, store: str, key: object) -> KeyQueryMetadata:
         """Active host, standby hosts and partition of ``key`` in ``store`` (the partition is
         Kafka's murmur2 partitioner over the serialized key, as the producers compute it)."""
         return self._running_queries().query_metadata_for_key(store, key)
@@ -189,7 +189,7 @@ class App:
         return self._running_queries().all_local_store_partition_lags()
 
     def get(
-        self, store: str, key: Any, *, allow_stale: bool = False, max_lag: int | None = None
+        self, store: str, key: object, *, allow_stale: bool = False, max_lag: int | None = None
     ) -> QueryResult:
         """The value of ``key`` in ``store``, from the live active copy wherever it runs, or
         with ``allow_stale`` from the most caught-up copy within ``max_lag`` records; raises

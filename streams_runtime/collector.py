@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -29,6 +29,11 @@ __all__ = ["RecordCollector"]
 logger = logging.getLogger(__name__)
 
 _TRANSACTION_TIMEOUT_S = 60.0
+
+
+_ProducerHeaders = list[tuple[str, str | bytes | None]]
+"""Headers as the producer's signature spells them: ``Headers`` is one, but a list is invariant
+(the producer only reads it)."""
 
 
 class RecordCollector:
@@ -109,7 +114,12 @@ class RecordCollector:
         while True:
             try:
                 self.producer.produce(
-                    topic, value, key, partition, timestamp=timestamp, headers=cast(Any, headers)
+                    topic,
+                    value,
+                    key,
+                    partition,
+                    timestamp=timestamp,
+                    headers=cast("_ProducerHeaders | None", headers),
                 )
                 break
             except BufferError:

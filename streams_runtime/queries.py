@@ -66,7 +66,7 @@ class QueryError(Exception):
 
     status = 500
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"error": type(self).__name__, "message": str(self)}
 
 
@@ -90,11 +90,11 @@ class NotAvailableError(QueryError):
 class NoReplicaWithinBoundError(NotAvailableError):
     """No live copy within ``max_lag``; ``lags`` lists what was seen."""
 
-    def __init__(self, message: str, lags: list[dict[str, Any]]) -> None:
+    def __init__(self, message: str, lags: list[dict[str, object]]) -> None:
         super().__init__(message)
         self.lags = lags
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**super().to_json(), "lags": self.lags}
 
 
@@ -114,7 +114,7 @@ class QueryResult:
     ``{"start", "end", "value"}``), where it was served, and the lag it was served at."""
 
     store: str
-    key: Any
+    key: object
     found: bool
     value: Any
     timestamp: int | None
@@ -129,7 +129,7 @@ class QueryResult:
     def __post_init__(self) -> None:
         self.stale = self.served_by != "active"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
@@ -138,7 +138,7 @@ class QueryResult:
         return cls(**fields)
 
 
-def key_from_text(spec: QueryableStore, text: str) -> Any:
+def key_from_text(spec: QueryableStore, text: str) -> int | float | bytes | str:
     """A key given as text (an HTTP path segment) as the store's key serde expects it."""
     serde = spec.key_serde
     try:
@@ -155,7 +155,7 @@ def key_from_text(spec: QueryableStore, text: str) -> Any:
     return text  # String, and Json keys as JSON strings
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
     if isinstance(value, tuple | list):
@@ -206,7 +206,7 @@ class InteractiveQueries:
             )
         return spec
 
-    def _serialize_key(self, spec: QueryableStore, key: Any) -> bytes:
+    def _serialize_key(self, spec: QueryableStore, key: object) -> bytes:
         if isinstance(spec.key_serde, String) and not isinstance(key, str):
             raise InvalidKeyError(f"store {spec.name!r} has string keys, got {type(key).__name__}")
         if isinstance(spec.key_serde, Integer) and (
@@ -230,7 +230,7 @@ class InteractiveQueries:
             raise NotAvailableError(f"partition count of store {spec.name!r} unknown")
         return count
 
-    def partition_for(self, store: str, key: Any) -> int:
+    def partition_for(self, store: str, key: object) -> int:
         spec = self.store(store)
         return partition_for_key(self._serialize_key(spec, key), self.partitions(spec))
 
@@ -244,7 +244,7 @@ class InteractiveQueries:
         members[self.instance_id] = self.replicator.member_info(with_lags=False)
         return members
 
-    def query_metadata_for_key(self, store: str, key: Any) -> KeyQueryMetadata:
+    def query_metadata_for_key(self, store: str, key: object) -> KeyQueryMetadata:
         partition = self.partition_for(store, key)
         sp = StorePartition(store, partition)
         active, standbys = None, []
@@ -265,7 +265,9 @@ class InteractiveQueries:
 
     # -- local reads --------------------------------------------------------------------------
 
-    def _read(self, spec: QueryableStore, store: KeyValueStore | SessionStore, raw: bytes) -> Any:
+    def _read(
+        self, spec: QueryableStore, store: KeyValueStore | SessionStore, raw: bytes
+    ) -> tuple[bool, object, int | None]:
         if isinstance(store, KeyValueStore):
             data = store.get(raw)
             if data is None:
@@ -280,7 +282,7 @@ class InteractiveQueries:
         return bool(values), values, max((end for _, end, _ in sessions), default=None)
 
     def get_local(
-        self, store: str, key: Any, *, allow_stale: bool = False, max_lag: int | None = None
+        self, store: str, key: object, *, allow_stale: bool = False, max_lag: int | None = None
     ) -> QueryResult:
         """Answer from this instance's own copy: the running active first, then (with
         ``allow_stale``) a standby within ``max_lag``, then a restoring active (lag unknown, so
@@ -292,7 +294,9 @@ class InteractiveQueries:
         task_id = TaskId(spec.subtopology, partition)
         endpoint = self.replicator.endpoint if self.replicator else None
 
-        def result(role: str, found: bool, value: Any, ts: int | None, lag: LagInfo) -> QueryResult:
+        def result(
+            role: str, found: bool, value: object, ts: int | None, lag: LagInfo
+        ) -> QueryResult:
             self.metrics.queries_served(role).inc()
             return QueryResult(
                 store,
@@ -327,7 +331,7 @@ class InteractiveQueries:
             return answer
         if not allow_stale:
             raise NotAvailableError(f"no running active copy of {sp} on {self.instance_id}")
-        seen: list[dict[str, Any]] = []
+        seen: list[dict[str, object]] = []
         replica = self.stores.standby(sp)
         if replica is not None:
             lag = replica.lag(epoch_ms())
@@ -364,7 +368,7 @@ class InteractiveQueries:
     # -- routing ------------------------------------------------------------------------------
 
     def get(
-        self, store: str, key: Any, *, allow_stale: bool = False, max_lag: int | None = None
+        self, store: str, key: object, *, allow_stale: bool = False, max_lag: int | None = None
     ) -> QueryResult:
         """Answer ``key`` from wherever it lives (see the module docstring). A failed routing
         pass is retried once with a fresh view after ``_RETRY_S``: copies move between roles
@@ -376,7 +380,7 @@ class InteractiveQueries:
         return self._route(store, key, allow_stale=allow_stale, max_lag=max_lag)
 
     def _route(
-        self, store: str, key: Any, *, allow_stale: bool, max_lag: int | None
+        self, store: str, key: object, *, allow_stale: bool, max_lag: int | None
     ) -> QueryResult:
         spec = self.store(store)
         raw = self._serialize_key(spec, key)
@@ -385,7 +389,7 @@ class InteractiveQueries:
         partition = partition_for_key(raw, self.partitions(spec))
         sp = StorePartition(store, partition)
         members = self._members()
-        seen: list[dict[str, Any]] = []
+        seen: list[dict[str, object]] = []
         # 1. The live active.
         actives = [m for m in members.values() if m.role(sp) == "active"]
         for member in sorted(actives, key=lambda m: m.instance_id != self.instance_id):
@@ -432,7 +436,7 @@ class InteractiveQueries:
         self,
         member: MemberInfo,
         sp: StorePartition,
-        key: Any,
+        key: object,
         what: str,
         *,
         allow_stale: bool,
@@ -457,7 +461,7 @@ class InteractiveQueries:
             return None
 
     def _ask(
-        self, member: MemberInfo, store: str, key: Any, *, allow_stale: bool, max_lag: int | None
+        self, member: MemberInfo, store: str, key: object, *, allow_stale: bool, max_lag: int | None
     ) -> QueryResult:
         if member.instance_id == self.instance_id:
             return self.get_local(store, key, allow_stale=allow_stale, max_lag=max_lag)

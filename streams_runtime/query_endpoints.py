@@ -57,7 +57,7 @@ def _max_lag(params: dict[str, list[str]]) -> int | None:
     return lag
 
 
-def peer(address: Any) -> str:
+def peer(address: object) -> str:
     """A socket address as ``host:port`` for logs (a log field is a string, not a tuple)."""
     if isinstance(address, tuple) and len(address) >= 2:
         return f"{address[0]}:{address[1]}"
@@ -83,7 +83,7 @@ class QueryEndpoints:
 
     def dispatch(  # noqa: PLR0911 - one return per endpoint
         self, handler: BaseHTTPRequestHandler
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, dict[str, object]]:
         url = urllib.parse.urlsplit(handler.path)
         params = urllib.parse.parse_qs(url.query, keep_blank_values=True)
         parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
@@ -154,7 +154,7 @@ class RequestHandler(BaseHTTPRequestHandler):
                 self.wfile.close()
         return not self.close_connection
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         logger.debug(
             "query server: %(request_log)s",
             {"request_log": format % args, "client": peer(self.client_address)},
@@ -170,7 +170,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             status, body = 500, {"error": type(exc).__name__, "message": str(exc)}
         self._send(status, body)
 
-    def _send(self, status: int, body: dict[str, Any]) -> None:
+    def _send(self, status: int, body: dict[str, object]) -> None:
         data = json.dumps(body, default=str).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -42,7 +42,6 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from streams_runtime.queries import InteractiveQueries
 from streams_runtime.query_endpoints import QueryEndpoints, RequestHandler, peer
@@ -70,7 +69,7 @@ class _Connection:
     """A client connection while the I/O thread owns it (waiting for a request header)."""
 
     sock: socket.socket
-    address: Any
+    address: object  # as accept() returns it: (host, port, ...) for IP sockets
     deadline: float
     idle_since: float
     handshaking: bool = False
