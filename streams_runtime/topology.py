@@ -82,7 +82,8 @@ class Subtopology:
 @dataclass(frozen=True)
 class QueryableStore:
     """A store interactive queries can read (KIP-535): a table's key-value store (values are
-    ``ValueAndTimestamp`` of ``value_serde``) or a windowed aggregation's session or window store."""
+    ``ValueAndTimestamp`` of ``value_serde``) or a windowed aggregation's session or window
+    store."""
 
     name: str
     kind: Literal["key_value", "session", "window"]
