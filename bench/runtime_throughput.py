@@ -14,41 +14,31 @@ Three variants, each reading all the events from a fresh consumer group:
     gap_ms=60_000)).count().suppress(until_window_closes()).to_stream().map(...).to(out)``;
 (c) the same topology, exactly_once (commit interval 100 ms, the default).
 
-(a) is timed from ``subscribe()`` until ``flush()`` returns; (b) and (c) from ``app.start()`` until
-the runtime's ``streams_records_processed_total`` reaches the event count (group join and task
-creation included in all three). The runtime's output (sessions emitted, ticks excluded) is counted
-after ``close()`` and checked against the expected sessions. A runtime variant whose app stops
-before processing anything (a start-up race) is retried once with a fresh application id.
+(a) is timed from the consumer's creation until ``flush()`` returns; (b) and (c) from
+``app.start()`` until the runtime's ``streams_records_processed_total`` reaches the event count
+(group join and task creation included in all three). The runtime's output (sessions emitted,
+ticks excluded) is counted after ``close()`` and checked against the expected sessions. A runtime
+variant whose app stops before processing anything (a start-up race) is retried once with a
+fresh application id.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-from confluent_kafka import Producer as KafkaProducer
-
+from bench._clicks import GAP_MS, PARTITIONS, USERS, Clicks, count_output
 from bench._kafka import create_topic, end_offsets, unique_name
+from bench._plain_loop import consume_produce
 from progress_control.dev.broker import EmbeddedKafkaBroker
-from progress_control.protocol import is_control_record
 from streams_runtime import App
 from streams_runtime.serdes import Json
 from tests.apps.sessions_app import session_counts
 
-PARTITIONS = 4
-USERS = 10_000
 SESSION_CLICKS = int(os.environ.get("BENCH_SESSION_CLICKS", "10"))  # per user per session
-GAP_MS = 60_000
-STEP_MS = 1  # between consecutive events: a user clicks every USERS * STEP_MS = 10 s
-PAUSE_MS = 2 * GAP_MS  # between blocks of sessions
-FETCH_BATCH = 1_000
-POLL_EVERY = 1_000
 TIMEOUT_S = 1_800.0  # per variant
 
 VARIANTS = {
@@ -58,129 +48,23 @@ VARIANTS = {
 }
 
 
-def _producer_config(bootstrap_servers: str) -> dict[str, Any]:
-    """Idempotent, as the runtime's producer: without it a retried batch (e.g. right after a
-    topic's creation) can land after later ones, and out-of-order events are dropped as late."""
-    return {
-        "bootstrap.servers": bootstrap_servers,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "batch.size": 1_000_000,
-        "batch.num.messages": 10_000,
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
-    }
-
-
-def _produce_all(producer: KafkaProducer, records: Callable[[], Any]) -> None:
-    """Produce every ``(topic, key, value, timestamp)`` of ``records()``, retrying on a full
-    queue, then flush."""
-    produce, poll = producer.produce, producer.poll
-    for n, (topic, key, value, timestamp) in enumerate(records()):
-        while True:
-            try:
-                produce(topic, value, key, timestamp=timestamp)
-                break
-            except BufferError:
-                poll(0.01)
-        if n % POLL_EVERY == 0:
-            poll(0)
-    if producer.flush(120):
-        raise RuntimeError("records still queued after flush")
-
-
-def _preload(bootstrap_servers: str, topic: str, events: int) -> None:
-    block = USERS * SESSION_CLICKS
-    # Event time ends a minute before now: far older timestamps would fall out of the topics'
-    # time-based retention (and their segments be deleted under the consumers).
-    span_ms = events * STEP_MS + (events // block) * PAUSE_MS
-    base_ms = int(time.time() * 1000) - span_ms - 60_000
-
-    def records() -> Any:
-        for i in range(events):
-            timestamp = base_ms + i * STEP_MS + (i // block) * PAUSE_MS
-            value = b'{"page":"/p/%d"}' % (i % 100)
-            yield topic, b"user-%d" % (i % USERS), value, timestamp
-
-    _produce_all(KafkaProducer(_producer_config(bootstrap_servers)), records)
-    on_broker = sum(end_offsets(bootstrap_servers, topic, PARTITIONS))
-    if on_broker != events:
-        raise RuntimeError(f"{on_broker} events on the broker, expected {events}")
-
-
 def _plain_loop(bootstrap_servers: str, source: str, events: int) -> float:
     """(a): consume every event and produce its key and value; returns records per second."""
     sink = create_topic(bootstrap_servers, unique_name("bench-runtime-plain-out"), PARTITIONS)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": unique_name("bench-runtime-plain"),
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    producer = KafkaProducer(_producer_config(bootstrap_servers))
-    producer.list_topics(sink, timeout=30)  # connect and fetch metadata off the clock
-    try:
-        started = time.perf_counter()
-        consumer.subscribe([source])
-        seen = 0
-        produce, poll = producer.produce, producer.poll
-        while seen < events:
-            if time.perf_counter() - started > TIMEOUT_S:
-                raise RuntimeError(f"(a) only {seen} of {events} records in {TIMEOUT_S} s")
-            for msg in consumer.consume(FETCH_BATCH, 1.0):
-                if msg.error() is not None:
-                    continue
-                while True:
-                    try:
-                        produce(sink, msg.value(), msg.key())
-                        break
-                    except BufferError:
-                        poll(0.01)
-                seen += 1
-            poll(0)
-        if producer.flush(120):
-            raise RuntimeError("(a) records still queued after flush")
-        elapsed = time.perf_counter() - started
-    finally:
-        consumer.close()
+    started = time.perf_counter()
+
+    def done(seen: int) -> bool:
+        if time.perf_counter() - started > TIMEOUT_S:
+            raise RuntimeError(f"(a) only {seen} of {events} records in {TIMEOUT_S} s")
+        return seen >= events
+
+    group = unique_name("bench-runtime-plain")
+    consume_produce(bootstrap_servers, source, sink, group, done)
+    elapsed = time.perf_counter() - started
     on_broker = sum(end_offsets(bootstrap_servers, sink, PARTITIONS))
     if on_broker != events:
         raise RuntimeError(f"(a) {on_broker} records in the output, expected {events}")
     return events / elapsed
-
-
-def _count_output(bootstrap_servers: str, topic: str) -> tuple[int, int]:
-    """Data records (sessions) and their summed click counts in ``topic``, committed only."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": unique_name("bench-runtime-count"),
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    sessions = clicks = 0
-    done: set[int] = set()
-    try:
-        while len(done) < PARTITIONS:
-            for msg in consumer.consume(FETCH_BATCH, 1.0):
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        done.add(msg.partition() or 0)
-                    continue
-                if msg.headers() and is_control_record(msg):
-                    continue
-                sessions += 1
-                clicks += json.loads(msg.value() or b"{}")["count"]
-    finally:
-        consumer.close()
-    return sessions, clicks
 
 
 class StartupError(RuntimeError):
@@ -229,16 +113,14 @@ def _runtime(
     if app.error is not None:
         raise RuntimeError(f"({variant}) app failed: {app.error!r}")
     steady = events / (now - first) if first is not None and now > first else float("nan")
-    sessions, clicks = _count_output(bootstrap_servers, sink)
+    sessions, clicks = count_output(bootstrap_servers, sink)
     return events / elapsed, steady, sessions, clicks
 
 
 def main() -> None:
     events = int(os.environ.get("BENCH_EVENTS", "1000000"))
-    block = USERS * SESSION_CLICKS
-    # Every block's sessions close when the next block starts; the last block's stay open.
-    closed_blocks = max(0, -(-events // block) - 1)
-    expected = (closed_blocks * USERS, closed_blocks * block)  # sessions, clicks
+    workload = Clicks.ending_now(events, SESSION_CLICKS)
+    expected = workload.expected_sessions()  # sessions, clicks
     rates: dict[str, float] = {}
     steady: dict[str, float] = {}
     outputs: dict[str, tuple[int, int]] = {}
@@ -249,7 +131,7 @@ def main() -> None:
         bootstrap = broker.bootstrap_servers
         source = create_topic(bootstrap, unique_name("bench-runtime-clicks"), PARTITIONS)
         started = time.perf_counter()
-        _preload(bootstrap, source, events)
+        workload.preload(bootstrap, source)
         print(f"pre-loaded {events:,} events in {time.perf_counter() - started:.1f} s", flush=True)
         rates["a"] = _plain_loop(bootstrap, source, events)
         print(f"(a) done: {rates['a']:,.0f} records/s", flush=True)
