@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import signal
 import sys
@@ -15,6 +14,7 @@ from progress_control import __version__
 from progress_control.argtypes import positive_float, positive_int
 from progress_control.dev.broker import BrokerStartError
 from progress_control.dev.jars import JarFetchError, MissingToolError
+from progress_control.extras import MissingExtraError, require_extra
 from progress_control.logging import LOG_LEVELS, configure_logging, parse_log_level
 from progress_control.settings import ConfigurationError
 
@@ -39,20 +39,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"progress-control: error: {exc}", file=sys.stderr)
         return 2
     return code
-
-
-class MissingExtraError(RuntimeError):
-    """A command needs an optional dependency group (extra) that is not installed."""
-
-
-def _require_extra(extra: str, what: str, *modules: str) -> None:
-    """Raise :class:`MissingExtraError` naming ``extra`` unless every module is importable."""
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        raise MissingExtraError(
-            f"{what} needs {', '.join(missing)}, which is not installed: "
-            f"pip install 'kafka-progress-control[{extra}]'"
-        )
 
 
 def _log_level(value: str) -> str:
@@ -129,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    _require_extra("demo", "the demo", "matplotlib", *([] if args.no_spark else ["pyspark"]))
+    require_extra("demo", "the demo", "matplotlib", *([] if args.no_spark else ["pyspark"]))
     from pipeline.demo import DemoOptions, run_demo
     from pipeline.logs import demo_logging
 
@@ -243,7 +229,7 @@ def _fetch_jars(args: argparse.Namespace) -> int:
     from progress_control.dev.jars import fetch_jars, kafka_broker_jars, spark_kafka_connector_jars
 
     if "spark" in args.which:
-        _require_extra("spark", "fetch-jars spark", "pyspark")
+        require_extra("spark", "fetch-jars spark", "pyspark")
     for which in args.which:
         jar_set = kafka_broker_jars() if which == "kafka" else spark_kafka_connector_jars()
         print(fetch_jars(jar_set))

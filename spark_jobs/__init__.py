@@ -21,14 +21,9 @@ Typical use::
     for session in result.sessions: ...
 """
 
-try:
-    import pyspark  # noqa: F401 - only to name the extra when it is missing
-except ModuleNotFoundError as _missing:  # pragma: no cover - the dev install has it
-    raise ModuleNotFoundError(
-        f"spark_jobs needs PySpark ({_missing.name} is not installed): "
-        "pip install 'kafka-progress-control[spark]'",
-        name=_missing.name,
-    ) from _missing
+from progress_control.extras import require_extra
+
+require_extra("spark", "spark_jobs", "pyspark")
 
 from spark_jobs.batch import BatchRange, BatchResult, batch_sessions, run_batch
 from spark_jobs.durations import format_interval, parse_duration_ms, parse_instant_ms
