@@ -16,6 +16,7 @@ from streams_runtime.dsl import (
     StreamsBuilder,
     Suppressed,
     Table,
+    TimeWindowedStream,
     WindowedTable,
     until_window_closes,
 )
@@ -30,7 +31,7 @@ from streams_runtime.settings import (
 )
 from streams_runtime.topology import Topology, TopologyError
 from streams_runtime.windowed import Windowed
-from streams_runtime.windows import SessionWindows
+from streams_runtime.windows import SessionWindows, SlidingWindows, TimeWindows
 
 __all__ = [
     "App",
@@ -46,12 +47,15 @@ __all__ = [
     "RuntimeSettings",
     "SessionWindowedStream",
     "SessionWindows",
+    "SlidingWindows",
     "StateEngine",
     "Stream",
     "StreamsBuilder",
     "StreamsError",
     "Suppressed",
     "Table",
+    "TimeWindowedStream",
+    "TimeWindows",
     "Topology",
     "TopologyError",
     "Windowed",

@@ -21,6 +21,7 @@ __all__ = [
     "SerializationError",
     "SessionWindowedSerde",
     "String",
+    "TimeWindowedSerde",
     "ValueAndTimestamp",
 ]
 
@@ -151,6 +152,33 @@ class SessionWindowedSerde(Generic[T]):
 
 
 _TIMESTAMP = struct.Struct(">q")
+
+
+class TimeWindowedSerde(Generic[T]):
+    """A time-windowed key: the inner key's bytes, then the window's start as an 8-byte
+    big-endian long (Kafka Streams' ``TimeWindowedSerializer``). The end is not written: it is
+    restored as ``start + window_size_ms`` (``TimeWindowedDeserializer``), so deserializing
+    needs the window size (sliding windows: their time difference)."""
+
+    def __init__(self, inner: Serde[T], window_size_ms: int) -> None:
+        self.inner = inner
+        self.window_size_ms = window_size_ms
+
+    def serialize(self, value: Windowed[T] | None) -> bytes | None:
+        if value is None:
+            return None
+        return (self.inner.serialize(value.key) or b"") + _TIMESTAMP.pack(value.start)
+
+    def deserialize(self, data: bytes | None) -> Windowed[T] | None:
+        if data is None:
+            return None
+        if len(data) < _TIMESTAMP.size:
+            raise SerializationError(
+                f"a time-windowed key has at least {_TIMESTAMP.size} bytes, got {len(data)}"
+            )
+        (start,) = _TIMESTAMP.unpack_from(data, len(data) - _TIMESTAMP.size)
+        end = min(start + self.window_size_ms, 2**63 - 1)  # Kafka Streams truncates to Long.MAX
+        return Windowed(self.inner.deserialize(data[: -_TIMESTAMP.size]), start, end)
 
 
 class ValueAndTimestamp(NamedTuple):

@@ -12,7 +12,9 @@ K = TypeVar("K")
 
 @dataclass(frozen=True, slots=True)
 class Windowed(Generic[K]):
-    """``key`` within the session ``[start, end]`` (both inclusive, epoch milliseconds)."""
+    """``key`` within a window, in epoch milliseconds: a session or sliding window ``[start,
+    end]`` (both bounds inclusive), or a time window ``[start, end)`` (``end = start + size``,
+    exclusive), as Kafka Streams' ``SessionWindow``, ``TimeWindow`` and sliding windows."""
 
     key: K | None
     start: int

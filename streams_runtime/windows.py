@@ -24,6 +24,7 @@ __all__ = [
     "SessionWindows",
     "SlidingWindows",
     "TimeWindows",
+    "WindowSpec",
     "merge_sessions",
 ]
 
@@ -171,6 +172,16 @@ class TimeWindows:
         """The same windows, hopping by ``advance`` instead of their size."""
         return TimeWindows(self.size_ms, _to_ms(advance, "advance"), self.grace_ms)
 
+    def is_late(self, end: int, stream_time: int) -> bool:
+        """Whether the window ending (exclusively) at ``end`` no longer takes records at
+        ``stream_time``: ``end + grace <= stream_time`` (``KStreamWindowAggregate``)."""
+        return end + self.grace_ms <= stream_time
+
+    def is_final(self, end: int, stream_time: int) -> bool:
+        """Whether the window ending at ``end`` is closed, its final result due:
+        ``end + grace <= stream_time`` (``untilWindowCloses``). Same as :meth:`is_late`."""
+        return end + self.grace_ms <= stream_time
+
     def window_starts(self, timestamp: int) -> range:
         """The starts of every window containing ``timestamp`` (``>= 0``), ascending."""
         first = max(0, timestamp - self.size_ms + self.advance_ms)
@@ -208,6 +219,20 @@ class SlidingWindows:
     ) -> SlidingWindows:
         """``ofTimeDifferenceAndGrace``; plain ints are milliseconds."""
         return cls(_to_ms(difference, "difference"), _to_ms(grace, "grace"))
+
+    def is_late(self, end: int, stream_time: int) -> bool:
+        """Whether the window ending (inclusively) at ``end`` no longer takes records at
+        ``stream_time``: ``end + grace < stream_time`` (``KStreamSlidingWindowAggregate``)."""
+        return end + self.grace_ms < stream_time
+
+    def is_final(self, end: int, stream_time: int) -> bool:
+        """Whether the window ending at ``end`` has its final result due: ``end + grace <=
+        stream_time``, the ``untilWindowCloses`` rule Kafka Streams applies to every window.
+
+        One millisecond before the aggregation stops taking records (:meth:`is_late`), as in
+        Kafka Streams: a record at exactly ``end + grace`` still updates the window, and a
+        suppression then emits it a second time."""
+        return end + self.grace_ms <= stream_time
 
     @property
     def retention_ms(self) -> int:
@@ -266,3 +291,7 @@ class JoinWindows:
         """How long (in stream time) each side's buffered records are kept: ``before + after +
         grace``, as Kafka Streams' join stores."""
         return self.size_ms + self.grace_ms
+
+
+WindowSpec = SessionWindows | TimeWindows | SlidingWindows
+"""The windows of a windowed aggregation (what a suppression needs: ``is_final``)."""

@@ -25,7 +25,7 @@ Modules, each importing only those below it: ``builder`` (the entry point) > ``s
 """
 
 from streams_runtime.dsl.builder import StreamsBuilder
-from streams_runtime.dsl.grouped import GroupedStream, SessionWindowedStream
+from streams_runtime.dsl.grouped import GroupedStream, SessionWindowedStream, TimeWindowedStream
 from streams_runtime.dsl.stream import Stream
 from streams_runtime.dsl.table import Suppressed, Table, WindowedTable, until_window_closes
 
@@ -36,6 +36,7 @@ __all__ = [
     "StreamsBuilder",
     "Suppressed",
     "Table",
+    "TimeWindowedStream",
     "WindowedTable",
     "until_window_closes",
 ]

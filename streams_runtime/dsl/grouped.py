@@ -1,21 +1,22 @@
-"""Grouped streams: aggregations into tables, and session-windowed aggregations."""
+"""Grouped streams: aggregations into tables, and session-, time- and sliding-windowed
+aggregations."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.table import Table, WindowedTable
-from streams_runtime.serdes import Integer, Serde
+from streams_runtime.serdes import Integer, Serde, ValueAndTimestamp
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import QueryableStore
-from streams_runtime.windows import SessionWindows
+from streams_runtime.windows import SessionWindows, SlidingWindows, TimeWindows
 
 if TYPE_CHECKING:
     from streams_runtime.dsl.stream import Stream
 
-__all__ = ["GroupedStream", "SessionWindowedStream"]
+__all__ = ["GroupedStream", "SessionWindowedStream", "TimeWindowedStream"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -83,9 +84,21 @@ class GroupedStream(Generic[K, V]):
         builder._graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
         return Table(builder, node, ks, vs, store_name=store, store_value_serde=vs)
 
-    def windowed_by(self, windows: SessionWindows) -> SessionWindowedStream[K, V]:
-        """Session windows: per key, records closer than ``windows.gap_ms`` form one session."""
-        return SessionWindowedStream(self, windows)
+    @overload
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedStream[K, V]: ...
+
+    @overload
+    def windowed_by(self, windows: TimeWindows | SlidingWindows) -> TimeWindowedStream[K, V]: ...
+
+    def windowed_by(
+        self, windows: SessionWindows | TimeWindows | SlidingWindows
+    ) -> SessionWindowedStream[K, V] | TimeWindowedStream[K, V]:
+        """Windowed aggregations. Session windows: per key, records closer than
+        ``windows.gap_ms`` form one session. Time windows (tumbling or hopping) and sliding
+        windows: see :class:`TimeWindowedStream`."""
+        if isinstance(windows, SessionWindows):
+            return SessionWindowedStream(self, windows)
+        return TimeWindowedStream(self, windows)
 
 
 class SessionWindowedStream(Generic[K, V]):
@@ -155,4 +168,92 @@ class SessionWindowedStream(Generic[K, V]):
             stores=(spec,),
         )
         builder._graph.add_queryable(QueryableStore(store, "session", ks, vs))
+        return WindowedTable(builder, node, ks, vs, windows)
+
+
+class _StoredAggregate:
+    """The values of a time or sliding window store, ``ValueAndTimestamp`` of ``inner``, read
+    as the aggregate alone (what an interactive query answers)."""
+
+    def __init__(self, inner: Serde[Any]) -> None:
+        self.inner = inner
+
+    def serialize(self, value: Any) -> bytes | None:
+        raw = self.inner.serialize(value)
+        return None if raw is None else ValueAndTimestamp(raw, -1).to_bytes()
+
+    def deserialize(self, data: bytes | None) -> Any:
+        return (
+            None
+            if data is None
+            else self.inner.deserialize(ValueAndTimestamp.from_bytes(data).value)
+        )
+
+
+class TimeWindowedStream(Generic[K, V]):
+    """A grouped stream over time windows (tumbling or hopping, :class:`TimeWindows`) or
+    sliding windows (:class:`SlidingWindows`), as Kafka Streams' ``TimeWindowedKStream``.
+
+    Every window of a key is aggregated on its own; its updates carry the largest timestamp in
+    the window and the headers of the record causing them. A record is dropped from (and counted
+    for) each window already closed at the observed stream time: time windows once
+    ``end + grace <= stream time`` (``end`` exclusive), sliding windows once
+    ``end + grace < stream time`` (``end`` inclusive)."""
+
+    def __init__(self, grouped: GroupedStream[K, V], windows: TimeWindows | SlidingWindows) -> None:
+        self._grouped = grouped
+        self.windows = windows
+
+    def count(self, *, name: str | None = None) -> WindowedTable[K, int]:
+        """Records per key and window."""
+        return self.aggregate(
+            lambda: 0, lambda _k, _v, total: total + 1, value_serde=Integer(), name=name
+        )
+
+    def reduce(
+        self, reducer: Callable[[V, V], V], *, name: str | None = None
+    ) -> WindowedTable[K, V]:
+        """Combine the values of a window with ``reducer(aggregate, value)``; a window's first
+        value is its aggregate as it is."""
+
+        def add(_k: K, value: V, aggregate: V | None) -> V:
+            return value if aggregate is None else reducer(aggregate, value)
+
+        return self.aggregate(lambda: None, add, value_serde=self._grouped.value_serde, name=name)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], A],
+        aggregator: Callable[[K, V, A], A],
+        *,
+        value_serde: Serde[A] | None = None,
+        name: str | None = None,
+    ) -> WindowedTable[K, A]:
+        """Aggregate per key and window: a window starts from ``initializer()`` and
+        ``aggregator(key, value, aggregate)`` folds each record in. Updates are forwarded as they
+        happen (use :meth:`WindowedTable.suppress` for final results only). The windows live in
+        the window store ``name`` (auto-named otherwise), kept ``windows.retention_ms`` of
+        stream time and backed by a changelog topic."""
+        builder = self._grouped._stream._builder
+        store = name or builder._graph.name("KSTREAM-AGGREGATE-STATE-STORE")
+        ks, windows = self._grouped.key_serde, self.windows
+        vs: Serde[Any] = value_serde or builder.default_value_serde
+        spec = StoreSpec(name=store, kind="window", retention_ms=windows.retention_ms)
+
+        def make() -> p.Processor:
+            if isinstance(windows, TimeWindows):
+                return p.TimeWindowAggregateProcessor(
+                    store, windows, ks, vs, initializer=initializer, aggregator=aggregator
+                )
+            return p.SlidingWindowAggregateProcessor(
+                store, windows, ks, vs, initializer=initializer, aggregator=aggregator
+            )
+
+        kind = (
+            "KSTREAM-AGGREGATE"
+            if isinstance(windows, TimeWindows)
+            else "KSTREAM-SLIDINGWINDOWAGGREGATE"
+        )
+        node = builder._graph.add(kind, make, [self._grouped._stream._node], stores=(spec,))
+        builder._graph.add_queryable(QueryableStore(store, "window", ks, _StoredAggregate(vs)))
         return WindowedTable(builder, node, ks, vs, windows)

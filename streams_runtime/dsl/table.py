@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streams_runtime import processors as p
-from streams_runtime.serdes import Serde, SessionWindowedSerde
+from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerde
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import Node, ProcessorFactory, TopologyError
 from streams_runtime.windowed import Windowed
-from streams_runtime.windows import SessionWindows
+from streams_runtime.windows import SessionWindows, TimeWindows, WindowSpec
 
 if TYPE_CHECKING:
     from streams_runtime.dsl.builder import StreamsBuilder
@@ -43,12 +43,13 @@ class Suppressed:
 
 
 def until_window_closes() -> Suppressed:
-    """Emit one final result per session, once ``end + gap + grace <= stream time``."""
+    """Emit one final result per window: a session once ``end + gap + grace <= stream time``,
+    a time or sliding window once ``end + grace <= stream time``."""
     return Suppressed(until_window_closes=True)
 
 
 class WindowedTable(Generic[K, V]):
-    """The per-session results of a windowed aggregation (keys are :class:`Windowed`)."""
+    """The per-window results of a windowed aggregation (keys are :class:`Windowed`)."""
 
     def __init__(
         self,
@@ -56,7 +57,7 @@ class WindowedTable(Generic[K, V]):
         node: Node,
         key_serde: Serde[Any],
         value_serde: Serde[Any],
-        windows: SessionWindows,
+        windows: WindowSpec,
     ) -> None:
         self._builder = builder
         self._node = node
@@ -65,7 +66,7 @@ class WindowedTable(Generic[K, V]):
         self.windows = windows
 
     def suppress(self, suppressed: Suppressed, *, name: str | None = None) -> WindowedTable[K, V]:
-        """Hold every session's updates back and emit its final result once the session is
+        """Hold every window's updates back and emit its final result once the window is
         closed. Control records count as time passing, so results come out on idle inputs."""
         if not suppressed.until_window_closes:
             raise TopologyError("only until_window_closes() suppression is supported")
@@ -81,12 +82,19 @@ class WindowedTable(Generic[K, V]):
 
     def to_stream(self) -> Stream[Windowed[K], V]:
         """The updates as a stream keyed by :class:`Windowed` (serialized with
-        :class:`SessionWindowedSerde` unless mapped)."""
+        :class:`SessionWindowedSerde` for sessions, :class:`TimeWindowedSerde` for time and
+        sliding windows, unless mapped)."""
         from streams_runtime.dsl.stream import Stream  # a stream view sits above a table view
 
-        return Stream(
-            self._builder, self._node, SessionWindowedSerde(self.key_serde), self.value_serde
-        )
+        windows = self.windows
+        key_serde: Serde[Any]
+        if isinstance(windows, SessionWindows):
+            key_serde = SessionWindowedSerde(self.key_serde)
+        elif isinstance(windows, TimeWindows):
+            key_serde = TimeWindowedSerde(self.key_serde, windows.size_ms)
+        else:
+            key_serde = TimeWindowedSerde(self.key_serde, windows.time_difference_ms)
+        return Stream(self._builder, self._node, key_serde, self.value_serde)
 
 
 class Table(Generic[K, V]):

@@ -4,7 +4,8 @@
   and how **progress** flows through the graph (read this first);
 - :mod:`~streams_runtime.processors.stateless`: source, sink, and the stateless transforms;
 - :mod:`~streams_runtime.processors.tables`: tables, emit-on-change and the stream-table join;
-- :mod:`~streams_runtime.processors.sessions`: session-window aggregation and suppression.
+- :mod:`~streams_runtime.processors.sessions`: session-window aggregation and suppression;
+- :mod:`~streams_runtime.processors.time_windows`: time- and sliding-window aggregation.
 """
 
 from streams_runtime.processors.base import (
@@ -32,6 +33,10 @@ from streams_runtime.processors.tables import (
     TimestampedTableStore,
     is_idempotent_update,
 )
+from streams_runtime.processors.time_windows import (
+    SlidingWindowAggregateProcessor,
+    TimeWindowAggregateProcessor,
+)
 
 __all__ = [
     "NO_PROGRESS",
@@ -45,6 +50,7 @@ __all__ = [
     "ProcessorContext",
     "SessionAggregateProcessor",
     "SinkProcessor",
+    "SlidingWindowAggregateProcessor",
     "SourceProcessor",
     "StreamTableJoinProcessor",
     "SuppressProcessor",
@@ -52,6 +58,7 @@ __all__ = [
     "TableFilterProcessor",
     "TableMapValuesProcessor",
     "TableSourceProcessor",
+    "TimeWindowAggregateProcessor",
     "TimestampedTableStore",
     "is_idempotent_update",
 ]

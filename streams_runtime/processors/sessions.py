@@ -16,11 +16,11 @@ from streams_runtime.processors.base import (
     ProcessorContext,
 )
 from streams_runtime.record import Record
-from streams_runtime.serdes import Serde
+from streams_runtime.serdes import Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore
 from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
 from streams_runtime.windowed import Windowed
-from streams_runtime.windows import SessionWindow, SessionWindows, merge_sessions
+from streams_runtime.windows import SessionWindow, SessionWindows, WindowSpec, merge_sessions
 
 __all__ = ["SessionAggregateProcessor", "SuppressProcessor"]
 
@@ -137,26 +137,33 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
 
 class SuppressProcessor(Processor):
     """Suppress until window closes (Kafka Streams' ``KTableSuppressProcessor`` with final
-    results): keeps the latest update of every session and forwards it once
-    ``end + gap + grace <= observed stream time``. Tombstones (merged-away sessions) remove the
-    session, so it is never emitted. The buffer is a changelogged store, so a restart neither
-    loses nor repeats final results; control records advance the observed stream time too.
+    results): keeps the latest update of every window and forwards it once the window is final
+    (``windows.is_final``): sessions once ``end + gap + grace <= observed stream time``, time and
+    sliding windows once ``end + grace <= observed stream time``. Tombstones (merged-away
+    sessions, deleted windows) remove the window, so it is never emitted. The buffer is a
+    changelogged store, so a restart neither loses nor repeats final results (time and sliding
+    windows keep each update's timestamp there too; headers are not kept across a restart);
+    control records advance the observed stream time too.
 
-    Progress passes through unchanged: every session still buffered ends after the aggregation's
-    bound (``stream time - gap - grace``), since those ending at or before it were emitted."""
+    Progress passes through unchanged: every window still buffered starts after the
+    aggregation's bound (sessions: end after ``stream time - gap - grace``; time and sliding
+    windows: start after ``stream time - size (difference) - grace``), since the others were
+    emitted, and an update's timestamp is never before its window's start."""
 
     name = "suppress"
 
     def __init__(
         self,
         store_name: str,
-        windows: SessionWindows,
+        windows: WindowSpec,
         key_serde: Serde[Any],
         value_serde: Serde[Any],
     ) -> None:
         super().__init__()
         self._store_name = store_name
         self._windows = windows
+        # Sessions' updates are stamped with their end; other windows' timestamps are stored.
+        self._timestamped = not isinstance(windows, SessionWindows)
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._store: KeyValueStore | None = None
@@ -172,7 +179,11 @@ class SuppressProcessor(Processor):
         for buffer_key, raw in self._store.items():
             key_bytes, start, end = split_session_changelog_key(buffer_key)
             windowed = Windowed(self._key_serde.deserialize(key_bytes), start, end)
-            self._pending[buffer_key] = Record(windowed, self._value_serde.deserialize(raw), end)
+            data, timestamp = raw, end
+            if self._timestamped:
+                data, timestamp = ValueAndTimestamp.from_bytes(raw)
+            value = self._value_serde.deserialize(data)
+            self._pending[buffer_key] = Record(windowed, value, timestamp)
             self._by_end.append((end, buffer_key))
         heapq.heapify(self._by_end)
         context.suppress_buffer_size(self._store_name, len(self._pending))
@@ -192,7 +203,10 @@ class SuppressProcessor(Processor):
             if buffer_key not in self._pending:
                 heapq.heappush(self._by_end, (windowed.end, buffer_key))
             self._pending[buffer_key] = record
-            self._store.put(buffer_key, self._value_serde.serialize(record.value), record.timestamp)
+            raw = self._value_serde.serialize(record.value)
+            if self._timestamped:
+                raw = ValueAndTimestamp(raw or b"", record.timestamp).to_bytes()
+            self._store.put(buffer_key, raw, record.timestamp)
         self._emit_closed()
 
     def advance(self, timestamp: int) -> None:

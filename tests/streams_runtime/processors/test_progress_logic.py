@@ -1,14 +1,20 @@
 """The progress promise, as pure logic (no broker): on in-order input, every record a sink sends
 is at least as new as every progress its sink promised before. Checked on generated inputs over
-stateless, table, session and suppressed topologies, and on the issue's case of records a filter
-drops."""
+stateless, table, session, time-window, sliding-window and suppressed topologies, and on the
+issue's case of records a filter drops."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams_runtime import SessionWindows, StreamsBuilder, until_window_closes
+from streams_runtime import (
+    SessionWindows,
+    SlidingWindows,
+    StreamsBuilder,
+    TimeWindows,
+    until_window_closes,
+)
 from streams_runtime.processors import NO_PROGRESS, SinkProcessor, SourceProcessor
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Json, String
@@ -17,9 +23,13 @@ from streams_runtime.state import (
     InMemorySessionEngine,
     KeyValueStore,
     SessionStore,
+    WindowStore,
 )
 
 WINDOWS = SessionWindows(gap_ms=100, grace_ms=30)
+TUMBLING = TimeWindows.of_size(100, grace=30)
+HOPPING = TimeWindows.of_size(100, grace=20).advance_by(40)
+SLIDING = SlidingWindows.of_time_difference(70, grace=30)
 
 
 class _Task:
@@ -53,6 +63,11 @@ class _Task:
     def session_store(self, name: str) -> SessionStore:
         return self.sessions.setdefault(name, SessionStore(name, 0, InMemorySessionEngine(), None))
 
+    def window_store(self, name: str) -> WindowStore:
+        store = self.sessions.setdefault(name, WindowStore(name, 0, InMemorySessionEngine(), None))
+        assert isinstance(store, WindowStore)
+        return store
+
     def record_dropped(self, processor: str, reason: str) -> None:
         pass
 
@@ -77,6 +92,15 @@ def _topology() -> StreamsBuilder:
         .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "n": n}))
         .to("final")
     )
+    for name, windows in (("tumbling", TUMBLING), ("hopping", HOPPING), ("sliding", SLIDING)):
+        counts = grouped.windowed_by(windows).count(name=name)
+        counts.to_stream().map(lambda w, n: (w.key, n)).to(name)
+        (
+            counts.suppress(until_window_closes(), name=f"{name}-final")
+            .to_stream()
+            .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "n": n}))
+            .to(f"{name}-final")
+        )
     return builder
 
 
@@ -161,4 +185,20 @@ def test_control_records_alone_move_every_sink() -> None:
         "counts": 5000,
         "sessions": 5000 - 130,
         "final": 5000 - 130,
+        "tumbling": 5000 - 130,
+        "tumbling-final": 5000 - 130,
+        "hopping": 5000 - 120,
+        "hopping-final": 5000 - 120,
+        "sliding": 5000 - 100,
+        "sliding-final": 5000 - 100,
     }
+
+
+def test_a_tumbling_final_result_is_stamped_with_its_latest_record() -> None:
+    # a at 1000 and 1010 in [1000, 1100); it closes at 1100 + 30: the final result comes out on
+    # a control record, stamped 1010 (the window's latest record), never behind its promise.
+    task = _run(
+        [("data", 1000, "a", False), ("data", 10, "a", False), ("control", 120, None, False)]
+    )
+    assert [ts for topic, ts, _ in task.sent if topic == "tumbling-final"] == [1010]
+    assert task.promised["tumbling-final"] == 1130 - 130
