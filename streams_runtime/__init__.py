@@ -31,7 +31,7 @@ from streams_runtime.settings import (
 )
 from streams_runtime.topology import Topology, TopologyError
 from streams_runtime.windowed import Windowed
-from streams_runtime.windows import SessionWindows, SlidingWindows, TimeWindows
+from streams_runtime.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
 
 __all__ = [
     "App",
@@ -39,6 +39,7 @@ __all__ = [
     "BadRecordError",
     "BadRecordPolicy",
     "GroupedStream",
+    "JoinWindows",
     "KeyQueryMetadata",
     "LagInfo",
     "ProcessingGuarantee",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.grouped import GroupedStream
 from streams_runtime.serdes import Serde
+from streams_runtime.state import StoreSpec
 from streams_runtime.topology import Node, ProcessorFactory
+from streams_runtime.windows import JoinWindows
 
 if TYPE_CHECKING:
     from streams_runtime.dsl.builder import StreamsBuilder
@@ -175,28 +177,153 @@ class Stream(Generic[K, V]):
             value_serde or stream.value_serde or self._builder.default_value_serde,
         )
 
+    @overload
     def join(
         self,
-        table: Table[K, V2],
+        other: Table[K, V2],
         joiner: Callable[[V, V2], Any],
         *,
         value_serde: Serde[Any] | None = None,
-    ) -> Stream[K, Any]:
-        """Inner stream-table join: each record joins the table's value for its key at the time
-        the record is processed (records are processed in timestamp order across both inputs,
-        so "at that time" means at the record's timestamp; see ``max_task_idle_ms``). A table
-        derived with ``filter``/``map_values`` is read through the store it derives from."""
-        return self._join(table, joiner, left=False, value_serde=value_serde)
+    ) -> Stream[K, Any]: ...
 
-    def left_join(
+    @overload
+    def join(
         self,
-        table: Table[K, V2],
-        joiner: Callable[[V, V2 | None], Any],
+        other: Stream[K, V2],
+        joiner: Callable[[V, V2], Any],
+        windows: JoinWindows,
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]: ...
+
+    def join(
+        self,
+        other: Table[K, V2] | Stream[K, V2],
+        joiner: Callable[[V, V2], Any],
+        windows: JoinWindows | None = None,
         *,
         value_serde: Serde[Any] | None = None,
     ) -> Stream[K, Any]:
-        """Like :meth:`join`, but records without a table value join ``None``."""
-        return self._join(table, joiner, left=True, value_serde=value_serde)
+        """Inner join with a table or, given ``windows``, with another stream.
+
+        Stream-table: each record joins the table's value for its key at the time the record is
+        processed (records are processed in timestamp order across both inputs, so "at that
+        time" means at the record's timestamp; see ``max_task_idle_ms``). A table derived with
+        ``filter``/``map_values`` is read through the store it derives from.
+
+        Stream-stream (Kafka Streams' windowed ``KStream.join``): a record at ``t`` joins every
+        record of ``other`` with the same key from ``t - before`` to ``t + after``
+        (:class:`~streams_runtime.windows.JoinWindows`), in both directions, stamped with the
+        larger timestamp of the two; each side's records are buffered in a window store
+        (``KSTREAM-JOINTHIS-...-store``, ``KSTREAM-JOINOTHER-...-store``) for ``before + after +
+        grace``. Both streams must be co-partitioned."""
+        if windows is None:
+            if isinstance(other, Stream):
+                raise TypeError("a stream-stream join needs JoinWindows")
+            return self._join(other, joiner, left=False, value_serde=value_serde)
+        return self._window_join(other, joiner, windows, "inner", value_serde)
+
+    @overload
+    def left_join(
+        self,
+        other: Table[K, V2],
+        joiner: Callable[[V, V2 | None], Any],
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]: ...
+
+    @overload
+    def left_join(
+        self,
+        other: Stream[K, V2],
+        joiner: Callable[[V, V2 | None], Any],
+        windows: JoinWindows,
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]: ...
+
+    def left_join(
+        self,
+        other: Table[K, V2] | Stream[K, V2],
+        joiner: Callable[[V, V2 | None], Any],
+        windows: JoinWindows | None = None,
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]:
+        """Like :meth:`join`, but records of this stream without a partner join ``None``: at
+        once against a table; against a stream once their window closed (``t + after + grace``
+        behind stream time), stamped with their own timestamp. Kafka Streams emits them when a
+        later record arrives; the runtime also on control records, so they come out on ticks
+        alone."""
+        if windows is None:
+            if isinstance(other, Stream):
+                raise TypeError("a stream-stream join needs JoinWindows")
+            return self._join(other, joiner, left=True, value_serde=value_serde)
+        return self._window_join(other, joiner, windows, "left", value_serde)
+
+    def outer_join(
+        self,
+        other: Stream[K, V2],
+        joiner: Callable[[V | None, V2 | None], Any],
+        windows: JoinWindows,
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]:
+        """Like :meth:`left_join` on both sides: records of either stream without a partner
+        join ``None`` once their window closed (``t + before + grace`` for ``other``'s)."""
+        return self._window_join(other, joiner, windows, "outer", value_serde)
+
+    def _window_join(
+        self,
+        other: Table[Any, Any] | Stream[Any, Any],
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows,
+        kind: str,
+        value_serde: Serde[Any] | None,
+    ) -> Stream[K, Any]:
+        if not isinstance(other, Stream):
+            raise TypeError("JoinWindows join two streams; join a table without them")
+        this: Stream[Any, Any] = self.repartition() if self._key_changed else self
+        that: Stream[Any, Any] = other.repartition() if other._key_changed else other
+        graph, default = self._builder._graph, self._builder
+        ks = this.key_serde or default.default_key_serde
+        lvs = this.value_serde or default.default_value_serde
+        rvs = that.value_serde or default.default_value_serde
+        # Named like Kafka Streams' nodes and stores (two KSTREAM-WINDOWED names first).
+        graph.name("KSTREAM-WINDOWED")
+        graph.name("KSTREAM-WINDOWED")
+        names: dict[str, str] = {}  # filled in below, once the nodes are named
+
+        def side(left: bool) -> p.Processor:
+            this_store, other_store = (names["this"], names["other"])[:: 1 if left else -1]
+            return p.StreamStreamJoinProcessor(
+                left=left,
+                outer=kind == "outer" or (left and kind == "left"),
+                windows=windows,
+                this_store=this_store,
+                other_store=other_store,
+                outer_store=names.get("outer"),
+                key_serde=ks,
+                left_value_serde=lvs,
+                right_value_serde=rvs,
+                joiner=joiner,
+            )
+
+        this_kind = "KSTREAM-OUTERTHIS" if kind == "outer" else "KSTREAM-JOINTHIS"
+        other_kind = "KSTREAM-JOINOTHER" if kind == "inner" else "KSTREAM-OUTEROTHER"
+        this_node = graph.add(this_kind, lambda: side(True), [this._node])
+        other_node = graph.add(other_kind, lambda: side(False), [that._node])
+        names["this"], names["other"] = f"{this_node.name}-store", f"{other_node.name}-store"
+        retention = windows.retention_ms
+        this_node.stores = (StoreSpec(names["this"], "window", retention_ms=retention),)
+        other_node.stores = (StoreSpec(names["other"], "window", retention_ms=retention),)
+        this_node.uses_stores, other_node.uses_stores = (names["other"],), (names["this"],)
+        if kind != "inner":
+            names["outer"] = f"KSTREAM-OUTERSHARED-{this_node.name.rsplit('-', 1)[1]}-store"
+            this_node.stores += (StoreSpec(names["outer"], "key_value"),)
+            other_node.uses_stores += (names["outer"],)
+        node = graph.add("KSTREAM-MERGE", p.PassThroughProcessor, [this_node, other_node])
+        return Stream(self._builder, node, this.key_serde, value_serde)
 
     def _join(
         self,

@@ -5,7 +5,8 @@
 - :mod:`~streams_runtime.processors.stateless`: source, sink, and the stateless transforms;
 - :mod:`~streams_runtime.processors.tables`: tables, emit-on-change and the stream-table join;
 - :mod:`~streams_runtime.processors.sessions`: session-window aggregation and suppression;
-- :mod:`~streams_runtime.processors.time_windows`: time- and sliding-window aggregation.
+- :mod:`~streams_runtime.processors.time_windows`: time- and sliding-window aggregation;
+- :mod:`~streams_runtime.processors.joins`: windowed stream-stream joins.
 """
 
 from streams_runtime.processors.base import (
@@ -14,6 +15,7 @@ from streams_runtime.processors.base import (
     Processor,
     ProcessorContext,
 )
+from streams_runtime.processors.joins import JoinState, StreamStreamJoinProcessor
 from streams_runtime.processors.sessions import SessionAggregateProcessor, SuppressProcessor
 from streams_runtime.processors.stateless import (
     FilterProcessor,
@@ -41,6 +43,7 @@ from streams_runtime.processors.time_windows import (
 __all__ = [
     "NO_PROGRESS",
     "FilterProcessor",
+    "JoinState",
     "KeyedStoreProcessor",
     "MapProcessor",
     "MapValuesProcessor",
@@ -52,6 +55,7 @@ __all__ = [
     "SinkProcessor",
     "SlidingWindowAggregateProcessor",
     "SourceProcessor",
+    "StreamStreamJoinProcessor",
     "StreamTableJoinProcessor",
     "SuppressProcessor",
     "TableAggregateProcessor",
