@@ -1,0 +1,123 @@
+package kpc.conformance;
+
+import java.io.FileReader;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.common.serialization.Serde;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.Windowed;
+
+/**
+ * The Kafka Streams engine of the engines benchmark (bench/engines.py): one windowed count,
+ * final results only, run until SIGTERM (then closed cleanly).
+ *
+ * <pre>
+ *   java -cp JARS/* kpc.conformance.ThroughputApp SPEC_FILE
+ * </pre>
+ *
+ * The spec is a Java properties file: {@code application.id}, {@code bootstrap.servers},
+ * {@code state.dir}, {@code workload} ({@code session} or {@code tumbling}), {@code in},
+ * {@code out}, {@code window.ms} (session gap or tumbling window size); and {@code config.*}
+ * passed to StreamsConfig as they are. Everything else is Kafka Streams' default.
+ *
+ * <p>Output: key the input key, value JSON {@code {"start":..,"end":..,"count":..}}, as the
+ * runtime's and Quix Streams' twins of this topology write it.
+ */
+public final class ThroughputApp {
+  private static final Serde<String> STRING = Serdes.String();
+  private static final Serde<Long> LONG = Serdes.Long();
+
+  private ThroughputApp() {}
+
+  public static void main(final String[] args) throws Exception {
+    final Properties spec = new Properties();
+    try (FileReader reader = new FileReader(args[0], StandardCharsets.UTF_8)) {
+      spec.load(reader);
+    }
+    final Properties config = new Properties();
+    config.put(StreamsConfig.APPLICATION_ID_CONFIG, spec.getProperty("application.id"));
+    config.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, spec.getProperty("bootstrap.servers"));
+    config.put(StreamsConfig.STATE_DIR_CONFIG, spec.getProperty("state.dir"));
+    for (final String key : spec.stringPropertyNames()) {
+      if (key.startsWith("config.")) {
+        config.put(key.substring("config.".length()), spec.getProperty(key));
+      }
+    }
+    final StreamsBuilder builder = new StreamsBuilder();
+    build(builder, spec);
+    final KafkaStreams streams = new KafkaStreams(builder.build(config), config);
+    final CountDownLatch done = new CountDownLatch(1);
+    final AtomicBoolean failed = new AtomicBoolean();
+    streams.setUncaughtExceptionHandler(
+        e -> {
+          System.err.println("ThroughputApp failed: " + e);
+          e.printStackTrace();
+          failed.set(true);
+          done.countDown();
+          return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  streams.close(Duration.ofSeconds(30));
+                  done.countDown();
+                }));
+    streams.start();
+    done.await();
+    if (failed.get()) {
+      streams.close(Duration.ofSeconds(30));
+      Runtime.getRuntime().halt(1);
+    }
+  }
+
+  private static void build(final StreamsBuilder builder, final Properties spec) {
+    final Duration window = Duration.ofMillis(Long.parseLong(spec.getProperty("window.ms")));
+    final KGroupedStream<String, String> grouped =
+        builder.stream(spec.getProperty("in"), Consumed.with(STRING, STRING)).groupByKey();
+    final String workload = spec.getProperty("workload");
+    final KTable<Windowed<String>, Long> counts =
+        switch (workload) {
+          case "session" ->
+              grouped
+                  .windowedBy(SessionWindows.ofInactivityGapWithNoGrace(window))
+                  .count(Materialized.with(STRING, LONG));
+          case "tumbling" ->
+              grouped
+                  .windowedBy(TimeWindows.ofSizeWithNoGrace(window))
+                  .count(Materialized.with(STRING, LONG));
+          default -> throw new IllegalArgumentException("unknown workload " + workload);
+        };
+    counts
+        .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .map(
+            (w, n) ->
+                KeyValue.pair(
+                    w.key(),
+                    "{\"start\":"
+                        + w.window().start()
+                        + ",\"end\":"
+                        + w.window().end()
+                        + ",\"count\":"
+                        + n
+                        + "}"))
+        .to(spec.getProperty("out"), Produced.with(STRING, STRING));
+  }
+}
