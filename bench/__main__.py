@@ -9,6 +9,7 @@ BENCHMARKS = {
     "broker-startup": "bench.broker_startup",
     "producer-throughput": "bench.producer_throughput",
     "runtime-throughput": "bench.runtime_throughput",
+    "engines": "bench.engines",
     "query-failover": "bench.query_failover",
     "tick-volume": "bench.tick_volume",
     "sidecar": "bench.sidecar",

@@ -1,0 +1,284 @@
+"""One workload through several engines, with throughput ratios from one run.
+
+Engines (each in its own process, from a fresh consumer group / application id):
+
+- ``plain``: a plain ``confluent_kafka`` loop, consume -> JSON decode/encode -> produce, flush
+  and commit every second (at-least-once only; it has no windows, it is the floor);
+- ``runtime-memory``, ``runtime-sqlite``: this project's runtime, state engine memory or SQLite;
+- ``quix``: Quix Streams 3.28.1 (its own virtualenv under the project cache, installed on first
+  use; RocksDB state and changelogs, its defaults);
+- ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the conformance suite's Maven project;
+  its defaults: RocksDB stores, the 10 MiB record cache ``statestore.cache.max.bytes``, one
+  stream thread; heap ``-Xmx`` ``BENCH_KS_HEAP``, default 512m).
+
+Workloads over the click input of ``bench/_clicks.py`` (``BENCH_EVENTS`` events, default
+1,000,000; ``BENCH_EOS_EVENTS`` for exactly-once, default 300,000; 10,000 keys, 4 partitions;
+``BENCH_SESSION_CLICKS`` clicks per user and session, default 10): ``session``, a session-window
+count (gap 60 s, no grace) and ``tumbling``, a tumbling-window count (``BENCH_TUMBLING_MS``,
+default 60 s, no grace), both final results only (suppress until the window closes) as JSON.
+Guarantees ``alos`` (commit interval 1 s everywhere) and ``eos`` (Kafka Streams'
+``exactly_once_v2``, the runtime's and Quix's exactly-once; commit interval 100 ms everywhere,
+Kafka Streams' and the runtime's default). ``BENCH_ENGINES``, ``BENCH_WORKLOADS`` and
+``BENCH_GUARANTEES`` (comma lists) choose; ``BENCH_TIMEOUT_S`` bounds each run (default 1800).
+
+Every engine is timed the same way: from its process's start (start-up, group join and restore
+included) until its group's committed offsets reach the end of every input partition. Peak RSS
+is the process's (the JVM's for Kafka Streams). Each engine's output (windows and the clicks
+they count) is checked against the expected closed windows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench._clicks import GAP_MS, PARTITIONS, Clicks, count_output
+from bench._engine_main import runtime_has_time_windows
+from bench._engine_run import run_engine
+from bench._kafka import create_topic, end_offsets, unique_name
+from progress_control.dev.broker import EmbeddedKafkaBroker
+
+ENGINES = ("plain", "runtime-memory", "runtime-sqlite", "quix", "kstreams")
+WORKLOADS = ("session", "tumbling")
+GUARANTEES = {"alos": "at_least_once", "eos": "exactly_once"}
+COMMIT_INTERVAL_MS = {"alos": 1_000, "eos": 100}
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def _env_list(name: str, default: tuple[str, ...]) -> list[str]:
+    chosen = [v.strip() for v in os.environ.get(name, ",".join(default)).split(",") if v.strip()]
+    unknown = set(chosen) - set(default)
+    if unknown:
+        raise SystemExit(f"{name}: unknown {sorted(unknown)}; choose from {', '.join(default)}")
+    return chosen
+
+
+@dataclass
+class Result:
+    workload: str
+    guarantee: str
+    engine: str
+    events: int
+    expected: tuple[int, int]
+    seconds: float = 0.0
+    peak_rss_mib: float = 0.0
+    output: tuple[int, int] | None = None
+    note: str = ""
+
+    @property
+    def rate(self) -> float | None:
+        return self.events / self.seconds if self.output is not None and self.seconds else None
+
+
+class _Engines:
+    """Builds each engine's command line; installs Quix Streams and builds the Kafka Streams
+    app (off the clock) on first use."""
+
+    def __init__(self, bootstrap_servers: str, work_dir: Path) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.work_dir = work_dir
+        self._quix: Path | None = None
+        self._jars: Path | None = None
+
+    def command(self, engine: str, spec: dict[str, Any]) -> list[str]:
+        path = self.work_dir / f"{spec['group']}.json"
+        path.write_text(json.dumps(spec))
+        if engine == "quix":
+            if self._quix is None:
+                from bench._quix_env import quix_python
+
+                self._quix = quix_python()
+            return [str(self._quix), str(BENCH_DIR / "quix_app.py"), str(path)]
+        if engine == "kstreams":
+            return self._kstreams(spec)
+        return [sys.executable, "-m", "bench._engine_main", str(path)]
+
+    def _kstreams(self, spec: dict[str, Any]) -> list[str]:
+        from progress_control.dev.jars import find_java
+        from tests.conformance.kstreams import build_conformance_app
+
+        if self._jars is None:
+            self._jars = build_conformance_app()
+        properties = {
+            "application.id": spec["group"],
+            "bootstrap.servers": spec["bootstrap_servers"],
+            "state.dir": spec["state_dir"],
+            "workload": spec["workload"],
+            "in": spec["source"],
+            "out": spec["sink"],
+            "window.ms": spec["window_ms"],
+            "config.commit.interval.ms": spec["commit_interval_ms"],
+        }
+        if spec["guarantee"] == "exactly_once":
+            properties["config.processing.guarantee"] = "exactly_once_v2"
+        path = self.work_dir / f"{spec['group']}.properties"
+        path.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+        return [
+            str(find_java()),
+            f"-Xmx{os.environ.get('BENCH_KS_HEAP', '512m')}",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+            f"{self._jars}/*",
+            "kpc.conformance.ThroughputApp",
+            str(path),
+        ]
+
+
+def _run(engines: _Engines, result: Result, source: str, ends: list[int], window_ms: int) -> None:
+    bootstrap = engines.bootstrap_servers
+    name = f"bench-{result.engine}-{result.workload}-{result.guarantee}"
+    group = unique_name(name)
+    spec = {
+        "engine": result.engine.split("-")[0],
+        "bootstrap_servers": bootstrap,
+        "source": source,
+        "sink": create_topic(bootstrap, f"{group}-out", PARTITIONS),
+        "group": group,
+        "workload": result.workload,
+        "window_ms": window_ms,
+        "guarantee": GUARANTEES[result.guarantee],
+        "commit_interval_ms": COMMIT_INTERVAL_MS[result.guarantee],
+        "state_engine": result.engine.removeprefix("runtime-"),
+        "state_dir": str(engines.work_dir / group),
+    }
+    command = engines.command(result.engine, spec)  # may install or build, off the clock
+    timeout_s = float(os.environ.get("BENCH_TIMEOUT_S", "1800"))
+    measured = run_engine(
+        command,
+        bootstrap_servers=bootstrap,
+        group=group,
+        source=source,
+        end_offsets=ends,
+        log_path=engines.work_dir / f"{group}.log",
+        timeout_s=timeout_s,
+    )
+    result.seconds, result.peak_rss_mib = measured.seconds, measured.peak_rss_mib
+    if result.engine == "plain":  # copies every record: check the count only
+        copied = sum(end_offsets(bootstrap, spec["sink"], PARTITIONS))
+        result.output = (copied, copied)
+        result.expected = (result.events, result.events)
+        result.note = "records copied"
+    else:
+        result.output = count_output(bootstrap, spec["sink"])
+    if result.output != result.expected:
+        result.note = f"OUTPUT MISMATCH: expected {result.expected}"
+
+
+def _skip_reason(engine: str, workload: str, guarantee: str) -> str:
+    if engine == "plain" and guarantee == "eos":
+        return "at-least-once only"
+    if engine.startswith("runtime") and workload == "tumbling" and not runtime_has_time_windows():
+        return "skipped: the runtime's windowed_by takes no TimeWindows yet"
+    return ""
+
+
+def _print_table(results: list[Result]) -> None:
+    print(
+        f"{'workload':<9} {'guar.':<5} {'engine':<15} {'events':>9} {'seconds':>8} "
+        f"{'records/s':>10} {'peak RSS':>9} {'windows':>8} {'clicks':>9}  note"
+    )
+    for r in results:
+        head = f"{r.workload:<9} {r.guarantee:<5} {r.engine:<15} {r.events:>9,}"
+        if r.output is None:
+            print(f"{head} {'-':>8} {'-':>10} {'-':>9} {'-':>8} {'-':>9}  {r.note}")
+            continue
+        print(
+            f"{head} {r.seconds:>8.1f} {r.rate or 0:>10,.0f} {r.peak_rss_mib:>6,.0f} MiB "
+            f"{r.output[0]:>8,} {r.output[1]:>9,}  {r.note}"
+        )
+
+
+def _print_ratios(results: list[Result]) -> None:
+    by_key = {(r.workload, r.guarantee, r.engine): r for r in results}
+    print("ratios (records/s of the runtime / of the other engine; > 1: the runtime is faster):")
+    for workload in WORKLOADS:
+        for guarantee in GUARANTEES:
+            for ours in ("runtime-sqlite", "runtime-memory"):
+                mine = by_key.get((workload, guarantee, ours))
+                for other in ("kstreams", "quix", "plain"):
+                    theirs = by_key.get((workload, guarantee, other))
+                    if mine and theirs and mine.rate and theirs.rate:
+                        print(
+                            f"  {workload:<9} {guarantee:<5} {ours} / {other:<9} "
+                            f"{mine.rate / theirs.rate:6.3f}"
+                        )
+    print("peak RSS (the runtime's / Quix Streams'):")
+    for (workload, guarantee, engine), mine in by_key.items():
+        theirs = by_key.get((workload, guarantee, "quix"))
+        if engine.startswith("runtime") and mine.output and theirs and theirs.output:
+            print(
+                f"  {workload:<9} {guarantee:<5} {engine} / quix          "
+                f"{mine.peak_rss_mib / theirs.peak_rss_mib:6.3f}"
+            )
+
+
+def main() -> None:
+    events = {
+        "alos": int(os.environ.get("BENCH_EVENTS", "1000000")),
+        "eos": int(os.environ.get("BENCH_EOS_EVENTS", "300000")),
+    }
+    session_clicks = int(os.environ.get("BENCH_SESSION_CLICKS", "10"))
+    tumbling_ms = int(os.environ.get("BENCH_TUMBLING_MS", "60000"))
+    engine_names = _env_list("BENCH_ENGINES", ENGINES)
+    workloads = _env_list("BENCH_WORKLOADS", WORKLOADS)
+    guarantees = _env_list("BENCH_GUARANTEES", tuple(GUARANTEES))
+    results: list[Result] = []
+    expected_output: dict[tuple[str, str], tuple[int, int]] = {}
+    with (
+        EmbeddedKafkaBroker() as broker,
+        tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp,
+    ):
+        bootstrap = broker.bootstrap_servers
+        engines = _Engines(bootstrap, Path(tmp))
+        inputs: dict[int, tuple[Clicks, str, list[int]]] = {}
+        for guarantee in guarantees:  # one input per event count, shared by the workloads
+            n = events[guarantee]
+            if n not in inputs:
+                clicks = Clicks.ending_now(n, session_clicks)
+                source = create_topic(bootstrap, unique_name("bench-engines-clicks"), PARTITIONS)
+                started = time.perf_counter()
+                clicks.preload(bootstrap, source)
+                print(f"pre-loaded {n:,} events in {time.perf_counter() - started:.1f} s")
+                inputs[n] = (clicks, source, end_offsets(bootstrap, source, PARTITIONS))
+        for workload in workloads:
+            window_ms = GAP_MS if workload == "session" else tumbling_ms
+            for guarantee in guarantees:
+                clicks, source, ends = inputs[events[guarantee]]
+                expected = (
+                    clicks.expected_sessions()
+                    if workload == "session"
+                    else clicks.expected_tumbling(window_ms)
+                )
+                expected_output[workload, guarantee] = expected
+                for engine in engine_names:
+                    result = Result(workload, guarantee, engine, clicks.events, expected)
+                    result.note = _skip_reason(engine, workload, guarantee)
+                    results.append(result)
+                    if result.note:
+                        continue
+                    try:
+                        _run(engines, result, source, ends, window_ms)
+                    except Exception as exc:  # one engine's failure must not hide the others
+                        result.output = None
+                        result.note = f"FAILED: {str(exc).splitlines()[0]}"
+                        print(f"{workload} {guarantee} {engine}: {exc}", flush=True)
+                    rate = f"{result.rate:,.0f} records/s" if result.rate else result.note
+                    print(f"{workload} {guarantee} {engine}: {rate}", flush=True)
+    print(
+        f"\n{PARTITIONS} partitions, 10,000 keys, sessions of {session_clicks} clicks per key "
+        f"(gap {GAP_MS // 1000} s), tumbling windows of {tumbling_ms // 1000} s; expected "
+        "output (windows, clicks): "
+        + ", ".join(f"{w} {g} {e}" for (w, g), e in expected_output.items())
+    )
+    _print_table(results)
+    _print_ratios(results)
+
+
+if __name__ == "__main__":
+    main()
