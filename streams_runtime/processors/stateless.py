@@ -10,7 +10,7 @@ from typing import Any
 
 from streams_runtime.processors.base import NO_PROGRESS, Processor, ProcessorContext
 from streams_runtime.record import Record, SourceRecord
-from streams_runtime.serdes import Serde, SessionWindowedSerde
+from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerde
 
 __all__ = [
     "FilterProcessor",
@@ -143,7 +143,8 @@ class SinkProcessor(Processor):
         # WindowedStreamPartitioner does: every window of a key lands in one partition.
         partition_key = (
             key_serde.inner.serialize(record.key.key)
-            if isinstance(key_serde, SessionWindowedSerde) and record.key is not None
+            if isinstance(key_serde, SessionWindowedSerde | TimeWindowedSerde)
+            and record.key is not None
             else None
         )
         self._context.send(

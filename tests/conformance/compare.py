@@ -28,8 +28,6 @@ from tests.conformance.topologies import Case
 
 __all__ = ["OutputRecord", "differences"]
 
-_WINDOW_BYTES = 16  # a session-windowed key ends with the window's end and start
-
 
 @dataclass(frozen=True)
 class OutputRecord:
@@ -53,19 +51,25 @@ class OutputRecord:
 Comparable = tuple[int, bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]
 
 
-def _user_key(record: OutputRecord, windowed: bool) -> bytes | None:
-    if record.key is None or not windowed:
+def _user_key(record: OutputRecord, window_bytes: int) -> bytes | None:
+    """The key without its window suffix (``window_bytes`` long: a session-windowed key ends
+    with the window's end and start, 16 bytes; a time-windowed one with its start, 8)."""
+    if record.key is None or not window_bytes:
         return record.key
-    return record.key[:-_WINDOW_BYTES]
+    return record.key[:-window_bytes]
+
+
+def _window_bytes(case: Case) -> int:
+    return case.window_bytes if case.windowed else 0
 
 
 def _by_key(
-    records: list[OutputRecord], windowed: bool = False
+    records: list[OutputRecord], window_bytes: int = 0
 ) -> dict[bytes | None, list[OutputRecord]]:
-    """Records per user key (all sessions of a key together), in offset order."""
+    """Records per user key (all windows of a key together), in offset order."""
     grouped: dict[bytes | None, list[OutputRecord]] = defaultdict(list)
     for record in records:
-        grouped[_user_key(record, windowed)].append(record)
+        grouped[_user_key(record, window_bytes)].append(record)
     return grouped
 
 
@@ -89,12 +93,12 @@ def expected_from_kafka_streams(
 ) -> dict[str, dict[bytes | None, list[OutputRecord]]]:
     """What the runtime must write to each output, per key, given Kafka Streams' outputs."""
     data = {
-        role: [r for r in records if _user_key(r, case.windowed) != SENTINEL_KEY]
+        role: [r for r in records if _user_key(r, _window_bytes(case)) != SENTINEL_KEY]
         for role, records in kafka_streams.items()
     }
     skipped = _idempotent_updates(data[case.table_output]) if case.table_output else set()
     return {
-        role: _by_key([r for r in records if r.input_id not in skipped], case.windowed)
+        role: _by_key([r for r in records if r.input_id not in skipped], _window_bytes(case))
         for role, records in data.items()
     }
 
@@ -112,10 +116,10 @@ def differences(
     expected = expected_from_kafka_streams(case, kafka_streams)
     for role in case.outputs:
         data = [r for r in runtime[role] if not r.control]
-        leaked = [r for r in data if _user_key(r, case.windowed) == SENTINEL_KEY]
+        leaked = [r for r in data if _user_key(r, _window_bytes(case)) == SENTINEL_KEY]
         if leaked:
             found.append(f"{case.name}/{role}: {len(leaked)} data records under the sentinel key")
-        actual = _by_key(data, case.windowed)
+        actual = _by_key(data, _window_bytes(case))
         for key in sorted(set(expected[role]) | set(actual), key=lambda k: k or b""):
             want = [r.comparable() for r in expected[role].get(key, [])]
             got = [r.comparable() for r in actual.get(key, [])]
@@ -128,21 +132,21 @@ def differences(
                 )
                 found.append(
                     f"{case.name}/{role} key {key!r}: first difference at #{first}\n"
-                    f"  Kafka Streams ({len(want)}): {_show(want, first, case.windowed)}\n"
-                    f"  runtime       ({len(got)}): {_show(got, first, case.windowed)}"
+                    f"  Kafka Streams ({len(want)}): {_show(want, first, _window_bytes(case))}\n"
+                    f"  runtime       ({len(got)}): {_show(got, first, _window_bytes(case))}"
                 )
                 if len(found) >= limit:
                     return found
     return found
 
 
-def _describe(record: Comparable, windowed: bool) -> str:
+def _describe(record: Comparable, window_bytes: int) -> str:
     partition, key, value, timestamp, headers = record
     shown_key = repr(key)
-    if windowed and key is not None:
-        end = int.from_bytes(key[-16:-8], "big", signed=True)
+    if window_bytes and key is not None:
         start = int.from_bytes(key[-8:], "big", signed=True)
-        shown_key = f"{key[:-16].decode(errors='replace')}[{start},{end}]"
+        end = int.from_bytes(key[-16:-8], "big", signed=True) if window_bytes == 16 else "."
+        shown_key = f"{key[:-window_bytes].decode(errors='replace')}[{start},{end}]"
     if value is not None and len(value) == 8 and not all(32 <= b < 127 for b in value):
         shown_value = str(int.from_bytes(value, "big", signed=True))
     else:
@@ -151,9 +155,9 @@ def _describe(record: Comparable, windowed: bool) -> str:
     return f"p{partition} {shown_key}={shown_value}@{timestamp} #{ids}"
 
 
-def _show(records: list[Comparable], first: int, windowed: bool) -> str:
+def _show(records: list[Comparable], first: int, window_bytes: int) -> str:
     start = max(0, first - 2)
-    shown = [_describe(r, windowed) for r in records[start : first + 4]]
+    shown = [_describe(r, window_bytes) for r in records[start : first + 4]]
     return (
         ("... " if start else "") + ", ".join(shown) + (" ..." if first + 4 < len(records) else "")
     )

@@ -152,7 +152,9 @@ def run_both_engines(
     """Run the cases named in ``inputs`` on those inputs, in Kafka Streams and in the runtime,
     until both processed all of it; their outputs (Kafka Streams', the runtime's), with
     timestamps relative to the inputs' (which are produced an hour in the past)."""
-    base_ms = (int(time.time()) - 3600) * 1000
+    # An hour back, on a whole minute: the input's window boundaries (multiples of a window's
+    # size or advance, all dividing a minute) stay window boundaries once shifted.
+    base_ms = (int(time.time()) // 60 - 60) * 60_000
     topics: dict[str, dict[str, str]] = {}
     out: dict[str, dict[str, dict[str, str]]] = {"kstreams": {}, "runtime": {}}
     for name, records in inputs.items():

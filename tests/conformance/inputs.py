@@ -97,6 +97,51 @@ def _session_partition(
     return records
 
 
+def _window_partition(part: _Partition, windows: SessionWindows, count: int) -> list[InputRecord]:
+    """Time- and sliding-window input (size or time difference = gap, hopping advance = gap / 2,
+    see ``topologies``): records and control records exactly on window starts and ends, on the
+    ``end + grace`` boundary (one before, on, one after), out of order within grace, late,
+    equal timestamps, early ones (before the first sliding window), null keys and values."""
+    rng, size, grace = part.rng, windows.gap_ms, windows.grace_ms
+    advance = size // 2
+    records: list[InputRecord] = []
+    for n in range(count):
+        roll = rng.random()
+        closing = (part.now - grace) // advance * advance  # a window end near its close
+        if roll < 0.35:  # in order
+            part.now += rng.randrange(0, int(size * 0.8))
+            ts = part.now
+        elif roll < 0.45:  # in order, onto a window boundary (or just before it)
+            part.now = (part.now // advance + 1) * advance - rng.choice((0, 0, 1))
+            ts = part.now
+        elif roll < 0.5:  # equal timestamps
+            ts = part.now
+        elif roll < 0.63:  # out of order within grace
+            ts = part.now - rng.randrange(0, grace + size // 2 + 1)
+        elif roll < 0.75:  # around end + grace == stream time, for time and sliding windows
+            ts = rng.choice((closing, part.now - grace - size)) + rng.choice((-1, 0, 1))
+        elif roll < 0.82:  # late beyond grace
+            ts = part.now - grace - size - rng.randrange(1, 3 * size)
+        elif roll < 0.84:  # early: before the first sliding window's end
+            ts = rng.randrange(0, size)
+        elif roll < 0.86:  # far in the future: what follows is mostly late
+            part.now += 10 * (size + grace)
+            ts = part.now
+        else:  # a control record, often exactly closing a window (end + grace)
+            nxt = (part.now - grace) // advance * advance + advance + grace
+            ts = max(0, rng.choice((nxt - 1, nxt, nxt, part.now, part.now - size)))
+            part.now = max(part.now, ts)
+            records.append(InputRecord("in", part.partition, SENTINEL_KEY, None, ts, True))
+            continue
+        ts = max(ts, 0)
+        payload = None if rng.random() < 0.05 else f"v{n}".encode()
+        records.append(InputRecord("in", part.partition, part.key(), payload, ts))
+    # Let every window close: a final tick past the last one's close time.
+    closing = part.now + 2 * size + grace + rng.choice((0, 1))
+    records.append(InputRecord("in", part.partition, SENTINEL_KEY, None, closing, True))
+    return records
+
+
 def _table_partition(
     part: _Partition, role: str, count: int, *, numbers: int, null_value: float
 ) -> list[InputRecord]:
@@ -161,6 +206,8 @@ def generate(
         part = _Partition(rng, p, keys[p])
         if case.startswith("session-"):
             records += _session_partition(part, "in", windows, size, "v")
+        elif case.startswith(("tumbling-", "hopping-", "sliding-")):
+            records += _window_partition(part, windows, size)
         elif case == "merge-session-count":
             records += _session_partition(part, "in", windows, size // 2, "a")
             records += _session_partition(

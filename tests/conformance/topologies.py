@@ -2,7 +2,10 @@
 name in ``kstreams/src/main/java/kpc/conformance/ConformanceApp.java``; keep them identical.
 
 Keys and values are strings (Kafka's ``StringSerde``); counts and the aggregate of
-``table-aggregate`` are longs (:class:`Integer`); windowed keys use the session-windowed serde.
+``table-aggregate`` are longs (:class:`Integer`); session-windowed keys use the session-windowed
+serde, time- and sliding-windowed keys the time-windowed one. Time and sliding windows take their
+parameters from the seed's session windows: size (time difference) = gap, hopping advance =
+gap / 2, same grace.
 """
 
 from __future__ import annotations
@@ -10,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from streams_runtime import SessionWindows, Stream, StreamsBuilder, Table, until_window_closes
+from streams_runtime import (
+    SessionWindows,
+    SlidingWindows,
+    Stream,
+    StreamsBuilder,
+    Table,
+    TimeWindows,
+    until_window_closes,
+)
 from streams_runtime.serdes import Integer, String
 
 __all__ = ["CASES", "Case", "build_runtime_case"]
@@ -26,12 +37,26 @@ class Case:
     name: str
     inputs: tuple[str, ...] = ("in",)
     outputs: tuple[str, ...] = ("out",)
-    windowed: bool = False  # output keys are session-windowed
+    windowed: bool = False  # output keys are windowed
+    window_bytes: int = 16  # a windowed key's window suffix: session 16 (end, start), time 8
     table_output: str | None = None
     """The output carrying the materialised table's updates one for one (emit-on-change applies
     there); every other output of the case derives one record from each of them."""
     sessions: bool = False  # inputs are generated for session windows (gap and grace apply)
 
+
+# Time and sliding windows: keys carry only the window start (8 bytes).
+_TIME_WINDOW_CASES = tuple(
+    Case(name, windowed=True, window_bytes=8, sessions=True)
+    for name in (
+        "tumbling-count",
+        "tumbling-count-suppressed",
+        "hopping-aggregate",
+        "hopping-aggregate-suppressed",
+        "sliding-count",
+        "sliding-count-suppressed",
+    )
+)
 
 CASES: dict[str, Case] = {
     case.name: case
@@ -47,6 +72,7 @@ CASES: dict[str, Case] = {
         Case("table-source", outputs=("out", "out2"), table_output="out"),
         Case("stream-table-join", inputs=("in", "in2"), outputs=("out", "out2", "out3")),
         Case("repartition-count", table_output="out"),
+        *_TIME_WINDOW_CASES,
     )
 }
 
@@ -170,7 +196,58 @@ def _repartition_count(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows)
     )
 
 
+def _tumbling(w: SessionWindows) -> TimeWindows:
+    return TimeWindows.of_size(w.gap_ms, grace=w.grace_ms)
+
+
+def _hopping(w: SessionWindows) -> TimeWindows:
+    return _tumbling(w).advance_by(w.gap_ms // 2)
+
+
+def _sliding(w: SessionWindows) -> SlidingWindows:
+    return SlidingWindows.of_time_difference(w.gap_ms, grace=w.grace_ms)
+
+
+def _windowed_count(
+    b: StreamsBuilder, t: dict[str, str], windows: TimeWindows | SlidingWindows, final: bool
+) -> None:
+    counts = _string_stream(b, t["in"]).group_by_key().windowed_by(windows).count()
+    if final:
+        counts = counts.suppress(until_window_closes())
+    counts.to_stream().to(t["out"], value_serde=LONG)
+
+
+def _hopping_aggregate(
+    b: StreamsBuilder, t: dict[str, str], w: SessionWindows, final: bool
+) -> None:
+    joined = (
+        _string_stream(b, t["in"])
+        .group_by_key()
+        .windowed_by(_hopping(w))
+        .aggregate(
+            lambda: "",
+            lambda _key, value, aggregate: f"{aggregate}[{_text(value)}]",
+            value_serde=STRING,
+        )
+    )
+    if final:
+        joined = joined.suppress(until_window_closes())
+    joined.to_stream().to(t["out"])
+
+
+_TIME_WINDOW_BUILDERS: dict[
+    str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], None]
+] = {
+    "tumbling-count": lambda b, t, w: _windowed_count(b, t, _tumbling(w), final=False),
+    "tumbling-count-suppressed": lambda b, t, w: _windowed_count(b, t, _tumbling(w), final=True),
+    "hopping-aggregate": lambda b, t, w: _hopping_aggregate(b, t, w, final=False),
+    "hopping-aggregate-suppressed": lambda b, t, w: _hopping_aggregate(b, t, w, final=True),
+    "sliding-count": lambda b, t, w: _windowed_count(b, t, _sliding(w), final=False),
+    "sliding-count-suppressed": lambda b, t, w: _windowed_count(b, t, _sliding(w), final=True),
+}
+
 _BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], None]] = {
+    **_TIME_WINDOW_BUILDERS,
     "session-count": lambda b, t, w: _session_count(b, t, w, final=False),
     "session-count-suppressed": lambda b, t, w: _session_count(b, t, w, final=True),
     "session-aggregate": lambda b, t, w: _session_aggregate(b, t, w, final=False),

@@ -25,7 +25,10 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.TimeWindowedKStream;
+import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.state.KeyValueStore;
@@ -52,6 +55,8 @@ public final class ConformanceApp {
   private static final Serde<Long> LONG = Serdes.Long();
   private static final Serde<Windowed<String>> SESSION_KEY =
       new WindowedSerdes.SessionWindowedSerde<>(Serdes.String());
+
+  private static final String SENTINEL = "__progress_control__";
 
   private static final Map<String, KafkaStreams> APPS = new ConcurrentHashMap<>();
 
@@ -148,6 +153,8 @@ public final class ConformanceApp {
     final String out2;
     final String out3;
     final SessionWindows windows;
+    final long gapMs;
+    final long graceMs;
 
     Instance(final Properties spec, final String name) {
       type = spec.getProperty(name + ".type");
@@ -156,6 +163,8 @@ public final class ConformanceApp {
       out = spec.getProperty(name + ".out");
       out2 = spec.getProperty(name + ".out2");
       out3 = spec.getProperty(name + ".out3");
+      gapMs = Long.parseLong(spec.getProperty(name + ".gap.ms", "1"));
+      graceMs = Long.parseLong(spec.getProperty(name + ".grace.ms", "0"));
       windows =
           SessionWindows.ofInactivityGapAndGrace(
               Duration.ofMillis(Long.parseLong(spec.getProperty(name + ".gap.ms", "1"))),
@@ -264,8 +273,67 @@ public final class ConformanceApp {
               .count(Materialized.with(STRING, LONG))
               .toStream()
               .to(t.out, Produced.with(STRING, LONG));
-      default -> throw new IllegalArgumentException("unknown topology type " + t.type);
+      default -> {
+        if (!buildTimeWindowed(builder, t)) {
+          throw new IllegalArgumentException("unknown topology type " + t.type);
+        }
+      }
     }
+  }
+
+  /**
+   * Time and sliding windows, their parameters from the session ones: size (time difference) =
+   * gap, hopping advance = gap / 2, same grace. Keys are time-windowed (key, then start).
+   */
+  private static boolean buildTimeWindowed(final StreamsBuilder builder, final Instance t) {
+    final Duration size = Duration.ofMillis(t.gapMs);
+    final Duration grace = Duration.ofMillis(t.graceMs);
+    final Serde<Windowed<String>> timeKey =
+        new WindowedSerdes.TimeWindowedSerde<>(Serdes.String(), t.gapMs);
+    final boolean suppressed = t.type.endsWith("-suppressed");
+    final String type = suppressed ? t.type.substring(0, t.type.length() - 11) : t.type;
+    switch (type) {
+      case "tumbling-count", "sliding-count" -> {
+        final KStream<String, String> in = stream(builder, t.in);
+        KTable<Windowed<String>, Long> counts =
+            type.equals("tumbling-count")
+                ? in.groupByKey()
+                    .windowedBy(TimeWindows.ofSizeAndGrace(size, grace))
+                    .count(Materialized.with(STRING, LONG))
+                // The sliding-window aggregation drops null values before they move its stream
+                // time: give control records (null values under the sentinel key) a value, so
+                // that they are time passing here too. The runtime never sees them as data, so
+                // its twin needs no such step.
+                : in.mapValues((key, value) -> value == null && SENTINEL.equals(key) ? "" : value)
+                    .groupByKey()
+                    .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(size, grace))
+                    .count(Materialized.with(STRING, LONG));
+        if (suppressed) {
+          counts = counts.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
+        }
+        counts.toStream().to(t.out, Produced.with(timeKey, LONG));
+      }
+      case "hopping-aggregate" -> {
+        final TimeWindowedKStream<String, String> windowed =
+            stream(builder, t.in)
+                .groupByKey()
+                .windowedBy(
+                    TimeWindows.ofSizeAndGrace(size, grace).advanceBy(Duration.ofMillis(t.gapMs / 2)));
+        KTable<Windowed<String>, String> joined =
+            windowed.aggregate(
+                () -> "",
+                (key, value, aggregate) -> aggregate + "[" + value + "]",
+                Materialized.with(STRING, STRING));
+        if (suppressed) {
+          joined = joined.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
+        }
+        joined.toStream().to(t.out, Produced.with(timeKey, STRING));
+      }
+      default -> {
+        return false;
+      }
+    }
+    return true;
   }
 
   private static SessionWindowedKStream<String, String> sessions(
