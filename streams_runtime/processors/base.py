@@ -2,8 +2,8 @@
 
 Data flows through :meth:`Processor.process`; time flows through :meth:`Processor.advance`, which
 a control record triggers at every processor reachable from its source. Time-driven processors
-(session aggregation, suppression) keep their own observed stream time, the maximum timestamp of
-what reached them, as Kafka Streams' processors do.
+(session, time and sliding window aggregations, suppression) keep their own observed stream
+time, the maximum timestamp of what reached them, as Kafka Streams' processors do.
 
 **Progress** is what the runtime promises the readers of its outputs when it ticks them: on
 in-order input, records a sink still sends are not older than :meth:`SinkProcessor.progress`.
@@ -15,7 +15,11 @@ It flows through the graph like data (DESIGN §5), not from the task's stream ti
   progress, and control time passes through them (:meth:`Processor.control_progress`);
 - a session aggregation stamps its output with session ends, which trail its input by up to
   ``gap + grace``, and holds progress back by as much; data after it is out of order and moves
-  nothing. A suppression needs no hold of its own: what it still buffers ends after that bound.
+  nothing. A suppression needs no hold of its own: what it still buffers ends after that bound;
+- a time or sliding window aggregation stamps its output with the latest record of the window,
+  never before the window's start, and holds progress back by ``size + grace`` (sliding:
+  ``time difference + grace``): every window still open, or not yet emitted by a suppression,
+  starts after that bound.
 
 This module holds what every processor shares: the :class:`ProcessorContext` a task offers, the
 :class:`Processor` base class, and :class:`KeyedStoreProcessor`, the base of those keeping
