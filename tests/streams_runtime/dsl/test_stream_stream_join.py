@@ -1,0 +1,132 @@
+"""Windowed stream-stream joins against the real broker: unjoined results of left and outer joins
+come out on ticks alone (Kafka Streams would wait for a later data record), and the join buffers
+(each side's window store and the shared outer buffer) survive a restart, restored from their
+changelogs (memory) or reopened (SQLite)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from progress_control.protocol import ControlMarker, ControlRecord, is_control_record
+from streams_runtime import App, JoinWindows, StreamsBuilder
+from streams_runtime.serdes import String
+from tests.conformance.harness import ProcessedCheck
+from tests.helpers import TopicReader, unique_name, wait_for
+
+pytestmark = pytest.mark.broker
+
+BASE_MS = (int(time.time()) - 3600) * 1000  # an hour back: ticks are not ahead of the clock
+WINDOWS = JoinWindows.of_time_difference(1_000, 500)
+
+Out = tuple[str | None, str | None, int]
+
+
+def joins(left: str, right: str, left_out: str, outer_out: str) -> StreamsBuilder:
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())
+    a, b = builder.stream(left), builder.stream(right)
+
+    def pair(x: str | None, y: str | None) -> str:
+        return f"{x}|{y}"
+
+    a.left_join(b, pair, WINDOWS).to(left_out)
+    a.outer_join(b, pair, WINDOWS).to(outer_out)
+    return builder
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[str, str, int]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for key, value, at in records:
+        producer.produce(topic, value.encode(), key.encode(), 0, timestamp=BASE_MS + at)
+    assert producer.flush(10) == 0
+
+
+def tick(bootstrap: str, topic: str, at: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    marker = ControlMarker("test", at)
+    producer.produce(**ControlRecord(topic, 0, BASE_MS + at, marker).produce_kwargs())  # type: ignore[arg-type]
+    assert producer.flush(10) == 0
+
+
+def data(reader: TopicReader) -> list[Out]:
+    return [
+        (
+            None if m.key() is None else (m.key() or b"").decode(),
+            None if m.value() is None else (m.value() or b"").decode(),
+            m.timestamp()[1] - BASE_MS,
+        )
+        for m in reader.read()
+        if not is_control_record(m)
+    ]
+
+
+def test_unjoined_results_come_out_on_ticks_alone(
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+) -> None:
+    left, right, left_out, outer_out = (create_topic(n) for n in ("l", "r", "lo", "oo"))
+    run_app(joins(left, right, left_out, outer_out))
+    produce(kafka_bootstrap, left, [("k", "a", 10_000), ("j", "b", 10_100)])
+    produce(kafka_bootstrap, right, [("j", "x", 10_200), ("m", "y", 10_300)])
+    left_reader, outer_reader = reader_for(left_out, 1), reader_for(outer_out, 1)
+    wait_for(lambda: data(left_reader), message="the inner result")
+    time.sleep(1.0)
+    # Joined at once; the unjoined ones wait for their window to close: no data record follows.
+    assert data(left_reader) == [("j", "b|x", 10_200)]
+    assert data(outer_reader) == [("j", "b|x", 10_200)]
+    # k closes once 10000 + 1000 + 500 < stream time; m (right side) once 10300 + 1500 < it.
+    tick(kafka_bootstrap, right, 11_501)
+    wait_for(lambda: len(data(outer_reader)) == 2, message="k's unjoined result")
+    tick(kafka_bootstrap, left, 11_801)
+    wait_for(lambda: len(data(outer_reader)) == 3, message="m's unjoined result")
+    time.sleep(0.5)
+    assert data(left_reader) == [("j", "b|x", 10_200), ("k", "a|None", 10_000)]
+    assert data(outer_reader) == [
+        ("j", "b|x", 10_200),
+        ("k", "a|None", 10_000),
+        ("m", "None|y", 10_300),
+    ]
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+def test_join_buffers_survive_a_restart(
+    engine: str,
+    *,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    left, right, left_out, outer_out = (create_topic(n) for n in ("l", "r", "lo", "oo"))
+    settings = {
+        "application_id": unique_name("join-restart"),
+        "state_engine": engine,
+        "state_dir": tmp_path / "state",
+    }
+    first = run_app(joins(left, right, left_out, outer_out), **settings)
+    produce(kafka_bootstrap, left, [("k", "a", 10_000), ("j", "b", 10_100)])
+    produce(kafka_bootstrap, right, [("m", "y", 10_050)])
+    check = ProcessedCheck(kafka_bootstrap, str(settings["application_id"]), [left, right])
+    try:
+        wait_for(check, timeout_s=30, interval_s=0.2, message="the first app to commit")
+    finally:
+        check.close()
+    first.close()
+    run_app(joins(left, right, left_out, outer_out), **settings)
+    # k joins the restored left buffer; j and m never find a partner and come out on a tick.
+    produce(kafka_bootstrap, right, [("k", "x", 10_900)])
+    tick(kafka_bootstrap, left, 20_000)
+    outer_reader, left_reader = reader_for(outer_out, 1), reader_for(left_out, 1)
+    wait_for(lambda: len(data(outer_reader)) >= 3, message="every outer join result")
+    time.sleep(0.5)
+    assert sorted(data(outer_reader), key=str) == sorted(
+        [("k", "a|x", 10_900), ("j", "b|None", 10_100), ("m", "None|y", 10_050)], key=str
+    )
+    assert sorted(data(left_reader), key=str) == [("j", "b|None", 10_100), ("k", "a|x", 10_900)]
