@@ -216,6 +216,8 @@ def generate(
         elif case in ("table-count", "table-reduce", "table-aggregate", "table-source"):
             null_value = 0.1 if case == "table-source" else 0.04
             records += _table_partition(part, "in", size, numbers=5, null_value=null_value)
+        elif case == "stream-stream-join":
+            records += _stream_join_partition(part, windows, size)
         elif case == "stream-table-join":
             records += _join_partition(part, _Partition(rng, p, keys[p]), size)
         elif case == "repartition-count":
@@ -244,3 +246,92 @@ def _repartition_partition(part: _Partition, count: int) -> list[InputRecord]:
             key = user.encode()  # a null value keeps its key: make it this user's
         records.append(InputRecord("in", part.partition, key, value, ts))
     return records
+
+
+def _stream_join_partition(
+    part: _Partition, windows: SessionWindows, count: int
+) -> list[InputRecord]:
+    """Both inputs of a windowed stream-stream join (time difference = gap, same grace) on one
+    partition: in order, out of order within grace, late, on the window bounds of a record of
+    the other side (difference d and d + 1), duplicates (same side, key and timestamp), null keys
+    and values, far-future records and control records on either input. A timestamp is never
+    shared by the two inputs (which one Kafka Streams takes first is not defined then).
+
+    Unjoined results come out later in Kafka Streams (at the next in-order record) than in the
+    runtime (at a tick too), so a record late beyond grace must not fall within the window of a
+    record of the other side with its key: Kafka Streams would still join the two when its
+    unjoined result was not out yet, the runtime after it. Such records get a null value.
+
+    The input ends with a control record carrying a value on ``in``, far past every window: the
+    runtime sees a tick, Kafka Streams a data record under the sentinel key, at which it emits
+    every unjoined result still buffered (its own results are under the sentinel key)."""
+    rng, d, grace = part.rng, windows.gap_ms, windows.grace_ms
+    owner: dict[int, str] = {}  # timestamp -> the input using it
+    records: list[InputRecord] = []
+    late: set[int] = set()  # indexes of records late beyond grace when written
+
+    def free(ts: int, role: str) -> int:
+        while owner.get(ts, role) != role:
+            ts += 1
+        owner[ts] = role
+        return ts
+
+    for n in range(count):
+        role = "in" if rng.random() < 0.5 else "in2"
+        other = [r for r in records if r.role != role and r.key is not None and not r.control]
+        roll = rng.random()
+        key = part.key(0.05)
+        if roll < 0.4:  # in order
+            part.now += rng.randrange(0, int(d * 0.8))
+            ts = part.now
+        elif roll < 0.52 and other:  # on a window bound of the other side's record
+            partner = rng.choice(other[-8:])
+            key = partner.key
+            ts = max(0, partner.timestamp + rng.choice((-d - 1, -d, d, d + 1)))
+        elif roll < 0.64:  # out of order within grace
+            ts = part.now - rng.randrange(0, grace + 1)
+        elif roll < 0.7:  # around the end of the window of a record at stream time
+            ts = part.now - d + rng.choice((-1, 0, 1))
+        elif roll < 0.78:  # late beyond grace
+            ts = part.now - grace - rng.randrange(1, 3 * d)
+        elif roll < 0.84 and records and not records[-1].control:  # a duplicate
+            last = records[-1]
+            role, key, ts = last.role, last.key, last.timestamp
+        elif roll < 0.86:  # far in the future: what follows is mostly late
+            part.now += 10 * (2 * d + grace)
+            ts = part.now
+        elif roll < 0.94:  # a control record: time passes (or not) without data
+            ts = free(max(0, part.now + rng.choice((-d, 0, rng.randrange(1, d + grace + 2)))), role)
+            part.now = max(part.now, ts)
+            records.append(InputRecord(role, part.partition, SENTINEL_KEY, None, ts, True))
+            continue
+        else:
+            part.now += rng.randrange(0, d)
+            ts = part.now
+        ts = free(max(ts, 0), role)
+        if ts < part.now - grace:
+            late.add(len(records))
+        part.now = max(part.now, ts)
+        payload = None if rng.random() < 0.05 else f"{role[-1]}{n}".encode()
+        records.append(InputRecord(role, part.partition, key, payload, ts))
+    _null_late_partners(records, late, d)
+    end = free(part.now + 2 * (2 * d + grace) + 10, "in")
+    records.append(InputRecord("in", part.partition, SENTINEL_KEY, b"end", end, True))
+    return records
+
+
+def _null_late_partners(records: list[InputRecord], late: set[int], d: int) -> None:
+    """Give a null value to every late record with a record of the other input of its key
+    within ``d`` (see :func:`_stream_join_partition`)."""
+    for index in late:
+        record = records[index]
+        if record.key is not None and any(
+            r.role != record.role
+            and r.key == record.key
+            and r.value is not None
+            and abs(r.timestamp - record.timestamp) <= d
+            for r in records
+        ):
+            records[index] = InputRecord(
+                record.role, record.partition, record.key, None, record.timestamp
+            )

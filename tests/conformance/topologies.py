@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from streams_runtime import (
+    JoinWindows,
     SessionWindows,
     SlidingWindows,
     Stream,
@@ -43,6 +44,11 @@ class Case:
     """The output carrying the materialised table's updates one for one (emit-on-change applies
     there); every other output of the case derives one record from each of them."""
     sessions: bool = False  # inputs are generated for session windows (gap and grace apply)
+    unjoined: bool = False
+    """Left and outer join results missing a side (``x|null``, ``null|x``) come out later in
+    Kafka Streams (at its next in-order record, with that record's headers) than in the runtime
+    (also on ticks): per key they are compared as a multiset without headers, the joined ones
+    in offset order."""
 
 
 # Time and sliding windows: keys carry only the window start (8 bytes).
@@ -71,6 +77,12 @@ CASES: dict[str, Case] = {
         Case("table-aggregate", table_output="out"),
         Case("table-source", outputs=("out", "out2"), table_output="out"),
         Case("stream-table-join", inputs=("in", "in2"), outputs=("out", "out2", "out3")),
+        Case(
+            "stream-stream-join",
+            inputs=("in", "in2"),
+            outputs=("out", "out2", "out3"),
+            unjoined=True,
+        ),
         Case("repartition-count", table_output="out"),
         *_TIME_WINDOW_CASES,
     )
@@ -185,6 +197,19 @@ def _stream_table_join(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows)
     stream.join(divisible, _join, value_serde=STRING).to(t["out3"])
 
 
+def _stream_stream_join(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -> None:
+    """Inner, left and outer windowed joins; time difference = gap, same grace."""
+    windows = JoinWindows.of_time_difference(w.gap_ms, w.grace_ms)
+    left, right = _string_stream(b, t["in"]), _string_stream(b, t["in2"])
+
+    def pair(a: str | None, b: str | None) -> str:
+        return f"{_text(a)}|{_text(b)}"
+
+    left.join(right, pair, windows, value_serde=STRING).to(t["out"])
+    left.left_join(right, pair, windows, value_serde=STRING).to(t["out2"])
+    left.outer_join(right, pair, windows, value_serde=STRING).to(t["out3"])
+
+
 def _repartition_count(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
     (
         _string_stream(b, t["in"])
@@ -258,5 +283,6 @@ _BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], 
     "table-aggregate": _table_aggregate,
     "table-source": _table_source,
     "stream-table-join": _stream_table_join,
+    "stream-stream-join": _stream_stream_join,
     "repartition-count": _repartition_count,
 }

@@ -19,6 +19,7 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
@@ -26,6 +27,7 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
@@ -110,6 +112,9 @@ public final class ConformanceApp {
     config.put(StreamsConfig.APPLICATION_ID_CONFIG, id);
     config.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, spec.getProperty("bootstrap.servers"));
     config.put(StreamsConfig.STATE_DIR_CONFIG, spec.getProperty("state.dir"));
+    // Stream-stream joins look for unjoined results to emit at most once a second of wall-clock
+    // time by default (an internal setting): look at every record, so results are deterministic.
+    config.put("__emit.interval.ms.kstreams.outer.join.spurious.results.fix__", "0");
     for (final String key : spec.stringPropertyNames()) {
       if (key.startsWith("config.")) {
         config.put(key.substring("config.".length()), spec.getProperty(key));
@@ -266,6 +271,7 @@ public final class ConformanceApp {
             .join(table.filter((key, row) -> number(row) % 3 != 0), (value, row) -> value + "|" + row)
             .to(t.out3, Produced.with(STRING, STRING));
       }
+      case "stream-stream-join" -> streamStreamJoins(builder, t);
       case "repartition-count" ->
           stream(builder, t.in)
               .selectKey((key, value) -> value == null ? key : value.split(":")[0])
@@ -334,6 +340,23 @@ public final class ConformanceApp {
       }
     }
     return true;
+  }
+
+  /** Inner, left and outer windowed joins; time difference = gap, same grace. */
+  private static void streamStreamJoins(final StreamsBuilder builder, final Instance t) {
+    final JoinWindows windows =
+        JoinWindows.ofTimeDifferenceAndGrace(
+            Duration.ofMillis(t.windows.inactivityGap()),
+            Duration.ofMillis(t.windows.gracePeriodMs()));
+    final KStream<String, String> left = stream(builder, t.in);
+    final KStream<String, String> right = stream(builder, t.in2);
+    final StreamJoined<String, String, String> serdes = StreamJoined.with(STRING, STRING, STRING);
+    left.join(right, (a, b) -> a + "|" + b, windows, serdes)
+        .to(t.out, Produced.with(STRING, STRING));
+    left.leftJoin(right, (a, b) -> a + "|" + b, windows, serdes)
+        .to(t.out2, Produced.with(STRING, STRING));
+    left.outerJoin(right, (a, b) -> a + "|" + b, windows, serdes)
+        .to(t.out3, Produced.with(STRING, STRING));
   }
 
   private static SessionWindowedKStream<String, String> sessions(
