@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from streams_runtime import JoinWindows
+from streams_runtime import JoinWindows, StreamsBuilder
 from streams_runtime.processors import (
     NO_PROGRESS,
     PassThroughProcessor,
@@ -242,3 +242,21 @@ def test_buffers_survive_a_restart(kind: str) -> None:
     again.tick(200)
     expected = [("m", "None|x", 100)] if kind == "outer" else []
     assert again.take() == expected
+
+
+def test_dsl_names_nodes_and_stores_as_kafka_streams() -> None:
+    builder = StreamsBuilder()
+    left, right = builder.stream("l"), builder.stream("r")
+    left.outer_join(right, lambda a, b: (a, b), JoinWindows.of_time_difference(5)).to("o")
+    left.join(right, lambda a, b: (a, b), JoinWindows.of_time_difference(5)).to("i")
+    (sub,) = builder.build("app").subtopologies
+    stores = {s.name: (s.kind, s.retention_ms) for s in sub.stores}
+    assert stores == {
+        "KSTREAM-OUTERTHIS-0000000004-store": ("window", 10),
+        "KSTREAM-OUTEROTHER-0000000005-store": ("window", 10),
+        "KSTREAM-OUTERSHARED-0000000004-store": ("key_value", None),
+        "KSTREAM-JOINTHIS-0000000010-store": ("window", 10),
+        "KSTREAM-JOINOTHER-0000000011-store": ("window", 10),
+    }
+    with pytest.raises(TypeError, match="JoinWindows"):
+        left.join(right, lambda a, b: a)  # type: ignore[call-overload]
