@@ -9,7 +9,8 @@ Engines (each in its own process, from a fresh consumer group / application id):
   use; RocksDB state and changelogs, its defaults);
 - ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the conformance suite's Maven project;
   its defaults: RocksDB stores, the 10 MiB record cache ``statestore.cache.max.bytes``, one
-  stream thread; heap ``-Xmx`` ``BENCH_KS_HEAP``, default 512m).
+  stream thread; heap ``-Xmx`` ``BENCH_KS_HEAP``, default 512m). It reads the values as
+  strings without parsing them, where the runtime and Quix parse JSON.
 
 Workloads over the click input of ``bench/_clicks.py`` (``BENCH_EVENTS`` events, default
 1,000,000; ``BENCH_EOS_EVENTS`` for exactly-once, default 300,000; 10,000 keys, 4 partitions;
@@ -19,7 +20,9 @@ default 60 s, no grace), both final results only (suppress until the window clos
 Guarantees ``alos`` (commit interval 1 s everywhere) and ``eos`` (Kafka Streams'
 ``exactly_once_v2``, the runtime's and Quix's exactly-once; commit interval 100 ms everywhere,
 Kafka Streams' and the runtime's default). ``BENCH_ENGINES``, ``BENCH_WORKLOADS`` and
-``BENCH_GUARANTEES`` (comma lists) choose; ``BENCH_TIMEOUT_S`` bounds each run (default 1800).
+``BENCH_GUARANTEES`` (comma lists) choose; ``BENCH_TIMEOUT_S`` bounds each run (default 1800);
+``BENCH_REPEATS`` (default 1) runs each engine that often, in rotating order, and reports the
+median time.
 
 Every engine is timed the same way: from its process's start (start-up, group join and restore
 included) until its group's committed offsets reach the end of every input partition. Peak RSS
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -42,6 +46,7 @@ from bench._clicks import GAP_MS, PARTITIONS, Clicks, count_output
 from bench._engine_main import runtime_has_time_windows
 from bench._engine_run import run_engine
 from bench._kafka import create_topic, end_offsets, unique_name
+from bench._timing import interleaved
 from progress_control.dev.broker import EmbeddedKafkaBroker
 
 ENGINES = ("plain", "runtime-memory", "runtime-sqlite", "quix", "kstreams")
@@ -170,12 +175,72 @@ def _run(engines: _Engines, result: Result, source: str, ends: list[int], window
         result.note = f"OUTPUT MISMATCH: expected {result.expected}"
 
 
+@dataclass(frozen=True)
+class _Case:
+    """One workload and guarantee, on one pre-loaded input."""
+
+    workload: str
+    guarantee: str
+    clicks: Clicks
+    source: str
+    ends: list[int]
+    window_ms: int
+    expected: tuple[int, int]
+
+
+def _run_case(
+    engines: _Engines, case: _Case, engine_names: list[str], repeats: int
+) -> list[Result]:
+    """Every engine ``repeats`` times, in rotating order; one result per engine."""
+    runs: dict[str, list[Result]] = {engine: [] for engine in engine_names}
+    label = f"{case.workload} {case.guarantee}"
+
+    def run(engine: str) -> float:
+        result = Result(case.workload, case.guarantee, engine, case.clicks.events, case.expected)
+        runs[engine].append(result)
+        try:
+            _run(engines, result, case.source, case.ends, case.window_ms)
+        except Exception as exc:  # one engine's failure must not hide the others
+            result.output = None
+            result.note = f"FAILED: {str(exc).splitlines()[0]}"
+            print(f"{label} {engine}: {exc}", flush=True)
+        rate = f"{result.rate:,.0f} records/s" if result.rate else result.note
+        print(f"{label} {engine}: {rate}", flush=True)
+        return result.seconds
+
+    skipped = {e: _skip_reason(e, case.workload, case.guarantee) for e in engine_names}
+    interleaved(run, [e for e in engine_names if not skipped[e]], repeats)
+    results = []
+    for engine in engine_names:
+        if skipped[engine]:
+            result = Result(
+                case.workload, case.guarantee, engine, case.clicks.events, case.expected
+            )
+            result.note = skipped[engine]
+            results.append(result)
+        else:
+            results.append(_median(runs[engine]))
+    return results
+
+
 def _skip_reason(engine: str, workload: str, guarantee: str) -> str:
     if engine == "plain" and guarantee == "eos":
         return "at-least-once only"
     if engine.startswith("runtime") and workload == "tumbling" and not runtime_has_time_windows():
         return "skipped: the runtime's windowed_by takes no TimeWindows yet"
     return ""
+
+
+def _median(runs: list[Result]) -> Result:
+    """One engine's runs as one: the median time, the largest peak RSS; the first failure or
+    output mismatch if any."""
+    bad = [r for r in runs if r.output is None or r.output != r.expected]
+    if bad:
+        return bad[0]
+    result = runs[0]
+    result.seconds = statistics.median(r.seconds for r in runs)
+    result.peak_rss_mib = max(r.peak_rss_mib for r in runs)
+    return result
 
 
 def _print_table(results: list[Result]) -> None:
@@ -228,6 +293,7 @@ def main() -> None:
     engine_names = _env_list("BENCH_ENGINES", ENGINES)
     workloads = _env_list("BENCH_WORKLOADS", WORKLOADS)
     guarantees = _env_list("BENCH_GUARANTEES", tuple(GUARANTEES))
+    repeats = int(os.environ.get("BENCH_REPEATS", "1"))
     results: list[Result] = []
     expected_output: dict[tuple[str, str], tuple[int, int]] = {}
     with (
@@ -256,20 +322,8 @@ def main() -> None:
                     else clicks.expected_tumbling(window_ms)
                 )
                 expected_output[workload, guarantee] = expected
-                for engine in engine_names:
-                    result = Result(workload, guarantee, engine, clicks.events, expected)
-                    result.note = _skip_reason(engine, workload, guarantee)
-                    results.append(result)
-                    if result.note:
-                        continue
-                    try:
-                        _run(engines, result, source, ends, window_ms)
-                    except Exception as exc:  # one engine's failure must not hide the others
-                        result.output = None
-                        result.note = f"FAILED: {str(exc).splitlines()[0]}"
-                        print(f"{workload} {guarantee} {engine}: {exc}", flush=True)
-                    rate = f"{result.rate:,.0f} records/s" if result.rate else result.note
-                    print(f"{workload} {guarantee} {engine}: {rate}", flush=True)
+                case = _Case(workload, guarantee, clicks, source, ends, window_ms, expected)
+                results.extend(_run_case(engines, case, engine_names, repeats))
     print(
         f"\n{PARTITIONS} partitions, 10,000 keys, sessions of {session_clicks} clicks per key "
         f"(gap {GAP_MS // 1000} s), tumbling windows of {tumbling_ms // 1000} s; expected "
