@@ -96,3 +96,47 @@ def test_an_idempotent_update_is_not_forwarded_but_its_timestamp_is_kept(
     assert _data(runtime["table-reduce"]["out"]) == [(b"r1", b"5", 100), (b"r1", b"6", 200)]
     case = CASES["table-reduce"]
     assert differences(case, kstreams[case.name], runtime[case.name]) == []
+
+
+def _time_windows(records: list[OutputRecord]) -> list[tuple[bytes, int, int, int]]:
+    """(key, start, count, timestamp) of time-windowed counts; the inputs are dated from a whole
+    minute, so a window's start on their clock is its start modulo a minute."""
+    found = []
+    for r in records:
+        assert r.key is not None
+        key, start = r.key[:-8], int.from_bytes(r.key[-8:], "big")
+        if not r.control and key != SENTINEL_KEY:
+            found.append((key, start % 60_000, int.from_bytes(r.value or b"", "big"), r.timestamp))
+    return found
+
+
+def test_window_boundaries_and_final_results(both_engines: RunBoth) -> None:
+    # Size (sliding: time difference) 3000, grace 0.
+    windows = SessionWindows(gap_ms=3_000)
+    tumbling = [
+        InputRecord("in", 0, b"t1", b"a", 2_999),  # [0, 3000)
+        InputRecord("in", 0, b"t1", b"b", 3_000),  # [3000, 6000): [0, 3000) is final, at 2999
+        InputRecord("in", 0, b"t1", b"c", 2_999),  # late: 3000 + 0 <= 3000
+        InputRecord("in", 0, SENTINEL_KEY, None, 20_000, control=True),
+    ]
+    # A sliding window ending at stream time is final at once (end + grace <= stream time) yet
+    # still takes a record at its end (late only once end + grace < stream time): Kafka Streams
+    # emits it twice, and so does the runtime.
+    sliding = [
+        InputRecord("in", 0, b"s1", b"a", 10_000),  # [7000, 10000]
+        InputRecord("in", 0, b"s1", b"b", 10_000),
+        InputRecord("in", 0, SENTINEL_KEY, None, 20_000, control=True),
+    ]
+    inputs = {"tumbling-count-suppressed": tumbling, "sliding-count-suppressed": sliding}
+    kstreams, runtime = both_engines(inputs, windows)
+    for outputs in (kstreams, runtime):
+        assert _time_windows(outputs["tumbling-count-suppressed"]["out"]) == [
+            (b"t1", 0, 1, 2_999),
+            (b"t1", 3_000, 1, 3_000),
+        ]
+        assert _time_windows(outputs["sliding-count-suppressed"]["out"]) == [
+            (b"s1", 7_000, 1, 10_000),
+            (b"s1", 7_000, 2, 10_000),
+        ]
+    for name in inputs:
+        assert differences(CASES[name], kstreams[name], runtime[name]) == []
