@@ -98,6 +98,44 @@ def test_an_idempotent_update_is_not_forwarded_but_its_timestamp_is_kept(
     assert differences(case, kstreams[case.name], runtime[case.name]) == []
 
 
+_Row = tuple[bytes | None, bytes | None, int]
+
+
+def test_stream_stream_joins_unjoined_results_and_null_keys(both_engines: RunBoth) -> None:
+    # time difference 1000, grace 500 (the case takes the session gap and grace)
+    windows = SessionWindows(gap_ms=1_000, grace_ms=500)
+    records = [
+        InputRecord("in", 0, b"k1", b"a", 100),
+        InputRecord("in2", 0, b"k1", b"x", 600),  # joins a, stamped 600
+        InputRecord("in", 0, b"k1", b"a2", 601),  # joins x, stamped 601
+        InputRecord("in2", 0, b"k2", b"y", 700),  # never joined (outer join only)
+        InputRecord("in", 0, None, b"n", 800),  # KIP-962: left and outer forward it at once
+        InputRecord("in", 0, b"k3", b"b", 900),  # never joined
+        # The runtime emits y and b here; Kafka Streams at c, the next in-order record.
+        InputRecord("in", 0, SENTINEL_KEY, None, 3_000, control=True),
+        InputRecord("in", 0, b"k4", b"c", 3_100),
+        InputRecord("in2", 0, b"k4", b"z", 1_500),  # out of order, its window ended: at once
+        InputRecord("in", 0, SENTINEL_KEY, b"end", 10_000, control=True),  # flushes c
+    ]
+    kstreams, runtime = both_engines({"stream-stream-join": records}, windows)
+
+    def data(records: list[OutputRecord]) -> list[_Row]:
+        # Not _data: Kafka Streams stamps c's result with the headers of the record that made
+        # it come out, the final control record, so it reads as one.
+        return [(r.key, r.value, r.timestamp) for r in records if r.value and r.key != SENTINEL_KEY]
+
+    joined: list[_Row] = [(b"k1", b"a|x", 600), (b"k1", b"a2|x", 601)]
+    left: list[_Row] = [(None, b"n|null", 800), (b"k3", b"b|null", 900), (b"k4", b"c|null", 3_100)]
+    outer: list[_Row] = [(b"k2", b"null|y", 700), (b"k4", b"null|z", 1_500)]
+    for outputs in (kstreams, runtime):
+        joins = outputs["stream-stream-join"]
+        assert data(joins["out"]) == joined
+        assert sorted(data(joins["out2"]), key=repr) == sorted(joined + left, key=repr)
+        assert sorted(data(joins["out3"]), key=repr) == sorted(joined + left + outer, key=repr)
+    case = CASES["stream-stream-join"]
+    assert differences(case, kstreams[case.name], runtime[case.name]) == []
+
+
 def _time_windows(records: list[OutputRecord]) -> list[tuple[bytes, int, int, int]]:
     """(key, start, count, timestamp) of time-windowed counts; the inputs are dated from a whole
     minute, so a window's start on their clock is its start modulo a minute."""
