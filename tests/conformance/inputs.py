@@ -15,6 +15,7 @@ partition the same timestamp: which of the two Kafka Streams takes first is then
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from progress_control.protocol import CONTROL_HEADER, ControlMarker
@@ -251,8 +252,8 @@ def _repartition_partition(part: _Partition, count: int) -> list[InputRecord]:
 def _stream_join_partition(
     part: _Partition, windows: SessionWindows, count: int
 ) -> list[InputRecord]:
-    """Both inputs of a windowed stream-stream join (time difference = gap, same grace) on one
-    partition: in order, out of order within grace, late, on the window bounds of a record of
+    """Both inputs of a windowed stream-stream join (before = gap / 2, after = gap, same grace)
+    on one partition: in order, out of order within grace, late, on the window bounds of a record of
     the other side (difference d and d + 1), duplicates (same side, key and timestamp), null keys
     and values, far-future records and control records on either input. A timestamp is never
     shared by the two inputs (which one Kafka Streams takes first is not defined then).
@@ -265,7 +266,7 @@ def _stream_join_partition(
     The input ends with a control record carrying a value on ``in``, far past every window: the
     runtime sees a tick, Kafka Streams a data record under the sentinel key, at which it emits
     every unjoined result still buffered (its own results are under the sentinel key)."""
-    rng, d, grace = part.rng, windows.gap_ms, windows.grace_ms
+    rng, d, grace = part.rng, windows.gap_ms, windows.grace_ms  # d: the larger reach, after
     owner: dict[int, str] = {}  # timestamp -> the input using it
     records: list[InputRecord] = []
     late: set[int] = set()  # indexes of records late beyond grace when written
@@ -285,9 +286,9 @@ def _stream_join_partition(
             part.now += rng.randrange(0, int(d * 0.8))
             ts = part.now
         elif roll < 0.52 and other:  # on a window bound of the other side's record
-            partner = rng.choice(other[-8:])
-            key = partner.key
-            ts = max(0, partner.timestamp + rng.choice((-d - 1, -d, d, d + 1)))
+            partner = other[-1] if rng.random() < 0.6 else rng.choice(other[-8:])
+            key, ts, ahead_of_it = _on_window_bound(part, role, partner, d, free)
+            records += ahead_of_it
         elif roll < 0.64:  # out of order within grace
             ts = part.now - rng.randrange(0, grace + 1)
         elif roll < 0.7:  # around the end of the window of a record at stream time
@@ -318,6 +319,23 @@ def _stream_join_partition(
     end = free(part.now + 2 * (2 * d + grace) + 10, "in")
     records.append(InputRecord("in", part.partition, SENTINEL_KEY, b"end", end, True))
     return records
+
+
+def _on_window_bound(
+    part: _Partition, role: str, partner: InputRecord, d: int, free: Callable[[int, str], int]
+) -> tuple[bytes | None, int, list[InputRecord]]:
+    """Key and timestamp of a record of ``role`` on a bound of ``partner``'s window (on it, or
+    1 ms outside): ``partner - t`` in ``[-before, after]`` joins on the left, ``[-after, before]``
+    on the right (before = gap / 2, after = gap). A record earlier than its partner comes with a
+    record of its own input to write first, later than the partner: an input is taken in offset
+    order, so it is taken after its partner and reaches it with its window's upper bound."""
+    back, ahead = (d, d // 2) if role == "in" else (d // 2, d)
+    offset = part.rng.choice((-back - 1, -back, ahead, ahead + 1))
+    first: list[InputRecord] = []
+    if offset < 0:
+        part.now = free(max(part.now, partner.timestamp) + 1, role)
+        first.append(InputRecord(role, part.partition, part.key(), b"first", part.now))
+    return partner.key, max(0, partner.timestamp + offset), first
 
 
 def _null_late_partners(records: list[InputRecord], late: set[int], d: int) -> None:

@@ -102,7 +102,7 @@ _Row = tuple[bytes | None, bytes | None, int]
 
 
 def test_stream_stream_joins_unjoined_results_and_null_keys(both_engines: RunBoth) -> None:
-    # time difference 1000, grace 500 (the case takes the session gap and grace)
+    # before 500, after 1000, grace 500 (the case derives them from the session gap and grace)
     windows = SessionWindows(gap_ms=1_000, grace_ms=500)
     records = [
         InputRecord("in", 0, b"k1", b"a", 100),
@@ -114,7 +114,7 @@ def test_stream_stream_joins_unjoined_results_and_null_keys(both_engines: RunBot
         # The runtime emits y and b here; Kafka Streams at c, the next in-order record.
         InputRecord("in", 0, SENTINEL_KEY, None, 3_000, control=True),
         InputRecord("in", 0, b"k4", b"c", 3_100),
-        InputRecord("in2", 0, b"k4", b"z", 1_500),  # out of order, its window ended: at once
+        InputRecord("in2", 0, b"k4", b"z", 1_500),  # taken before the tick: its head is older
         InputRecord("in", 0, SENTINEL_KEY, b"end", 10_000, control=True),  # flushes c
     ]
     kstreams, runtime = both_engines({"stream-stream-join": records}, windows)

@@ -197,9 +197,16 @@ def _stream_table_join(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows)
     stream.join(divisible, _join, value_serde=STRING).to(t["out3"])
 
 
+def join_windows(w: SessionWindows) -> JoinWindows:
+    """The join windows of ``stream-stream-join``, from the seed's session windows: asymmetric
+    (each side reaches its own way), and with grace 2000 the ``before`` bound (1500 with gap
+    3000) lies within grace, so records on it can arrive out of order and still join."""
+    return JoinWindows.of_time_difference(w.gap_ms // 2, w.grace_ms).after(w.gap_ms)
+
+
 def _stream_stream_join(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -> None:
-    """Inner, left and outer windowed joins; time difference = gap, same grace."""
-    windows = JoinWindows.of_time_difference(w.gap_ms, w.grace_ms)
+    """Inner, left and outer windowed joins: before = gap / 2, after = gap, same grace."""
+    windows = join_windows(w)
     left, right = _string_stream(b, t["in"]), _string_stream(b, t["in2"])
 
     def pair(a: str | None, b: str | None) -> str:

@@ -342,12 +342,13 @@ public final class ConformanceApp {
     return true;
   }
 
-  /** Inner, left and outer windowed joins; time difference = gap, same grace. */
+  /** Inner, left and outer windowed joins: before = gap / 2, after = gap, same grace. */
   private static void streamStreamJoins(final StreamsBuilder builder, final Instance t) {
     final JoinWindows windows =
         JoinWindows.ofTimeDifferenceAndGrace(
-            Duration.ofMillis(t.windows.inactivityGap()),
-            Duration.ofMillis(t.windows.gracePeriodMs()));
+                Duration.ofMillis(t.windows.inactivityGap() / 2),
+                Duration.ofMillis(t.windows.gracePeriodMs()))
+            .after(Duration.ofMillis(t.windows.inactivityGap()));
     final KStream<String, String> left = stream(builder, t.in);
     final KStream<String, String> right = stream(builder, t.in2);
     final StreamJoined<String, String, String> serdes = StreamJoined.with(STRING, STRING, STRING);
