@@ -19,7 +19,11 @@ It flows through the graph like data (DESIGN §5), not from the task's stream ti
 - a time or sliding window aggregation stamps its output with the latest record of the window,
   never before the window's start, and holds progress back by ``size + grace`` (sliding:
   ``time difference + grace``): every window still open, or not yet emitted by a suppression,
-  starts after that bound.
+  starts after that bound;
+- a stream-stream join stamps joined results with the later of the two records, and a left or
+  outer join emits unjoined records with their own timestamp once their window closed, up to
+  ``max(before, after) + grace`` behind the stream time it last looked at; it holds progress
+  back by as much (an inner join by nothing), and data after it moves nothing.
 
 This module holds what every processor shares: the :class:`ProcessorContext` a task offers, the
 :class:`Processor` base class, and :class:`KeyedStoreProcessor`, the base of those keeping
