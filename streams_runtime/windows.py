@@ -90,6 +90,12 @@ class SessionWindows:
         return end + self.gap_ms + self.grace_ms <= stream_time
 
     @property
+    def output_lag_ms(self) -> int:
+        """How far behind the latest time seen an aggregation's output can be stamped:
+        ``gap + grace`` (a record can still replace sessions ending that early)."""
+        return self.gap_ms + self.grace_ms
+
+    @property
     def retention_ms(self) -> int:
         """How long (in stream time) after its end a session is kept, and can still merge:
         ``gap + grace``, the default retention of Kafka Streams' session stores. A session is
@@ -189,6 +195,12 @@ class TimeWindows:
         return range(first, timestamp + 1, self.advance_ms)
 
     @property
+    def output_lag_ms(self) -> int:
+        """How far behind the latest time seen an aggregation's output can be stamped: ``size +
+        grace`` (an update is stamped no earlier than its window's start)."""
+        return self.size_ms + self.grace_ms
+
+    @property
     def retention_ms(self) -> int:
         """How long (in stream time) after its start a window is kept: ``size + grace``, the
         default retention of Kafka Streams' window stores."""
@@ -233,6 +245,12 @@ class SlidingWindows:
         Kafka Streams: a record at exactly ``end + grace`` still updates the window, and a
         suppression then emits it a second time."""
         return end + self.grace_ms <= stream_time
+
+    @property
+    def output_lag_ms(self) -> int:
+        """How far behind the latest time seen an aggregation's output can be stamped: ``time
+        difference + grace`` (an update is stamped no earlier than its window's start)."""
+        return self.time_difference_ms + self.grace_ms
 
     @property
     def retention_ms(self) -> int:

@@ -25,6 +25,20 @@ V2 = TypeVar("V2")
 A = TypeVar("A")
 
 
+def _count(_key: object, _value: object, total: int) -> int:
+    return total + 1
+
+
+def _reducing(reducer: Callable[[V, V], V]) -> Callable[[Any, V, V | None], V]:
+    """The aggregator of ``reduce``: a key's (or window's) first value is its aggregate as it
+    is, later ones are combined with ``reducer(aggregate, value)``."""
+
+    def add(_key: Any, value: V, aggregate: V | None) -> V:
+        return value if aggregate is None else reducer(aggregate, value)
+
+    return add
+
+
 class GroupedStream(Generic[K, V]):
     """A stream grouped by key, ready for an aggregation into a table, or a windowed one."""
 
@@ -38,18 +52,14 @@ class GroupedStream(Generic[K, V]):
     def count(self, *, name: str | None = None) -> Table[K, int]:
         """Records per key, as a table (values serialized with :class:`Integer`). See
         :meth:`aggregate` for the store, dropped records and emit-on-change."""
-        return self.aggregate(
-            lambda: 0, lambda _k, _v, total: total + 1, value_serde=Integer(), name=name
-        )
+        return self.aggregate(lambda: 0, _count, value_serde=Integer(), name=name)
 
     def reduce(self, reducer: Callable[[V, V], V], *, name: str | None = None) -> Table[K, V]:
         """Combine each key's values with ``reducer(aggregate, value)``; the first value of a
         key is its aggregate as it is. See :meth:`aggregate`."""
-
-        def add(_k: K, value: V, aggregate: V | None) -> V:
-            return value if aggregate is None else reducer(aggregate, value)
-
-        return self.aggregate(lambda: None, add, value_serde=self.value_serde, name=name)
+        return self.aggregate(
+            lambda: None, _reducing(reducer), value_serde=self.value_serde, name=name
+        )
 
     def aggregate(
         self,
@@ -112,7 +122,7 @@ class SessionWindowedStream(Generic[K, V]):
         """Records per key and session."""
         return self.aggregate(
             lambda: 0,
-            lambda _k, _v, total: total + 1,
+            _count,
             lambda _k, a, b: a + b,
             value_serde=Integer(),
             name=name,
@@ -122,18 +132,18 @@ class SessionWindowedStream(Generic[K, V]):
         self, reducer: Callable[[V, V], V], *, name: str | None = None
     ) -> WindowedTable[K, V]:
         """Combine the values of a session with ``reducer(aggregate, value)``."""
-        sentinel: Any = None
-
-        def add(_k: K, value: V, agg: V | None) -> V:
-            return value if agg is sentinel else reducer(agg, value)  # type: ignore[arg-type]
 
         def merge(_k: K, a: V | None, b: V | None) -> V | None:
-            if a is sentinel:
+            if a is None:
                 return b
-            return a if b is sentinel else reducer(a, b)  # type: ignore[arg-type]
+            return a if b is None else reducer(a, b)
 
         return self.aggregate(
-            lambda: sentinel, add, merge, value_serde=self._grouped.value_serde, name=name
+            lambda: None,
+            _reducing(reducer),
+            merge,
+            value_serde=self._grouped.value_serde,
+            name=name,
         )
 
     def aggregate(
@@ -206,20 +216,16 @@ class TimeWindowedStream(Generic[K, V]):
 
     def count(self, *, name: str | None = None) -> WindowedTable[K, int]:
         """Records per key and window."""
-        return self.aggregate(
-            lambda: 0, lambda _k, _v, total: total + 1, value_serde=Integer(), name=name
-        )
+        return self.aggregate(lambda: 0, _count, value_serde=Integer(), name=name)
 
     def reduce(
         self, reducer: Callable[[V, V], V], *, name: str | None = None
     ) -> WindowedTable[K, V]:
         """Combine the values of a window with ``reducer(aggregate, value)``; a window's first
         value is its aggregate as it is."""
-
-        def add(_k: K, value: V, aggregate: V | None) -> V:
-            return value if aggregate is None else reducer(aggregate, value)
-
-        return self.aggregate(lambda: None, add, value_serde=self._grouped.value_serde, name=name)
+        return self.aggregate(
+            lambda: None, _reducing(reducer), value_serde=self._grouped.value_serde, name=name
+        )
 
     def aggregate(
         self,

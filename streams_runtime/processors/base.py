@@ -32,13 +32,20 @@ per-key state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde
 from streams_runtime.state import KeyValueStore, SessionStore, WindowStore
 
-__all__ = ["NO_PROGRESS", "KeyedStoreProcessor", "Processor", "ProcessorContext"]
+__all__ = [
+    "NO_PROGRESS",
+    "AggregateProcessor",
+    "KeyedStoreProcessor",
+    "Processor",
+    "ProcessorContext",
+]
 
 
 class ProcessorContext(Protocol):
@@ -138,3 +145,22 @@ class KeyedStoreProcessor(Processor):
             self._context.record_dropped(self._store_name, "null-key")
             return None
         return self._key_serde.serialize(record.key) or b""
+
+
+class AggregateProcessor(KeyedStoreProcessor):
+    """A per-key aggregation: ``aggregator(key, value, aggregate)`` folds each record into an
+    aggregate that starts as ``initializer()``, stored with ``value_serde``."""
+
+    def __init__(
+        self,
+        store_name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__(store_name, key_serde)
+        self._value_serde = value_serde
+        self._initializer = initializer
+        self._aggregator = aggregator

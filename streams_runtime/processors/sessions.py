@@ -5,16 +5,11 @@ time-driven: they keep their own observed stream time, moved by data and control
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Callable
 from typing import Any
 
-from streams_runtime.processors.base import (
-    NO_PROGRESS,
-    KeyedStoreProcessor,
-    Processor,
-    ProcessorContext,
-)
+from streams_runtime.processors.base import Processor, ProcessorContext
+from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
 from streams_runtime.record import Record
 from streams_runtime.serdes import Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore
@@ -24,10 +19,8 @@ from streams_runtime.windows import SessionWindow, SessionWindows, WindowSpec, m
 
 __all__ = ["SessionAggregateProcessor", "SuppressProcessor"]
 
-_PURGE_INTERVAL_S = 30.0  # expired sessions are removed at most this often (a full scan)
 
-
-class SessionAggregateProcessor(KeyedStoreProcessor):
+class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, SessionWindows]):
     """Session-window aggregation (Kafka Streams' ``KStreamSessionWindowAggregate``).
 
     A record at ``t`` merges with every *retained* session of its key where
@@ -40,7 +33,6 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
     """
 
     name = "session_aggregate"
-    reorders = True
 
     def __init__(
         self,
@@ -53,21 +45,18 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
         aggregator: Callable[[Any, Any, Any], Any],
         merger: Callable[[Any, Any, Any], Any],
     ) -> None:
-        super().__init__(store_name, key_serde)
-        self._windows = windows
-        self._value_serde = value_serde
-        self._initializer = initializer
-        self._aggregator = aggregator
+        super().__init__(
+            store_name,
+            windows,
+            key_serde,
+            value_serde,
+            initializer=initializer,
+            aggregator=aggregator,
+        )
         self._merger = merger
-        self._store: SessionStore | None = None
-        self.observed_stream_time = -1
-        self._accepted = NO_PROGRESS  # largest timestamp aggregated (not dropped)
-        self._next_purge = time.monotonic() + _PURGE_INTERVAL_S
 
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self._store = context.session_store(self._store_name)
-        self.observed_stream_time = max(self.observed_stream_time, context.stream_time)
+    def _open_store(self, context: ProcessorContext) -> SessionStore:
+        return context.session_store(self._store_name)
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._store is not None
@@ -90,7 +79,7 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
         self.observed_stream_time = max(self.observed_stream_time, t)
         merged = merge_sessions(t, (SessionWindow(s, e) for s, e, _ in found))
         if self._windows.is_late(merged.end, self.observed_stream_time):
-            self._context.record_dropped(self._store_name, "late")
+            self._late()
             return
         self._accepted = max(self._accepted, t)
         aggregate = self._initializer()
@@ -109,30 +98,8 @@ class SessionAggregateProcessor(KeyedStoreProcessor):
         )
         self.forward(Record(Windowed(record.key, merged.start, merged.end), aggregate, merged.end))
 
-    def advance(self, timestamp: int) -> None:
-        self.observed_stream_time = max(self.observed_stream_time, timestamp)
-        super().advance(timestamp)
-
-    def control_progress(self) -> int:
-        # Output is stamped with session ends: a record at t (>= what came before, in order) can
-        # still replace retained sessions ending as early as t - gap, and a record within grace
-        # ones ending gap + grace before the latest time seen.
-        seen = max(self._accepted, super().control_progress())
-        held = seen - self._windows.gap_ms - self._windows.grace_ms
-        return held if seen >= 0 and held >= 0 else NO_PROGRESS
-
-    def flush(self) -> None:
-        # Retention: remove the sessions no record can merge with any more (they are already
-        # invisible to process()), with tombstones, so the compacted changelog forgets them too.
-        assert self._store is not None
-        now = time.monotonic()
-        if self.observed_stream_time < 0 or now < self._next_purge:
-            return
-        self._next_purge = now + _PURGE_INTERVAL_S
-        cutoff = self.observed_stream_time - self._windows.retention_ms
-        expired = [(k, s, e) for k, s, e, _ in self._store.items() if e <= cutoff]
-        for key, start, end in expired:
-            self._store.put(key, start, end, None, self.observed_stream_time)
+    def _expired(self, start: int, end: int) -> bool:
+        return end <= self.observed_stream_time - self._windows.retention_ms
 
 
 class SuppressProcessor(Processor):

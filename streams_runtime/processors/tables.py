@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streams_runtime.processors.base import KeyedStoreProcessor, Processor, ProcessorContext
+from streams_runtime.processors.base import (
+    AggregateProcessor,
+    KeyedStoreProcessor,
+    Processor,
+    ProcessorContext,
+)
 from streams_runtime.record import Record
 from streams_runtime.serdes import Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore
@@ -111,7 +116,7 @@ class TableSourceProcessor(KeyedStoreProcessor):
             self.forward(Record(record.key, record.value, record.timestamp, record.headers, old))
 
 
-class TableAggregateProcessor(KeyedStoreProcessor):
+class TableAggregateProcessor(AggregateProcessor):
     """Non-windowed aggregation into a table (Kafka Streams' ``KStreamAggregate``).
 
     Per key, ``aggregator(key, value, aggregate)`` folds each record into the aggregate, which
@@ -132,10 +137,9 @@ class TableAggregateProcessor(KeyedStoreProcessor):
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
     ) -> None:
-        super().__init__(store_name, key_serde)
-        self._value_serde = value_serde
-        self._initializer = initializer
-        self._aggregator = aggregator
+        super().__init__(
+            store_name, key_serde, value_serde, initializer=initializer, aggregator=aggregator
+        )
         self._table: TimestampedTableStore | None = None
 
     def init(self, context: ProcessorContext) -> None:

@@ -10,21 +10,20 @@ of the record that caused it, keyed by :class:`~streams_runtime.windowed.Windowe
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from streams_runtime.processors.base import NO_PROGRESS, KeyedStoreProcessor, ProcessorContext
+from streams_runtime.processors.base import ProcessorContext
+from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
 from streams_runtime.record import Record
-from streams_runtime.serdes import Serde, ValueAndTimestamp
+from streams_runtime.serdes import ValueAndTimestamp
 from streams_runtime.state import WindowStore
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SlidingWindows, TimeWindows
 
 __all__ = ["SlidingWindowAggregateProcessor", "TimeWindowAggregateProcessor"]
 
-_PURGE_INTERVAL_S = 30.0  # expired windows are removed at most this often (a full scan)
+W = TypeVar("W", TimeWindows, SlidingWindows)
 
 
 class _Aggregate(NamedTuple):
@@ -46,36 +45,12 @@ class _Scan:
     previous: int | None = None  # the timestamp of the record before t, if within reach
 
 
-class _WindowAggregateProcessor(KeyedStoreProcessor):
-    """What time and sliding windows share: the store, the observed stream time, the
-    progress hold and the retention purge."""
+class _TimestampedWindowAggregate(WindowedAggregateProcessor[WindowStore, W]):
+    """What time and sliding windows share: windows kept as ``ValueAndTimestamp`` in a window
+    store, every update forwarded with the causing record's headers."""
 
-    reorders = True
-
-    def __init__(
-        self,
-        store_name: str,
-        key_serde: Serde[Any],
-        value_serde: Serde[Any],
-        *,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
-        hold_ms: int,
-    ) -> None:
-        super().__init__(store_name, key_serde)
-        self._value_serde = value_serde
-        self._initializer = initializer
-        self._aggregator = aggregator
-        self._hold_ms = hold_ms
-        self._store: WindowStore | None = None
-        self.observed_stream_time = -1
-        self._accepted = NO_PROGRESS  # largest timestamp aggregated (not dropped)
-        self._next_purge = time.monotonic() + _PURGE_INTERVAL_S
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self._store = context.window_store(self._store_name)
-        self.observed_stream_time = max(self.observed_stream_time, context.stream_time)
+    def _open_store(self, context: ProcessorContext) -> WindowStore:
+        return context.window_store(self._store_name)
 
     def _decode(self, raw: bytes) -> _Aggregate:
         stored = ValueAndTimestamp.from_bytes(raw)
@@ -93,41 +68,8 @@ class _WindowAggregateProcessor(KeyedStoreProcessor):
             Record(Windowed(record.key, start, end), agg.value, agg.timestamp, record.headers)
         )
 
-    def _late(self) -> None:
-        assert self._context is not None
-        self._context.record_dropped(self._store_name, "late")
 
-    def advance(self, timestamp: int) -> None:
-        self.observed_stream_time = max(self.observed_stream_time, timestamp)
-        super().advance(timestamp)
-
-    def control_progress(self) -> int:
-        # Output is stamped with the largest timestamp in a window, which is at least the
-        # window's start. Past the latest time seen, every window still taking records (or not
-        # yet emitted by a suppression: its final result is due only once end + grace <= stream
-        # time) starts at most ``hold_ms`` earlier (time windows: size + grace; sliding: time
-        # difference + grace), so nothing older can come out any more.
-        seen = max(self._accepted, super().control_progress())
-        held = seen - self._hold_ms
-        return held if seen >= 0 and held >= 0 else NO_PROGRESS
-
-    def _expired(self, start: int, end: int) -> bool:
-        raise NotImplementedError
-
-    def flush(self) -> None:
-        # Retention: remove the windows no record can update any more, with tombstones, so the
-        # compacted changelog forgets them too.
-        assert self._store is not None
-        now = time.monotonic()
-        if self.observed_stream_time < 0 or now < self._next_purge:
-            return
-        self._next_purge = now + _PURGE_INTERVAL_S
-        expired = [(k, s, e) for k, s, e, _ in self._store.items() if self._expired(s, e)]
-        for key, start, end in expired:
-            self._store.put(key, start, end, None, self.observed_stream_time)
-
-
-class TimeWindowAggregateProcessor(_WindowAggregateProcessor):
+class TimeWindowAggregateProcessor(_TimestampedWindowAggregate[TimeWindows]):
     """Tumbling and hopping windows (Kafka Streams' ``KStreamWindowAggregate``).
 
     A record at ``t`` updates every window ``[start, start + size)`` containing it, in ascending
@@ -138,26 +80,6 @@ class TimeWindowAggregateProcessor(_WindowAggregateProcessor):
     """
 
     name = "time_window_aggregate"
-
-    def __init__(
-        self,
-        store_name: str,
-        windows: TimeWindows,
-        key_serde: Serde[Any],
-        value_serde: Serde[Any],
-        *,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
-    ) -> None:
-        super().__init__(
-            store_name,
-            key_serde,
-            value_serde,
-            initializer=initializer,
-            aggregator=aggregator,
-            hold_ms=windows.size_ms + windows.grace_ms,
-        )
-        self._windows = windows
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._store is not None
@@ -185,7 +107,7 @@ class TimeWindowAggregateProcessor(_WindowAggregateProcessor):
         return self._windows.is_late(end, self.observed_stream_time)
 
 
-class SlidingWindowAggregateProcessor(_WindowAggregateProcessor):
+class SlidingWindowAggregateProcessor(_TimestampedWindowAggregate[SlidingWindows]):
     """Sliding windows (Kafka Streams' ``KStreamSlidingWindowAggregate``, as it runs on stores
     that iterate backwards, its default).
 
@@ -202,27 +124,7 @@ class SlidingWindowAggregateProcessor(_WindowAggregateProcessor):
     """
 
     name = "sliding_window_aggregate"
-
-    def __init__(
-        self,
-        store_name: str,
-        windows: SlidingWindows,
-        key_serde: Serde[Any],
-        value_serde: Serde[Any],
-        *,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
-    ) -> None:
-        super().__init__(
-            store_name,
-            key_serde,
-            value_serde,
-            initializer=initializer,
-            aggregator=aggregator,
-            hold_ms=windows.time_difference_ms + windows.grace_ms,
-        )
-        self._windows = windows
-        self._latest_start = -1  # the store's own stream time: the latest window start put
+    _latest_start = -1  # the store's own stream time: the latest window start put
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)

@@ -20,43 +20,7 @@ from streams_runtime.processors import (
 from streams_runtime.processors.joins import decode_list, encode_list
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import String
-from streams_runtime.state import (
-    InMemoryKeyValueEngine,
-    InMemorySessionEngine,
-    KeyValueStore,
-    WindowStore,
-)
-
-
-class _Context:
-    application_id = "app"
-    stream_time = -1
-
-    def __init__(self) -> None:
-        self.kv: dict[str, KeyValueStore] = {}
-        self.windows: dict[str, WindowStore] = {}
-        self.dropped: list[str] = []
-
-    def send(self, *_args: Any, **_kwargs: Any) -> None:
-        raise AssertionError("no sink here")
-
-    def kv_store(self, name: str) -> KeyValueStore:
-        return self.kv.setdefault(name, KeyValueStore(name, 0, InMemoryKeyValueEngine(), None))
-
-    def session_store(self, name: str) -> WindowStore:
-        return self.window_store(name)
-
-    def window_store(self, name: str) -> WindowStore:
-        return self.windows.setdefault(name, WindowStore(name, 0, InMemorySessionEngine(), None))
-
-    def record_dropped(self, processor: str, reason: str) -> None:
-        self.dropped.append(reason)
-
-    def record_idempotent_skip(self, processor: str) -> None:
-        pass
-
-    def suppress_buffer_size(self, processor: str, size: int) -> None:
-        pass
+from tests.streams_runtime.processors.memory_context import MemoryContext
 
 
 class _Collect(Processor):
@@ -77,8 +41,10 @@ class _Collect(Processor):
 class _Join:
     """Both sides of a join wired as the DSL wires them: source -> side -> merge -> collector."""
 
-    def __init__(self, kind: str, windows: JoinWindows, context: _Context | None = None) -> None:
-        self.context = context or _Context()
+    def __init__(
+        self, kind: str, windows: JoinWindows, context: MemoryContext | None = None
+    ) -> None:
+        self.context = context or MemoryContext()
         self.sources = (SourceProcessor(String(), String()), SourceProcessor(String(), String()))
         outer = None if kind == "inner" else "outer-store"
         self.sides = tuple(

@@ -24,19 +24,17 @@ from streams_runtime.processors import (
     TimestampedTableStore,
     is_idempotent_update,
 )
-from streams_runtime.record import Headers, Record, TopicPartitionId
+from streams_runtime.record import Record, TopicPartitionId
 from streams_runtime.serdes import Integer, Json, SerializationError, String, ValueAndTimestamp
 from streams_runtime.state import (
     SOURCE_HEADER,
-    InMemoryKeyValueEngine,
-    KeyValueStore,
-    SessionStore,
     changelog_topic,
     decode_source,
     encode_source,
 )
 from tests.helpers import TopicReader, unique_name, wait_for
 from tests.paths import APPS, ROOT
+from tests.streams_runtime.processors.memory_context import MemoryContext
 
 broker = pytest.mark.broker
 
@@ -77,38 +75,6 @@ def test_idempotent_update_rule(
     assert is_idempotent_update(previous, value, timestamp) is idempotent
 
 
-class _Context:
-    """Just enough of a task for one table processor."""
-
-    def __init__(self) -> None:
-        self.store = KeyValueStore("prices", 0, InMemoryKeyValueEngine(), None)
-        self.skips: list[str] = []
-        self.dropped: list[tuple[str, str]] = []
-
-    application_id = "app"
-    stream_time = -1
-
-    def send(
-        self, topic: str, key: bytes | None, value: bytes | None, ts: int, h: Headers | None
-    ) -> None:
-        raise AssertionError("not a sink")
-
-    def kv_store(self, name: str) -> KeyValueStore:
-        return self.store
-
-    def session_store(self, name: str) -> SessionStore:
-        raise KeyError(name)
-
-    def record_dropped(self, processor: str, reason: str) -> None:
-        self.dropped.append((processor, reason))
-
-    def record_idempotent_skip(self, processor: str) -> None:
-        self.skips.append(processor)
-
-    def suppress_buffer_size(self, processor: str, size: int) -> None:
-        pass
-
-
 class _Collect(Processor):
     def __init__(self) -> None:
         super().__init__()
@@ -119,7 +85,7 @@ class _Collect(Processor):
 
 
 def test_table_source_writes_every_update_and_forwards_only_changes() -> None:
-    context = _Context()
+    context = MemoryContext()
     table = TableSourceProcessor("prices", String(), Json())
     sink = _Collect()
     table.children = [sink]
@@ -143,10 +109,10 @@ def test_table_source_writes_every_update_and_forwards_only_changes() -> None:
         ("k", None, 50),
     ]
     assert context.skips == ["prices"]
-    assert context.dropped == [("prices", "null-key")]
-    assert context.store.get(b"k") is None
+    assert context.dropped == ["null-key"]
+    assert context.kv_store("prices").get(b"k") is None
     table.process(Record("k", {"p": 3}, 60))
-    stored = TimestampedTableStore(context.store, context).get(b"k")
+    stored = TimestampedTableStore(context.kv_store("prices"), context).get(b"k")
     assert stored == ValueAndTimestamp(b'{"p":3}', 60)
 
 

@@ -18,40 +18,7 @@ from streams_runtime.processors import (
 )
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Integer, SerializationError, String, TimeWindowedSerde
-from streams_runtime.state import (
-    InMemoryKeyValueEngine,
-    InMemorySessionEngine,
-    KeyValueStore,
-    WindowStore,
-)
-
-
-class _Context:
-    application_id = "app"
-    stream_time = -1
-
-    def __init__(self) -> None:
-        self.kv: dict[str, KeyValueStore] = {}
-        self.windows: dict[str, WindowStore] = {}
-        self.dropped: list[str] = []
-
-    def send(self, *_args: Any, **_kwargs: Any) -> None:
-        raise AssertionError("no sink here")
-
-    def kv_store(self, name: str) -> KeyValueStore:
-        return self.kv.setdefault(name, KeyValueStore(name, 0, InMemoryKeyValueEngine(), None))
-
-    def window_store(self, name: str) -> WindowStore:
-        return self.windows.setdefault(name, WindowStore(name, 0, InMemorySessionEngine(), None))
-
-    def record_dropped(self, processor: str, reason: str) -> None:
-        self.dropped.append(reason)
-
-    def record_idempotent_skip(self, processor: str) -> None:
-        pass
-
-    def suppress_buffer_size(self, processor: str, size: int) -> None:
-        pass
+from tests.streams_runtime.processors.memory_context import MemoryContext
 
 
 class _Collect(Processor):
@@ -83,7 +50,7 @@ def _count(windows: TimeWindows | SlidingWindows, *, suppress: bool = False) -> 
         if isinstance(windows, TimeWindows)
         else SlidingWindowAggregateProcessor(*args, **kwargs)
     )
-    context, sink = _Context(), _Collect()
+    context, sink = MemoryContext(), _Collect()
     last = agg
     if suppress:
         last = SuppressProcessor("final", windows, String(), Integer())
