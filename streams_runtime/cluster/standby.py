@@ -25,13 +25,10 @@ from progress_control.protocol import is_control_record
 from streams_runtime.cluster.membership import LagInfo, StorePartition
 from streams_runtime.record import TopicPartitionId
 from streams_runtime.state import (
-    InMemoryKeyValueEngine,
-    InMemorySessionEngine,
-    KeyValueStore,
-    SessionStore,
     StoreSpec,
     WarmStore,
     input_committed,
+    open_store,
     record_source,
 )
 
@@ -62,11 +59,7 @@ class StandbyReplica:
         self.spec = spec
         self.sp = sp
         self.tp = TopicPartitionId(topic, sp.partition)
-        self.store: KeyValueStore | SessionStore
-        if spec.kind == "key_value":
-            self.store = KeyValueStore(spec.name, sp.partition, InMemoryKeyValueEngine(), None)
-        else:
-            self.store = SessionStore(spec.name, sp.partition, InMemorySessionEngine(), None)
+        self.store = open_store(spec, sp.partition, "memory")
         self.next_offset = -1  # after the last record read (applied or skipped)
         self.eof_offset = -1
         self.end_offset = -1  # the changelog's end as of the last fetch (-1: not known yet)

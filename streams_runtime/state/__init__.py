@@ -42,7 +42,7 @@ from streams_runtime.state.restore import (
     input_committed,
 )
 from streams_runtime.state.spec import StoreSpec, changelog_topic_config
-from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStore
+from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStore, open_store
 
 __all__ = [
     "SOURCE_HEADER",
@@ -74,6 +74,7 @@ __all__ = [
     "input_committed",
     "make_kv_engine",
     "make_session_engine",
+    "open_store",
     "record_source",
     "session_changelog_key",
     "split_session_changelog_key",

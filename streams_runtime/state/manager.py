@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -47,7 +47,7 @@ from streams_runtime.state.directory import (
     usable_checkpoint,
     write_checkpoint,
 )
-from streams_runtime.state.engines import EngineKind, make_kv_engine, make_session_engine
+from streams_runtime.state.engines import EngineKind
 from streams_runtime.state.restore import (
     ChangelogRestorer,
     Correction,
@@ -58,11 +58,13 @@ from streams_runtime.state.restore import (
     read_watermarks,
 )
 from streams_runtime.state.spec import StoreSpec
-from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStore
+from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStore, open_store
 
 __all__ = ["TaskStateManager"]
 
 logger = logging.getLogger(__name__)
+
+_S = TypeVar("_S", KeyValueStore, SessionStore, WindowStore)
 
 
 @dataclass
@@ -143,23 +145,20 @@ class TaskStateManager:
 
     def kv_store(self, name: str) -> KeyValueStore:
         """The key-value store called ``name``."""
-        store = self.store(name)
-        if not isinstance(store, KeyValueStore):
-            raise TypeError(f"store {name!r} is a session store")
-        return store
+        return self._typed_store(name, KeyValueStore)
 
     def session_store(self, name: str) -> SessionStore:
-        """The session store called ``name``."""
-        store = self.store(name)
-        if not isinstance(store, SessionStore):
-            raise TypeError(f"store {name!r} is a key-value store")
-        return store
+        """The session store called ``name`` (a window store is one too)."""
+        return self._typed_store(name, SessionStore)
 
     def window_store(self, name: str) -> WindowStore:
         """The window store called ``name``."""
+        return self._typed_store(name, WindowStore)
+
+    def _typed_store(self, name: str, kind: type[_S]) -> _S:
         store = self.store(name)
-        if not isinstance(store, WindowStore):
-            raise TypeError(f"store {name!r} is not a window store")
+        if not isinstance(store, kind):
+            raise TypeError(f"store {name!r} is a {type(store).__name__}, not a {kind.__name__}")
         return store
 
     @property
@@ -473,7 +472,7 @@ class TaskStateManager:
         )
         store: KeyValueStore | SessionStore
         try:
-            store = self._make_store(spec, path, writer)
+            store = open_store(spec, self.partition, self.engine, path, writer)
         except sqlite3.DatabaseError as exc:
             assert path is not None
             # A damaged file is local state we can do without: start empty and restore.
@@ -483,20 +482,8 @@ class TaskStateManager:
             )
             remove_store_files(path)
             self._damaged.add(spec.name)
-            store = self._make_store(spec, path, writer)
+            store = open_store(spec, self.partition, self.engine, path, writer)
         return _Slot(spec, store, changelog_tp, path, writer)
-
-    def _make_store(
-        self, spec: StoreSpec, path: Path | None, writer: ChangelogWriter | None
-    ) -> KeyValueStore | SessionStore:
-        if spec.kind == "key_value":
-            return KeyValueStore(
-                spec.name, self.partition, make_kv_engine(self.engine, path), writer
-            )
-        store_class = WindowStore if spec.kind == "window" else SessionStore
-        return store_class(
-            spec.name, self.partition, make_session_engine(self.engine, path), writer
-        )
 
     def _new_consumer(self, purpose: str, isolation: str = "read_committed") -> Consumer:
         group_id = f"{self.application_id}-{purpose}-{self.task_id}-{uuid.uuid4().hex[:8]}"

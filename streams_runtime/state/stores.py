@@ -8,15 +8,23 @@ applies a changelog record without logging it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from streams_runtime.state.changelog import (
     ChangelogWriter,
     session_changelog_key,
     split_session_changelog_key,
 )
-from streams_runtime.state.engines import KeyValueEngine, SessionEngine
+from streams_runtime.state.engines import (
+    EngineKind,
+    KeyValueEngine,
+    SessionEngine,
+    make_kv_engine,
+    make_session_engine,
+)
+from streams_runtime.state.spec import StoreSpec
 
-__all__ = ["KeyValueStore", "SessionStore", "WindowStore"]
+__all__ = ["KeyValueStore", "SessionStore", "WindowStore", "open_store"]
 
 
 class KeyValueStore:
@@ -151,3 +159,18 @@ class WindowStore(SessionStore):
 
     def __repr__(self) -> str:
         return f"WindowStore({self.name!r}, partition={self.partition})"
+
+
+def open_store(
+    spec: StoreSpec,
+    partition: int,
+    engine: EngineKind,
+    path: Path | None = None,
+    changelog: ChangelogWriter | None = None,
+) -> KeyValueStore | SessionStore:
+    """Partition ``partition`` of the store ``spec`` asks for, on a new ``engine`` (SQLite at
+    ``path``), logging to ``changelog`` when given."""
+    if spec.kind == "key_value":
+        return KeyValueStore(spec.name, partition, make_kv_engine(engine, path), changelog)
+    store_class = WindowStore if spec.kind == "window" else SessionStore
+    return store_class(spec.name, partition, make_session_engine(engine, path), changelog)

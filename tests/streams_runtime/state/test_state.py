@@ -456,7 +456,7 @@ def test_store_spec_validation_and_topic_config() -> None:
         with pytest.raises(ValueError, match="store name"):
             StoreSpec(bad, "key_value")
     with pytest.raises(ValueError, match="kind"):
-        StoreSpec("x", "window")  # type: ignore[arg-type]
+        StoreSpec("x", "timeline")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="retention"):
         StoreSpec("x", "session", retention_ms=-1)
 
