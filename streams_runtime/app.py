@@ -19,12 +19,8 @@ from streams_runtime.commit_strategy import OffsetCommitHook
 from streams_runtime.dsl import StreamsBuilder
 from streams_runtime.internal_topics import prepare_topics
 from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.queries import (
-    InteractiveQueries,
-    KeyQueryMetadata,
-    NotAvailableError,
-    QueryResult,
-)
+from streams_runtime.queries import InteractiveQueries
+from streams_runtime.query_results import KeyQueryMetadata, NotAvailableError, QueryResult
 from streams_runtime.query_server import QueryServer
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.stream_thread import StreamThread
@@ -193,7 +189,7 @@ class App:
     ) -> QueryResult:
         """The value of ``key`` in ``store``, from the live active copy wherever it runs, or
         with ``allow_stale`` from the most caught-up copy within ``max_lag`` records; raises
-        :class:`~streams_runtime.queries.QueryError` subclasses (unknown store, bad key, none
+        :class:`~streams_runtime.query_results.QueryError` subclasses (unknown store, bad key, none
         within the bound)."""
         return self._running_queries().get(store, key, allow_stale=allow_stale, max_lag=max_lag)
 

@@ -33,7 +33,6 @@ from streams_runtime.query_results import (
     KeyQueryMetadata,
     NoReplicaWithinBoundError,
     NotAvailableError,
-    QueryError,
     QueryResult,
     UnknownStoreError,
 )
@@ -51,17 +50,7 @@ from streams_runtime.state import KeyValueStore, SessionStore, changelog_topic
 from streams_runtime.task import TaskId
 from streams_runtime.topology import QueryableStore, Topology
 
-__all__ = [
-    "InteractiveQueries",
-    "InvalidKeyError",
-    "KeyQueryMetadata",
-    "NoReplicaWithinBoundError",
-    "NotAvailableError",
-    "QueryError",
-    "QueryResult",
-    "UnknownStoreError",
-    "key_from_text",
-]
+__all__ = ["InteractiveQueries", "key_from_text"]
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from streams_runtime.queries import InteractiveQueries, InvalidKeyError, QueryError, key_from_text
+from streams_runtime.queries import InteractiveQueries, key_from_text
+from streams_runtime.query_results import InvalidKeyError, QueryError
 from streams_runtime.query_security import SecurityMetrics, tokens_equal
 
 __all__ = ["QueryEndpoints", "RequestHandler", "peer"]

@@ -127,20 +127,7 @@ class TableAggregateProcessor(AggregateProcessor):
     """
 
     name = "table_aggregate"
-
-    def __init__(
-        self,
-        store_name: str,
-        key_serde: Serde[Any],
-        value_serde: Serde[Any],
-        *,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
-    ) -> None:
-        super().__init__(
-            store_name, key_serde, value_serde, initializer=initializer, aggregator=aggregator
-        )
-        self._table: TimestampedTableStore | None = None
+    _table: TimestampedTableStore | None = None
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)

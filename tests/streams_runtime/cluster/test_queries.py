@@ -38,7 +38,7 @@ from streams_runtime.cluster import (
     standby_placement,
 )
 from streams_runtime.murmur2 import murmur2, partition_for_key, to_positive
-from streams_runtime.queries import (
+from streams_runtime.query_results import (
     InvalidKeyError,
     NotAvailableError,
     QueryError,
