@@ -91,7 +91,8 @@ class RecordQueue:
         if not self._records:
             return None
         record = self._records.popleft()
-        self._partition_time = max(self._partition_time, record.timestamp)
+        if record.timestamp > self._partition_time:  # noqa: PLR1730 (hot path: no call)
+            self._partition_time = record.timestamp
         return record
 
     def clear(self) -> None:
@@ -140,6 +141,13 @@ class IdleDecision:
     deadline: int | None = None
 
 
+_NOTHING_BUFFERED = IdleDecision(ready=False, reason=ReadyReason.NOTHING_BUFFERED)
+_ALL_BUFFERED = IdleDecision(ready=True, reason=ReadyReason.ALL_BUFFERED)
+_IDLING_DISABLED = IdleDecision(ready=True, reason=ReadyReason.IDLING_DISABLED)
+_ENFORCED = IdleDecision(ready=True, reason=ReadyReason.ENFORCED)
+# Decisions without a partition are constants (frozen): the hot path allocates none.
+
+
 class PartitionGroup:
     """The input partitions of one task: a :class:`RecordQueue` each, the choice of the next
     record by smallest head timestamp, stream time, and the KIP-695 idling decision.
@@ -167,6 +175,8 @@ class PartitionGroup:
             self._queues[tp] = RecordQueue(tp)
         if not self._queues:
             raise ValueError("a partition group needs at least one partition")
+        self._queue_list = tuple(self._queues.values())
+        self._single = self._queue_list[0] if len(self._queue_list) == 1 else None
         self._max_task_idle_ms = max_task_idle_ms
         self._lag = lag
         self._clock = clock
@@ -174,7 +184,7 @@ class PartitionGroup:
         self._stream_time = UNKNOWN
         self._buffered = 0
         self._enforced_processing_total = 0
-        self._last_decision = IdleDecision(ready=False, reason=ReadyReason.NOTHING_BUFFERED)
+        self._last_decision = _NOTHING_BUFFERED
 
     # -- introspection ---------------------------------------------------------------------------
 
@@ -257,20 +267,23 @@ class PartitionGroup:
         Advances that partition's time and stream time. Callers ask :meth:`ready_to_process`
         first; this method does not wait for empty partitions.
         """
-        best: RecordQueue | None = None
-        best_ts = 0
-        # Linear scan: a task has one partition per co-partitioned input topic, so a handful; the
-        # strict < keeps the first-listed partition on ties.
-        for queue in self._queues.values():
-            head = queue.head()
-            if head is not None and (best is None or head.timestamp < best_ts):
-                best, best_ts = queue, head.timestamp
+        best = self._single
         if best is None:
-            return None
+            best_ts = 0
+            # Linear scan: a task has one partition per co-partitioned input topic, so a handful;
+            # the strict < keeps the first-listed partition on ties.
+            for queue in self._queue_list:
+                head = queue.head()
+                if head is not None and (best is None or head.timestamp < best_ts):
+                    best, best_ts = queue, head.timestamp
+            if best is None:
+                return None
         record = best.poll()
-        assert record is not None  # the head was just seen
+        if record is None:
+            return None  # the single queue is empty
         self._buffered -= 1
-        self._stream_time = max(self._stream_time, record.timestamp)
+        if record.timestamp > self._stream_time:  # noqa: PLR1730 (hot path: no call)
+            self._stream_time = record.timestamp
         return record
 
     def clear(self) -> None:
@@ -297,26 +310,48 @@ class PartitionGroup:
 
         The reason is kept in :attr:`last_decision`.
         """
+        return self.ready_batch() > 0
+
+    def ready_batch(self) -> int:
+        """:meth:`ready_to_process`, answered as how many records the task may take before it
+        must ask again (0: not ready), so the hot path decides once per batch, not per record.
+
+        The answer covers only records whose own :meth:`ready_to_process` call would have given
+        the same decision with no other effect, so taking them without asking is the same as
+        asking before each: while every queue is non-empty (``min`` of their lengths: until one
+        may run empty) every call is ALL_BUFFERED; with idling disabled and a queue empty, every
+        call is IDLING_DISABLED until nothing is buffered (queues only shrink while the task
+        takes records). ENFORCED is counted per call, so it covers one record."""
         decision = self._decide()
         self._last_decision = decision
-        if decision.reason is ReadyReason.ENFORCED:
+        if decision is _ALL_BUFFERED:
+            return min([len(queue) for queue in self._queue_list])
+        if decision is _IDLING_DISABLED:
+            return self._buffered
+        if decision is _ENFORCED:
             self._enforced_processing_total += 1
-        return decision.ready
+            return 1
+        return 1 if decision.ready else 0
 
     def _decide(self) -> IdleDecision:
         if self._buffered == 0:
-            return IdleDecision(ready=False, reason=ReadyReason.NOTHING_BUFFERED)
-        empty = [tp for tp, queue in self._queues.items() if not queue]
+            return _NOTHING_BUFFERED
+        single = self._single
+        if single is not None and single:
+            if self._deadlines:
+                self._deadlines.clear()
+            return _ALL_BUFFERED
+        empty = [queue.tp for queue in self._queue_list if not queue]
         if not empty:
             self._deadlines.clear()
-            return IdleDecision(ready=True, reason=ReadyReason.ALL_BUFFERED)
+            return _ALL_BUFFERED
         if self._max_task_idle_ms == -1:
-            return IdleDecision(ready=True, reason=ReadyReason.IDLING_DISABLED)
+            return _IDLING_DISABLED
 
         waiting = self._wait_for(empty, self._clock())
         if waiting is not None:
             return waiting
-        return IdleDecision(ready=True, reason=ReadyReason.ENFORCED)
+        return _ENFORCED
 
     def _wait_for(self, empty: list[TopicPartitionId], now: int) -> IdleDecision | None:
         """The decision to keep waiting for one of the ``empty`` partitions, or None when all of

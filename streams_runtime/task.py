@@ -122,6 +122,7 @@ class StreamTask:
             consumer_config=settings.consumer_config(),
         )
         self._sources: dict[str, SourceProcessor] = {}
+        self._routes: dict[str, tuple[TopicPartitionId, SourceProcessor]] = {}
         self._processors: list[Processor] = []
         self.committed: dict[TopicPartitionId, int] = {}
         self._consumed: dict[TopicPartitionId, int] = {}
@@ -202,6 +203,11 @@ class StreamTask:
         self._metrics.restored_records("changelog").inc(result.records_applied)
         self._metrics.restored_records("standby").inc(result.records_from_standby)
         self._sources, self._processors = self.subtopology.instantiate()
+        partition = self.id.partition
+        self._routes = {
+            topic: (TopicPartitionId(topic, partition), source)
+            for topic, source in self._sources.items()
+        }
         for processor in self._processors:
             processor.init(self)
 
@@ -237,16 +243,28 @@ class StreamTask:
                     poisoned, "negative-timestamp", ValueError(f"timestamp {poisoned.timestamp}")
                 )
         controls = 0
+        process_one = self._process_one
+        next_record = group.next_record
         try:
-            while done < budget and group.ready_to_process():
-                record = group.next_record()
-                if record is None:
+            # One idling decision per batch of records it covers (see ready_batch): the same
+            # decisions, counts and order as asking ready_to_process before every record.
+            while done < budget:
+                ready = group.ready_batch()
+                if not ready:
                     break
                 if self._mark_processing:
                     self.state.mark_processing()
                     self._mark_processing = False
-                controls += self._process_one(record)
-                done += 1
+                end = min(budget, done + ready)
+                while done < end:
+                    record = next_record()
+                    if record is None:
+                        break
+                    controls += process_one(record)
+                    done += 1
+                else:
+                    continue
+                break
         finally:
             # Metrics once per batch, not per record: this is the hot path.
             if done:
@@ -261,10 +279,12 @@ class StreamTask:
 
     def _process_one(self, record: SourceRecord) -> bool:
         """Process one record; True when it was a control record."""
-        tp = record.tp
-        self.position.tp = tp
-        self.position.offset = record.offset
-        source = self._sources[record.topic]
+        # The task's input partition and source for the record's topic: one lookup, no new
+        # TopicPartitionId per record (a task reads one partition of each of its topics).
+        tp, source = self._routes[record.topic]
+        position = self.position
+        position.tp = tp
+        position.offset = record.offset
         if record.is_control:
             source.advance(record.timestamp)
         else:
