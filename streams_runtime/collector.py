@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -91,11 +91,22 @@ class RecordCollector:
                 },
             )
             return
-        tp = TopicPartitionId(msg.topic() or "", msg.partition() or 0)
+        # Called for every record sent: a plain tuple finds a partition's entry (it equals the
+        # TopicPartitionId key, which the dicts keep); a new entry is keyed by a TopicPartitionId.
+        topic, partition = msg.topic() or "", msg.partition() or 0
+        tp = (topic, partition)
         timestamp = msg.timestamp()[1]
-        if timestamp > self.written.get(tp, -1):
-            self.written[tp] = timestamp
-        self.next_offsets[tp] = (msg.offset() or 0) + 1
+        written = self.written
+        if tp in written:
+            if timestamp > written[tp]:  # noqa: PLR1730 (no call, no store when not larger)
+                written[tp] = timestamp
+        elif timestamp > -1:
+            written[TopicPartitionId(topic, partition)] = timestamp
+        next_offsets = self.next_offsets
+        if tp in next_offsets:
+            next_offsets[tp] = (msg.offset() or 0) + 1
+        else:
+            next_offsets[TopicPartitionId(topic, partition)] = (msg.offset() or 0) + 1
 
     def send(
         self,
@@ -127,6 +138,41 @@ class RecordCollector:
         self._sends += 1
         if self._sends & 1023 == 0:
             self.producer.poll(0)
+
+    def send_many(
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[tuple[bytes | None, bytes | None, Headers | None]],
+        timestamp: int,
+    ) -> None:
+        """:meth:`send` for each ``(key, value, headers)`` of ``records``, all to ``partition``
+        of ``topic`` at ``timestamp`` (changelog flushes: one call, not one per record)."""
+        if self._eos and not self._in_transaction:
+            self.producer.begin_transaction()
+            self._in_transaction = True
+        produce, poll = self.producer.produce, self.producer.poll
+        sends = self._sends
+        try:
+            for key, value, headers in records:
+                while True:
+                    try:
+                        produce(
+                            topic,
+                            value,
+                            key,
+                            partition,
+                            timestamp=timestamp,
+                            headers=cast("_ProducerHeaders | None", headers),
+                        )
+                        break
+                    except BufferError:
+                        poll(0.05)  # back-pressure, as in send()
+                sends += 1
+                if sends & 1023 == 0:
+                    poll(0)
+        finally:
+            self._sends = sends
 
     def partition_for(self, topic: str, key: bytes) -> int:
         """The partition murmur2 gives ``key`` in ``topic`` (the producer's own partitioner,

@@ -19,6 +19,7 @@ from streams_runtime.record import Headers, Record, SourceRecord, TopicPartition
 from streams_runtime.serdes import SerializationError
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
 from streams_runtime.state import (
+    ChangelogWrites,
     KeyValueStore,
     SessionStore,
     SourcePosition,
@@ -81,6 +82,12 @@ class _ChangelogSink:
         # min.compaction.lag.ms acts on record timestamps, and replayed old data must not make
         # the changelog compactable at once.
         self._collector.send(topic, key, value, 0, headers, partition=partition)
+
+    def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
+        # As send(), for a buffered writer's flush: one call for all of them.
+        self._collector.send_many(
+            topic, partition, ((key, value, headers) for key, (value, _, headers) in writes), 0
+        )
 
 
 class StreamTask:

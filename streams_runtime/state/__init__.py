@@ -11,7 +11,9 @@
 
 from streams_runtime.state.changelog import (
     SOURCE_HEADER,
+    BatchRecordSink,
     ChangelogWriter,
+    ChangelogWrites,
     RecordSink,
     SourcePosition,
     changelog_topic,
@@ -46,7 +48,9 @@ from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStor
 
 __all__ = [
     "SOURCE_HEADER",
+    "BatchRecordSink",
     "ChangelogWriter",
+    "ChangelogWrites",
     "Checkpoint",
     "EngineKind",
     "InMemoryKeyValueEngine",
