@@ -279,22 +279,27 @@ class _SqliteEngine:
         except BaseException:
             self._conn.close()
             raise
+        # One cursor for every statement (under the lock, each fully consumed before the next):
+        # no cursor object per statement. Statements are prepared once, in the connection's
+        # statement cache.
+        self._cursor = self._conn.cursor()
 
-    def _write(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
+    def _write(self, sql: str, params: tuple[object, ...]) -> int:
+        """Run a write in the open transaction (beginning one if needed); the rows changed."""
         with self._lock:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
-            return self._conn.execute(sql, params)
+            return self._cursor.execute(sql, params).rowcount
 
     # sqlite3 rows are untyped: each caller converts the columns it selected.
     def _query_one(self, sql: str, params: tuple[object, ...] = ()) -> tuple[Any, ...] | None:
         with self._lock:
-            row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
+            row: tuple[Any, ...] | None = self._cursor.execute(sql, params).fetchone()
             return row
 
     def _query_all(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
-            rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
+            rows: list[tuple[Any, ...]] = self._cursor.execute(sql, params).fetchall()
             return rows
 
     def __len__(self) -> int:
@@ -372,13 +377,16 @@ class SqliteSessionEngine(_SqliteEngine):
     def find(
         self, key: bytes, earliest_end: int, latest_start: int
     ) -> list[tuple[int, int, bytes]]:
+        # The columns are INTEGER, INTEGER and BLOB (int, int, bytes) by the schema. Sorted here,
+        # not by an ORDER BY (a sorter per query): (start, end) is unique per key, so the tuples
+        # sort by it alone.
         rows = self._query_all(
             "SELECT session_start, session_end, value FROM sessions"
-            " WHERE key = ? AND session_end >= ? AND session_start <= ?"
-            " ORDER BY session_start, session_end",
+            " WHERE key = ? AND session_end >= ? AND session_start <= ?",
             (key, earliest_end, latest_start),
         )
-        return [(int(s), int(e), bytes(v)) for s, e, v in rows]
+        rows.sort()
+        return rows
 
     def put(self, key: bytes, start: int, end: int, value: bytes) -> None:
         _check_session(start, end)
@@ -410,7 +418,7 @@ class SqliteSessionEngine(_SqliteEngine):
             )
 
     def purge_ended_before(self, end: int) -> int:
-        return self._write("DELETE FROM sessions WHERE session_end < ?", (end,)).rowcount
+        return self._write("DELETE FROM sessions WHERE session_end < ?", (end,))
 
 
 # --------------------------------------------------------------------------------------------
