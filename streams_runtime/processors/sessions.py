@@ -15,7 +15,7 @@ from streams_runtime.serdes import Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore
 from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
 from streams_runtime.windowed import Windowed
-from streams_runtime.windows import SessionWindow, SessionWindows, WindowSpec, merge_sessions
+from streams_runtime.windows import SessionWindows, WindowSpec
 
 __all__ = ["SessionAggregateProcessor", "SuppressProcessor"]
 
@@ -59,44 +59,49 @@ class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, Session
         return context.session_store(self._store_name)
 
     def process(self, record: Record[Any, Any]) -> None:
-        assert self._store is not None
+        store = self._store
+        assert store is not None
         assert self._context is not None
         key_bytes = self._store_key(record)
         if key_bytes is None:
             return
         t = record.timestamp
-        gap = self._windows.gap_ms
+        windows = self._windows
+        gap = windows.gap_ms
         # Only retained sessions merge, as in Kafka Streams' session stores: a session ending at
         # or before the retention cutoff already had its final result, so merging a record into
         # it would give a second, overlapping one. The cutoff is taken before this record moves
         # stream time (the store has not seen it yet).
-        retained_after = self.observed_stream_time - self._windows.retention_ms
+        retained_after = self.observed_stream_time - windows.retention_ms
         found = [
             session
-            for session in self._store.find_sessions(key_bytes, t - gap, t + gap)
+            for session in store.find_sessions(key_bytes, t - gap, t + gap)
             if session[1] > retained_after
         ]
         self.observed_stream_time = max(self.observed_stream_time, t)
-        merged = merge_sessions(t, (SessionWindow(s, e) for s, e, _ in found))
-        if self._windows.is_late(merged.end, self.observed_stream_time):
+        # merge_sessions, without a SessionWindow per session (the store's are valid ones).
+        merged_start = merged_end = t
+        for start, end, _ in found:
+            merged_start = min(merged_start, start)
+            merged_end = max(merged_end, end)
+        if windows.is_late(merged_end, self.observed_stream_time):
             self._late()
             return
         self._accepted = max(self._accepted, t)
+        key = record.key
         aggregate = self._initializer()
         # Every session the record merges with is replaced, and its removal forwarded, even one
         # with the merged session's bounds (as Kafka Streams does); only a record landing on a
         # single-point session at its own timestamp updates it in place.
-        replaced = (merged.start, merged.end) != (t, t)
+        replaced = merged_start != t or merged_end != t
         for start, end, raw in found:
-            aggregate = self._merger(record.key, aggregate, self._value_serde.deserialize(raw))
+            aggregate = self._merger(key, aggregate, self._value_serde.deserialize(raw))
             if replaced:
-                self._store.put(key_bytes, start, end, None, t)
-                self.forward(Record(Windowed(record.key, start, end), None, end))
-        aggregate = self._aggregator(record.key, record.value, aggregate)
-        self._store.put(
-            key_bytes, merged.start, merged.end, self._value_serde.serialize(aggregate), t
-        )
-        self.forward(Record(Windowed(record.key, merged.start, merged.end), aggregate, merged.end))
+                store.put(key_bytes, start, end, None, t)
+                self.forward(Record(Windowed(key, start, end), None, end))
+        aggregate = self._aggregator(key, record.value, aggregate)
+        store.put(key_bytes, merged_start, merged_end, self._value_serde.serialize(aggregate), t)
+        self.forward(Record(Windowed(key, merged_start, merged_end), aggregate, merged_end))
 
     def _expired(self, start: int, end: int) -> bool:
         return end <= self.observed_stream_time - self._windows.retention_ms
