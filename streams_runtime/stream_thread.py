@@ -226,7 +226,8 @@ class StreamThread:
         self.task_manager.commit()
 
     def _route(self, messages: Sequence[Message]) -> None:
-        batches: dict[TopicPartitionId, list[SourceRecord]] = defaultdict(list)
+        # Keyed by plain (topic, partition) tuples: no TopicPartitionId per record.
+        batches: dict[tuple[str, int], list[SourceRecord]] = defaultdict(list)
         for msg in messages:
             error = msg.error()
             topic, partition = msg.topic() or "", msg.partition() or 0
@@ -255,7 +256,7 @@ class StreamThread:
                 rejected = not control
                 if rejected:
                     self._metrics.control_records_rejected(verdict.value).inc()
-            batches[TopicPartitionId(topic, partition)].append(
+            batches[topic, partition].append(
                 SourceRecord(
                     topic,
                     partition,
@@ -268,7 +269,8 @@ class StreamThread:
                     rejected,
                 )
             )
-        for tp, records in batches.items():
+        for (topic, partition), records in batches.items():
+            tp = TopicPartitionId(topic, partition)
             self._partitions.fetched(tp, records[-1].offset + 1)
             task = self.task_manager.task_of(tp)
             if task is None:
