@@ -1,7 +1,11 @@
 """Run one engine of the engines benchmark as a child process and measure it the same way for
 every engine: seconds from the process's start until its consumer group's committed offsets
-reach the end offset of every input partition, and the process's peak RSS (``ru_maxrss`` from
-``os.wait4`` once it has been stopped with SIGTERM)."""
+reach the end offset of every input partition, and the process's peak RSS (``VmHWM`` of
+``/proc/PID/status`` just before it is stopped with SIGTERM).
+
+Not ``ru_maxrss`` from ``os.wait4``: Linux carries the high-water mark of the forked copy of this
+benchmark process (its pre-loaded input included) across ``exec``, so a small engine would be
+reported at least as large as the benchmark itself."""
 
 from __future__ import annotations
 
@@ -33,22 +37,30 @@ def _committed(watcher: Consumer, source: str, partitions: int) -> list[int]:
     return [tp.offset for tp in watcher.committed(topic_partitions, timeout=10)]
 
 
-def _stop(process: subprocess.Popen[bytes]) -> tuple[int, float]:
-    """SIGTERM, then SIGKILL after a minute; the exit code and peak RSS in MiB."""
+def _peak_rss_mib(pid: int) -> float:
+    """The running process's peak resident set size since its ``exec``, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> int:
+    """SIGTERM, then SIGKILL after a minute; the exit code."""
     if process.returncode is None:
         process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + _STOP_TIMEOUT_S
     while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        pid, status, _ = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() > deadline:
             process.kill()
-            pid, status, usage = os.wait4(process.pid, 0)
+            pid, status, _ = os.wait4(process.pid, 0)
             break
         time.sleep(0.05)
     process.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait again
-    return process.returncode, usage.ru_maxrss / 1024  # KiB on Linux
+    return process.returncode
 
 
 def run_engine(
@@ -83,9 +95,10 @@ def run_engine(
             if elapsed > timeout_s:
                 raise RuntimeError(f"committed {offsets} of {end_offsets} after {timeout_s:.0f} s")
             time.sleep(_POLL_S)
+        peak_rss_mib = _peak_rss_mib(process.pid)
     finally:
         watcher.close()
-        code, peak_rss_mib = _stop(process)
+        code = _stop(process)
     if code not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):  # the JVM: 143
         tail = log_path.read_text(errors="replace")[-1500:]
         raise RuntimeError(f"exit code {code} after SIGTERM:\n{tail}")
