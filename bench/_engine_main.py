@@ -11,7 +11,6 @@ SIGTERM; the benchmark watches the group's committed offsets.
 
 from __future__ import annotations
 
-import inspect
 import json
 import signal
 import sys
@@ -20,38 +19,17 @@ from types import FrameType
 from typing import Any
 
 from bench._plain_loop import consume_produce
-from streams_runtime import App, StreamsBuilder, until_window_closes
-from streams_runtime.dsl.grouped import GroupedStream
-from streams_runtime.serdes import Json, String
+from streams_runtime import App, SessionWindows
+from streams_runtime.serdes import Json
 from streams_runtime.windows import TimeWindows
-from tests.apps.sessions_app import session_counts
-
-__all__ = ["runtime_has_time_windows", "window_counts"]
+from tests.apps.sessions_app import window_counts
 
 
-def runtime_has_time_windows() -> bool:
-    """Whether ``GroupedStream.windowed_by`` takes ``TimeWindows`` yet (tumbling windows are
-    being added to the runtime)."""
-    annotation = inspect.signature(GroupedStream.windowed_by).parameters["windows"].annotation
-    return "TimeWindows" in str(annotation)
-
-
-def window_counts(source: str, sink: str, workload: str, window_ms: int) -> StreamsBuilder:
-    """The benchmark's topology: per-key session (gap ``window_ms``) or tumbling window (size
-    ``window_ms``) counts, final results only, as JSON ``{start, end, count}``."""
-    if workload == "session":
-        return session_counts(source, sink, window_ms, value_serde=Json())
-    builder = StreamsBuilder()
-    grouped: Any = builder.stream(source, key_serde=String(), value_serde=Json()).group_by_key()
-    (
-        grouped.windowed_by(TimeWindows(size_ms=window_ms))
-        .count()
-        .suppress(until_window_closes())
-        .to_stream()
-        .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
-        .to(sink, key_serde=String(), value_serde=Json())
-    )
-    return builder
+def _windows(spec: dict[str, Any]) -> SessionWindows | TimeWindows:
+    """Sessions with a gap of ``window_ms``, or tumbling windows of that size."""
+    if spec["workload"] == "session":
+        return SessionWindows(gap_ms=spec["window_ms"])
+    return TimeWindows(spec["window_ms"])
 
 
 def _run_plain(spec: dict[str, Any]) -> None:
@@ -75,7 +53,7 @@ def _run_plain(spec: dict[str, Any]) -> None:
 
 def _run_runtime(spec: dict[str, Any]) -> None:
     App(
-        window_counts(spec["source"], spec["sink"], spec["workload"], spec["window_ms"]),
+        window_counts(spec["source"], spec["sink"], _windows(spec), value_serde=Json()),
         application_id=spec["group"],
         bootstrap_servers=spec["bootstrap_servers"],
         state_dir=Path(spec["state_dir"]),

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from bench._clicks import GAP_MS, PARTITIONS, Clicks, count_output
-from bench._engine_main import runtime_has_time_windows
 from bench._engine_run import run_engine
 from bench._kafka import create_topic, end_offsets, unique_name
 from bench._timing import interleaved
@@ -226,8 +225,6 @@ def _run_case(
 def _skip_reason(engine: str, workload: str, guarantee: str) -> str:
     if engine == "plain" and guarantee == "eos":
         return "at-least-once only"
-    if engine.startswith("runtime") and workload == "tumbling" and not runtime_has_time_windows():
-        return "skipped: the runtime's windowed_by takes no TimeWindows yet"
     return ""
 
 

@@ -119,25 +119,7 @@ class RecordCollector:
         partition: int = -1,
     ) -> None:
         """Queue one record (blocking while the local queue is full)."""
-        if self._eos and not self._in_transaction:
-            self.producer.begin_transaction()
-            self._in_transaction = True
-        while True:
-            try:
-                self.producer.produce(
-                    topic,
-                    value,
-                    key,
-                    partition,
-                    timestamp=timestamp,
-                    headers=cast("_ProducerHeaders | None", headers),
-                )
-                break
-            except BufferError:
-                self.producer.poll(0.05)  # back-pressure: the runtime waits, nothing is dropped
-        self._sends += 1
-        if self._sends & 1023 == 0:
-            self.producer.poll(0)
+        self.send_many(topic, partition, ((key, value, headers),), timestamp)
 
     def send_many(
         self,
