@@ -262,16 +262,11 @@ class StreamTask:
                 if self._mark_processing:
                     self.state.mark_processing()
                     self._mark_processing = False
-                end = min(budget, done + ready)
-                while done < end:
+                for _ in range(min(ready, budget - done)):
                     record = next_record()
-                    if record is None:
-                        break
+                    assert record is not None  # ready_batch counts buffered records only
                     controls += process_one(record)
                     done += 1
-                else:
-                    continue
-                break
         finally:
             # Metrics once per batch, not per record: this is the hot path.
             if done:
