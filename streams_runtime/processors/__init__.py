@@ -5,7 +5,8 @@
 - :mod:`~streams_runtime.processors.stateless`: source, sink, and the stateless transforms;
 - :mod:`~streams_runtime.processors.tables`: tables, emit-on-change and the stream-table join;
 - :mod:`~streams_runtime.processors.windowed_aggregate`: what every windowed aggregation shares
-  (observed stream time, progress hold, retention purge);
+  (observed stream time, progress hold), and :mod:`~streams_runtime.processors.retention`
+  the purge of expired windows they and the joins use;
 - :mod:`~streams_runtime.processors.sessions`: session-window aggregation and suppression;
 - :mod:`~streams_runtime.processors.time_windows`: time- and sliding-window aggregation;
 - :mod:`~streams_runtime.processors.joins`: windowed stream-stream joins.

@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import heapq
 import struct
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from streams_runtime.processors.base import NO_PROGRESS, Processor, ProcessorContext
+from streams_runtime.processors.retention import RetentionPurge
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde
 from streams_runtime.state import KeyValueStore, WindowStore
@@ -54,7 +54,6 @@ from streams_runtime.windows import JoinWindows
 
 __all__ = ["JoinState", "StreamStreamJoinProcessor", "decode_list", "encode_list"]
 
-_PURGE_INTERVAL_S = 30.0  # expired buffer entries are removed at most this often (a full scan)
 _LENGTH = struct.Struct(">I")
 _TIMESTAMP = struct.Struct(">q")
 _RIGHT, _LEFT = 0, 1  # Kafka Streams' join-side byte: right sorts before left
@@ -181,7 +180,7 @@ class StreamStreamJoinProcessor(Processor):
         self._this: WindowStore | None = None
         self._other: WindowStore | None = None
         self.state = JoinState()
-        self._next_purge = time.monotonic() + _PURGE_INTERVAL_S
+        self._purge = RetentionPurge()
 
     def init(self, context: ProcessorContext) -> None:
         self._context = context
@@ -293,15 +292,8 @@ class StreamStreamJoinProcessor(Processor):
         return held if held >= 0 else NO_PROGRESS
 
     def flush(self) -> None:
-        # Retention: remove the buffered records no join reads any more, with tombstones, so
-        # the compacted changelog forgets them too.
+        # Retention: remove the buffered records no join reads any more.
         assert self._this is not None
-        now = time.monotonic()
-        if now < self._next_purge:
-            return
-        self._next_purge = now + _PURGE_INTERVAL_S
         observed = self.state.observed.get(self._this_store_name, -1)
         cutoff = observed - self._windows.retention_ms + 1
-        expired = [(k, s, e) for k, s, e, _ in self._this.items() if s < cutoff]
-        for key, start, end in expired:
-            self._this.put(key, start, end, None, observed)
+        self._purge.run(self._this, lambda start, _end: start < cutoff, observed)

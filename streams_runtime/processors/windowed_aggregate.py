@@ -1,23 +1,21 @@
 """What session, time and sliding window aggregations share: they are time-driven (each keeps
 its own observed stream time, moved by data and control records), hold progress back by how far
 behind the latest time their output can be stamped, and purge expired windows from their store
-with tombstones."""
+(:class:`~streams_runtime.processors.retention.RetentionPurge`)."""
 
 from __future__ import annotations
 
-import time
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from streams_runtime.processors.base import NO_PROGRESS, AggregateProcessor, ProcessorContext
+from streams_runtime.processors.retention import RetentionPurge
 from streams_runtime.serdes import Serde
 from streams_runtime.state import SessionStore
 from streams_runtime.windows import WindowSpec
 
 __all__ = ["WindowedAggregateProcessor"]
-
-_PURGE_INTERVAL_S = 30.0  # expired windows are removed at most this often (a full scan)
 
 S = TypeVar("S", bound=SessionStore)
 W = TypeVar("W", bound=WindowSpec)
@@ -46,7 +44,7 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
         self._store: S | None = None
         self.observed_stream_time = -1
         self._accepted = NO_PROGRESS  # largest timestamp aggregated (not dropped)
-        self._next_purge = time.monotonic() + _PURGE_INTERVAL_S
+        self._purge = RetentionPurge()
 
     @abstractmethod
     def _open_store(self, context: ProcessorContext) -> S:
@@ -81,12 +79,7 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
 
     def flush(self) -> None:
         # Retention: remove the windows no record can update any more (already invisible to
-        # process()), with tombstones, so the compacted changelog forgets them too.
+        # process()).
         assert self._store is not None
-        now = time.monotonic()
-        if self.observed_stream_time < 0 or now < self._next_purge:
-            return
-        self._next_purge = now + _PURGE_INTERVAL_S
-        expired = [(k, s, e) for k, s, e, _ in self._store.items() if self._expired(s, e)]
-        for key, start, end in expired:
-            self._store.put(key, start, end, None, self.observed_stream_time)
+        if self.observed_stream_time >= 0:
+            self._purge.run(self._store, self._expired, self.observed_stream_time)
