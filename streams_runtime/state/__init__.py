@@ -11,7 +11,6 @@
 
 from streams_runtime.state.changelog import (
     SOURCE_HEADER,
-    BatchRecordSink,
     ChangelogWriter,
     ChangelogWrites,
     RecordSink,
@@ -48,7 +47,6 @@ from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStor
 
 __all__ = [
     "SOURCE_HEADER",
-    "BatchRecordSink",
     "ChangelogWriter",
     "ChangelogWrites",
     "Checkpoint",

@@ -20,7 +20,6 @@ from streams_runtime.record import Headers, TopicPartitionId
 
 __all__ = [
     "SOURCE_HEADER",
-    "BatchRecordSink",
     "ChangelogWriter",
     "ChangelogWrites",
     "RecordSink",
@@ -45,6 +44,10 @@ _SOURCE_SUFFIX = struct.Struct(">iq")
 _SESSION_WINDOW = struct.Struct(">qq")
 
 
+ChangelogWrites = Iterable[tuple[bytes, tuple[bytes | None, int, Headers | None]]]
+"""A buffered writer's writes: ``(key, (value, timestamp, headers))`` each."""
+
+
 @runtime_checkable
 class RecordSink(Protocol):
     """Where changelog records go; implemented by the runtime's record collector (its producer
@@ -63,18 +66,9 @@ class RecordSink(Protocol):
         """Send one record to an explicit partition."""
         ...
 
-
-ChangelogWrites = Iterable[tuple[bytes, tuple[bytes | None, int, Headers | None]]]
-"""A buffered writer's writes: ``(key, (value, timestamp, headers))`` each."""
-
-
-@runtime_checkable
-class BatchRecordSink(RecordSink, Protocol):
-    """A :class:`RecordSink` that also sends many records in one call (the collector's, so a
-    flush costs one Python call per record less)."""
-
     def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
-        """:meth:`RecordSink.send` each of ``writes``, in order, to ``topic``/``partition``."""
+        """:meth:`send` each of ``writes``, in order, to ``topic``/``partition`` (a buffered
+        writer's flush: one call, not one per record)."""
         ...
 
 
@@ -230,13 +224,7 @@ class ChangelogWriter:
     def flush(self) -> int:
         """Send the buffered writes; returns how many were sent."""
         pending, self._pending = self._pending, {}
-        topic, partition = self.topic, self.partition
-        if isinstance(self.sink, BatchRecordSink):
-            self.sink.send_many(topic, partition, pending.items())
-            return len(pending)
-        send = self.sink.send
-        for key, (value, timestamp, headers) in pending.items():
-            send(topic, partition, key, value, timestamp, headers)
+        self.sink.send_many(self.topic, self.partition, pending.items())
         return len(pending)
 
     def discard(self) -> None:

@@ -18,6 +18,7 @@ from streams_runtime.record import Headers, TopicPartitionId
 from streams_runtime.state import (
     SOURCE_HEADER,
     ChangelogWriter,
+    ChangelogWrites,
     Checkpoint,
     EngineKind,
     KeyValueEngine,
@@ -49,7 +50,15 @@ INPUT = TopicPartitionId("input", 0)
 # helpers
 
 
-class ListSink:
+class _SendEach:
+    """``RecordSink.send_many`` as one ``send`` per write."""
+
+    def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
+        for key, (value, timestamp, headers) in writes:
+            self.send(topic, partition, key, value, timestamp, headers)  # type: ignore[attr-defined]
+
+
+class ListSink(_SendEach):
     """A RecordSink that keeps what it was sent."""
 
     def __init__(self) -> None:
@@ -67,7 +76,7 @@ class ListSink:
         self.sent.append((topic, partition, key, value, timestamp, headers))
 
 
-class ProducerSink:
+class ProducerSink(_SendEach):
     """A RecordSink on a real producer; ``transactional_id`` makes it transactional."""
 
     def __init__(self, bootstrap: str, transactional_id: str | None = None) -> None:
