@@ -15,6 +15,9 @@ never fatal and never handed to a bad-record policy. The checks, in order:
 
 The signature covers topic, partition, timestamp, sequence and source id, so a signed tick cannot
 be replayed to another partition or re-dated.
+
+Every writer we ship builds its control records with one :class:`ControlRecordSource` (its source
+id, its sequence, and its signing key when it has one), so every hop signs the same way.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from dataclasses import dataclass, field
 
 from progress_control.logging import OncePerKey
 from progress_control.protocol import (
+    DEFAULT_SENTINEL_KEY,
     SIGNED_PROTOCOL_VERSION,
     ControlMarker,
+    ControlRecord,
     HeaderList,
     MalformedControlHeaderError,
     parse_control_headers,
@@ -41,6 +46,7 @@ from progress_control.protocol import (
 
 __all__ = [
     "DEFAULT_MAX_SKEW_MS",
+    "ControlRecordSource",
     "ControlRecordValidator",
     "SigningKey",
     "TrustPolicy",
@@ -116,6 +122,73 @@ def sign(
         key_id=key.key_id,
         mac=_mac(key.secret, payload),
     )
+
+
+class ControlRecordSource:
+    """One writer's control records: its source id, its per-source sequence (from 0, one number
+    per record), its sentinel key (``None``: null-key records) and, when it has one, the key it
+    signs with. Signed records are protocol v2 (:func:`sign`), the others v1.
+
+    Thread-safe: the sequence is taken under a lock, so two threads never send one number twice.
+    """
+
+    def __init__(
+        self,
+        source_id: str,
+        *,
+        key: bytes | None = DEFAULT_SENTINEL_KEY,
+        signing_key: SigningKey | None = None,
+    ) -> None:
+        ControlMarker(source_id, 0)  # a bad source id fails here, not at the first tick
+        self.source_id = source_id
+        self.key = key
+        self.signing_key = signing_key
+        self._lock = threading.Lock()
+        self._sequence = 0
+
+    @property
+    def next_sequence(self) -> int:
+        """The sequence number of the next record."""
+        with self._lock:
+            return self._sequence
+
+    def record(self, topic: str, partition: int, timestamp_ms: int) -> ControlRecord:
+        """The next control record for ``topic[partition]`` at ``timestamp_ms``; its sequence
+        number is used whether or not the record is ever sent (see :meth:`emit`)."""
+        with self._lock:
+            record = self._build(topic, partition, timestamp_ms)
+            self._sequence += 1
+            return record
+
+    def emit(
+        self,
+        topic: str,
+        partition: int,
+        timestamp_ms: int,
+        produce: Callable[[ControlRecord], object],
+    ) -> ControlRecord:
+        """Build the next control record and hand it to ``produce``; the sequence advances only
+        when ``produce`` returns, so a record the producer refused (``BufferError`` from a full
+        local queue, re-raised here) leaves no gap. ``produce`` runs under the sequence lock:
+        it must not block (``confluent_kafka.Producer.produce`` raises instead)."""
+        with self._lock:
+            record = self._build(topic, partition, timestamp_ms)
+            produce(record)
+            self._sequence += 1
+            return record
+
+    def _build(self, topic: str, partition: int, timestamp_ms: int) -> ControlRecord:
+        marker = ControlMarker(self.source_id, self._sequence)
+        if self.signing_key is not None:  # v2: bound to this topic, partition and timestamp
+            marker = sign(marker, topic, partition, timestamp_ms, self.signing_key)
+        return ControlRecord(topic, partition, timestamp_ms, marker, key=self.key)
+
+    def __repr__(self) -> str:
+        key_id = None if self.signing_key is None else self.signing_key.key_id
+        return (
+            f"ControlRecordSource(source_id={self.source_id!r}, key={self.key!r}, "
+            f"signing_key_id={key_id!r}, next_sequence={self._sequence})"
+        )
 
 
 class Verdict(enum.StrEnum):

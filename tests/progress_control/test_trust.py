@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from progress_control.protocol import CONTROL_HEADER, ControlMarker
+from progress_control.protocol import (
+    CONTROL_HEADER,
+    DEFAULT_SENTINEL_KEY,
+    ControlMarker,
+    ControlRecord,
+    parse_control_headers,
+)
 from progress_control.trust import (
+    ControlRecordSource,
     ControlRecordValidator,
     SigningKey,
     TrustPolicy,
@@ -116,3 +125,84 @@ def test_parse_keys() -> None:
         parse_keys("nosecret")
     with pytest.raises(ValueError, match="at least 16"):
         parse_keys("a:short")
+
+
+# --- one control-record source per writer ---------------------------------------------------------
+
+
+def test_a_source_without_a_key_writes_v1_records_numbered_from_0() -> None:
+    source = ControlRecordSource("app-1")
+    first, second = source.record("t", 0, NOW), source.record("t", 3, NOW + 5)
+    assert first == ControlRecord("t", 0, NOW, ControlMarker("app-1", 0), key=DEFAULT_SENTINEL_KEY)
+    assert (second.partition, second.timestamp_ms, second.marker) == (
+        3,
+        NOW + 5,
+        ControlMarker("app-1", 1),
+    )
+    assert source.next_sequence == 2
+    assert _validator().check("t", 0, NOW, first.headers) is Verdict.ACCEPTED
+    # v1 is what a keyed reader rejects: the "unsigned" repartition ticks.
+    keyed = _validator(verification_keys={"k1": KEY.secret})
+    assert keyed.check("t", 0, NOW, first.headers) is Verdict.UNSIGNED
+
+
+def test_a_source_with_a_key_signs_every_record_for_its_partition_and_time() -> None:
+    source = ControlRecordSource("runtime-a", key=None, signing_key=KEY)
+    validator = _validator(verification_keys={"k1": KEY.secret})
+    for sequence, (topic, partition, at) in enumerate([("t", 0, NOW), ("u", 2, NOW - 9)]):
+        record = source.record(topic, partition, at)
+        marker = parse_control_headers(record.headers)
+        assert marker is not None
+        assert (marker.version, marker.key_id, marker.sequence) == (2, "k1", sequence)
+        assert record.key is None
+        assert validator.check(topic, partition, at, record.headers) is Verdict.ACCEPTED
+        assert validator.check(topic, partition + 1, at, record.headers) is Verdict.BAD_SIGNATURE
+    assert validator.rejected == {Verdict.BAD_SIGNATURE: 2}
+    assert KEY.secret.decode() not in repr(source)
+    assert "k1" in repr(source)
+
+
+def test_emit_uses_a_sequence_number_only_for_records_produce_accepted() -> None:
+    source = ControlRecordSource("sender")
+    sent: list[ControlRecord] = []
+
+    def full(_record: ControlRecord) -> None:
+        raise BufferError("local queue full")
+
+    source.emit("t", 0, NOW, sent.append)
+    with pytest.raises(BufferError):
+        source.emit("t", 0, NOW + 1, full)
+    source.emit("t", 0, NOW + 2, sent.append)
+    assert [r.marker.sequence for r in sent] == [0, 1]
+    assert source.next_sequence == 2
+
+
+def test_invalid_records_use_no_sequence_number_and_bad_source_ids_fail_at_once() -> None:
+    source = ControlRecordSource("app")
+    with pytest.raises(ValueError, match="timestamp"):
+        source.record("t", 0, -1)
+    with pytest.raises(ValueError, match="partition"):
+        source.record("t", -1, NOW)
+    assert source.next_sequence == 0
+    with pytest.raises(ValueError, match="source_id"):
+        ControlRecordSource("")
+    with pytest.raises(ValueError, match="source_id"):
+        ControlRecordSource("x" * 256)
+
+
+def test_threads_sharing_a_source_never_reuse_a_sequence_number() -> None:
+    source = ControlRecordSource("shared", signing_key=KEY)
+    numbers: list[int] = []
+    lock = threading.Lock()
+
+    def write() -> None:
+        found = [source.record("t", 0, NOW).marker.sequence for _ in range(500)]
+        with lock:
+            numbers.extend(found)
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(numbers) == list(range(2000))
