@@ -2,6 +2,7 @@
 
 Given a signing key (``signing.key.id`` and its secret), every control record carries a signed
 (protocol v2) marker, which readers configured with the key verify; without one, v1 markers.
+Records are built by a :class:`~progress_control.trust.ControlRecordSource`, as every writer's.
 
 The tick producer is idempotent and non-transactional, built from the host's connection and
 security settings with everything that could change the host's behaviour removed (transactional
@@ -19,16 +20,10 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 from confluent_kafka.cimpl import Producer as KafkaProducer  # the C type, never a rebound name
 
-from progress_control.protocol import (
-    ControlMarker,
-    ControlRecord,
-    TimestampMode,
-    extrapolated_timestamp_ms,
-)
+from progress_control.protocol import ControlRecord, TimestampMode, extrapolated_timestamp_ms
 from progress_control.ticks.activity import DueTick
 from progress_control.ticks.metrics import ProgressControlMetrics
 from progress_control.ticks.settings import TickSettings
-from progress_control.trust import sign
 
 __all__ = ["TickSender", "tick_producer_config"]
 
@@ -116,35 +111,30 @@ class TickSender:
         self._producer: KafkaProducer | None = (
             KafkaProducer(tick_producer_config(host_config, settings)) if eager else None
         )
-        self._sequence = 0
+        # Source id, sequence and signing: the one builder of control records every writer
+        # shares; a tick the local queue refused uses no sequence number.
+        self._source = settings.control_record_source()
 
     def send(self, ticks: list[DueTick]) -> None:
         """Produce one control record per due tick (called from the scheduler thread)."""
         if self._producer is None:
             self._producer = KafkaProducer(tick_producer_config(self._host_config, self._settings))
-        signing_key = self._settings.signing_key
+        producer = self._producer
+
+        def produce(record: ControlRecord) -> None:
+            producer.produce(
+                record.topic,
+                None,
+                record.key,
+                partition=record.partition,
+                timestamp=record.timestamp_ms,
+                headers=record.headers,
+                on_delivery=self._on_delivery,
+            )
+
         for due in ticks:
             try:
-                timestamp_ms = self._timestamp_ms(due)
-                marker = ControlMarker(self._settings.source_id, self._sequence)
-                if signing_key is not None:  # v2: bound to this topic, partition and timestamp
-                    marker = sign(marker, due.topic, due.partition, timestamp_ms, signing_key)
-                record = ControlRecord(
-                    topic=due.topic,
-                    partition=due.partition,
-                    timestamp_ms=timestamp_ms,
-                    marker=marker,
-                    key=self._settings.key,
-                )
-                self._producer.produce(
-                    record.topic,
-                    None,
-                    record.key,
-                    partition=record.partition,
-                    timestamp=record.timestamp_ms,
-                    headers=record.headers,
-                    on_delivery=self._on_delivery,
-                )
+                self._source.emit(due.topic, due.partition, self._timestamp_ms(due), produce)
             except BufferError:
                 self._metrics.tick_skipped()
                 logger.warning(
@@ -157,8 +147,6 @@ class TickSender:
                     "could not send tick to %(topic)s[%(partition)d]",
                     {"topic": due.topic, "partition": due.partition},
                 )
-            else:
-                self._sequence += 1
         self._producer.poll(0)
 
     def poll(self) -> None:
