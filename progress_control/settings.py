@@ -9,21 +9,38 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Self, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from progress_control.trust import DEFAULT_MAX_SKEW_MS, TrustPolicy, allowed_sources, parse_keys
+from progress_control.trust import (
+    DEFAULT_MAX_SKEW_MS,
+    SigningKey,
+    TrustPolicy,
+    allowed_sources,
+    parse_keys,
+)
 
 __all__ = [
     "ConfigurationError",
     "ControlTrustSettings",
     "KafkaProperties",
+    "SigningSettings",
     "component_config",
     "default_cache_dir",
     "load_settings",
+    "read_secret_file",
     "shown_input",
 ]
 
@@ -80,8 +97,10 @@ def load_settings(cls: type[S], **values: Any) -> S:
         prefix = str(cls.model_config.get("env_prefix", ""))
         problems = []
         for error in exc.errors():
-            name = ".".join(str(part) for part in error["loc"]) or "(settings)"
-            env = f" (env {prefix}{name.upper().replace('.', '__')})" if prefix else ""
+            name = ".".join(str(part) for part in error["loc"])
+            # A whole-model error names its settings itself; only a field has one env variable.
+            env = f" (env {prefix}{name.upper().replace('.', '__')})" if prefix and name else ""
+            name = name or "(settings)"
             problems.append(f"  {name}{env}: {error['msg']}{shown_input(cls, error)}")
         raise ConfigurationError(
             f"invalid {cls.__name__} configuration:\n" + "\n".join(problems)
@@ -141,6 +160,103 @@ class ControlTrustSettings(BaseSettings):
             verification_keys=parse_keys(",".join(specs)),
             allowed_sources=allowed_sources(self.control_allowed_sources),
         )
+
+
+class SigningSettings(BaseSettings):
+    """The key a writer signs its control records with (protocol v2, see
+    :mod:`progress_control.trust`): one rule set for every writer we ship — the interceptor, the
+    sidecar and the streams runtime — so signing works the same through every hop.
+
+    ``signing_key_id`` needs a secret, from ``signing_key_secret`` or ``signing_key_file`` (one,
+    not both), of at least 16 bytes of UTF-8; a secret needs an id. The file is read once, at
+    construction, so a missing file or a short secret fails at start-up, not at the first tick.
+    Error messages name each setting as the component spells it (:meth:`setting_name`) and
+    never contain the secret. Secrets come from the environment, a config dict or a file, never
+    from a command line, where they would show in ``ps`` and shell history.
+    """
+
+    signing_key_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="Sign every control record this component writes (protocol v2) with this "
+        "key id; the secret comes from the signing key secret or the signing key file. Readers "
+        "verify with the same id and secret; unset: unsigned (v1) control records.",
+    )
+    signing_key_secret: SecretStr | None = Field(
+        None,
+        description="The signing secret (>= 16 bytes UTF-8), from the env or a config dict; "
+        "never from a command line, never logged or shown.",
+    )
+    signing_key_file: Path | None = Field(
+        None,
+        description="A file holding the signing secret instead (e.g. a mounted Kubernetes "
+        "Secret; surrounding whitespace stripped), read once at start-up.",
+    )
+    _signing_key: SigningKey | None = PrivateAttr(None)
+
+    @classmethod
+    def setting_name(cls, field: str) -> str:
+        """How messages name the setting ``field``: ``field (env PREFIX_FIELD)``; components
+        whose settings are spelt otherwise (the interceptor's dotted config keys) override it."""
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        return f"{field} (env {prefix}{field.upper()})"
+
+    @field_validator("signing_key_id", "signing_key_secret", "signing_key_file", mode="before")
+    @classmethod
+    def _unset_signing(cls, value: Any) -> Any:
+        # Env variables cannot be null: "" (a chart's empty default) or "none" unsets them.
+        if isinstance(value, str) and value.strip().lower() in {"", "none", "null"}:
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _signing(self) -> Self:
+        # Read once, at construction: a missing file or a short secret fails here, naming the
+        # setting, never at the first tick. Messages never include the secret.
+        name = self.setting_name
+        sources = f"{name('signing_key_secret')} or {name('signing_key_file')}"
+        secret = self._signing_secret()
+        if self.signing_key_id is None:
+            if secret is not None:
+                raise ValueError(f"{name('signing_key_id')} is required with a signing secret")
+            return self
+        if secret is None:
+            raise ValueError(f"{name('signing_key_id')} is set: set {sources}")
+        if len(secret) < 16:
+            raise ValueError(f"{sources}: the signing secret must be at least 16 bytes")
+        self._signing_key = SigningKey(self.signing_key_id, secret)
+        return self
+
+    def _signing_secret(self) -> bytes | None:
+        """The secret from the settings, ``None`` when none is set; components with another
+        place for it (the sidecar's secrets directory) extend this."""
+        if self.signing_key_secret is not None and self.signing_key_file is not None:
+            raise ValueError(
+                f"set one of {self.setting_name('signing_key_secret')} and "
+                f"{self.setting_name('signing_key_file')}, not both"
+            )
+        if self.signing_key_secret is not None:
+            return self.signing_key_secret.get_secret_value().encode("utf-8")
+        if self.signing_key_file is None:
+            return None
+        return read_secret_file(self.signing_key_file, self.setting_name("signing_key_file"))
+
+    @property
+    def signing_key(self) -> SigningKey | None:
+        """The key every control record is signed with, ``None`` for unsigned (v1) records."""
+        return self._signing_key
+
+
+def read_secret_file(path: Path, setting: str) -> bytes:
+    """A secret from a file (UTF-8, surrounding whitespace stripped: a Secret written with
+    ``echo`` ends with a newline); ``ValueError`` naming ``setting``, never the content."""
+    try:
+        return path.read_text(encoding="utf-8").strip().encode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"{setting}: cannot read {str(path)!r}: {exc.__class__.__name__}"
+        ) from None
 
 
 def default_cache_dir() -> Path:

@@ -18,9 +18,9 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, YamlConfigSettingsSource
 
-from progress_control.settings import KafkaProperties
+from progress_control.settings import KafkaProperties, read_secret_file
 from progress_control.ticks.activity_report import parse_address
-from progress_control.ticks.settings import TickSettings, read_secret_file
+from progress_control.ticks.settings import TickSettings
 from progress_control.trust import DEFAULT_MAX_SKEW_MS
 
 __all__ = ["LogFormat", "SidecarSettings"]

@@ -4,6 +4,13 @@ env variables (``__`` nests, e.g. ``PROGRESS_CONTROL_RUNTIME_KAFKA__SECURITY_PRO
 Kafka client properties in ``kafka`` are passed to every client untouched. The runtime ticks its
 own outputs (``progress_propagation``), so the interceptor's ``progress.control.*`` keys are
 refused: a second source of ticks with another timestamp rule would break the promise ticks make.
+
+Signing: given ``signing_key_id`` and its secret (``signing_key_secret`` or ``signing_key_file``,
+the rules of :class:`~progress_control.settings.SigningSettings`, as the interceptor's and the
+sidecar's ``signing.key.*``), the runtime signs every tick it writes to its repartition and
+output topics, and accepts its own key on its repartition topics
+(:meth:`RuntimeSettings.internal_trust_policy`). Readers of its output topics need that key id
+and secret.
 """
 
 from __future__ import annotations
@@ -15,7 +22,13 @@ from typing import Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from progress_control.settings import ControlTrustSettings, KafkaProperties, component_config
+from progress_control.settings import (
+    ControlTrustSettings,
+    KafkaProperties,
+    SigningSettings,
+    component_config,
+)
+from progress_control.trust import TrustPolicy
 from streams_runtime.query_security import check_query_settings
 
 __all__ = ["BadRecordPolicy", "ProcessingGuarantee", "RuntimeSettings", "StateEngine"]
@@ -42,9 +55,11 @@ class BadRecordPolicy(enum.StrEnum):
     """Send the original bytes with error headers to ``dead_letter_topic``, then skip."""
 
 
-class RuntimeSettings(ControlTrustSettings):
-    """Settings of a streams runtime :class:`~streams_runtime.App` (and which control records
-    move its time: :class:`~progress_control.settings.ControlTrustSettings`)."""
+class RuntimeSettings(ControlTrustSettings, SigningSettings):
+    """Settings of a streams runtime :class:`~streams_runtime.App`: which control records move
+    its time (:class:`~progress_control.settings.ControlTrustSettings`) and the key its own ticks
+    are signed with (:class:`~progress_control.settings.SigningSettings`: ``signing_key_id``,
+    ``signing_key_secret``, ``signing_key_file``)."""
 
     model_config = component_config("PROGRESS_CONTROL_RUNTIME_")
 
@@ -183,16 +198,35 @@ class RuntimeSettings(ControlTrustSettings):
     def _no_interceptor_keys(cls, value: dict[str, str]) -> dict[str, str]:
         found = sorted(k for k in value if k.startswith("progress.control."))
         if found:
+            signing = any(k.startswith("progress.control.signing.") for k in found)
             raise ValueError(
                 f"{', '.join(found)}: the runtime ticks its outputs itself "
                 "(progress_propagation, progress_interval_ms); the interceptor is not attached "
                 "to its producer"
+                + ("; it signs them with signing_key_id and signing_key_secret" if signing else "")
             )
         return value
 
     @model_validator(mode="after")
     def _query_security(self) -> Self:
         check_query_settings(self)  # e.g. a non-loopback bind without a token fails at start-up
+        return self
+
+    @model_validator(mode="after")
+    def _own_key_agrees(self) -> Self:
+        # The runtime verifies its own ticks with its own key; the same id with another secret
+        # among the verification keys is a typo that would split readers (some verify, some
+        # reject), so it fails here. Messages never show either secret.
+        own = self.signing_key
+        if own is not None:
+            theirs = self.trust_policy().verification_keys.get(own.key_id)
+            if theirs is not None and theirs != own.secret:
+                raise ValueError(
+                    f"{self.setting_name('signing_key_id')} is {own.key_id!r}, and "
+                    f"{self.setting_name('control_verification_keys')} (or its file) holds "
+                    "that key id with another secret: give both the same secret, or the "
+                    "runtime's key another id"
+                )
         return self
 
     @model_validator(mode="after")
@@ -203,6 +237,45 @@ class RuntimeSettings(ControlTrustSettings):
         if self.dead_letter_topic is None:
             self.dead_letter_topic = f"{self.application_id}-dlq"
         return self
+
+    def internal_trust_policy(self) -> TrustPolicy:
+        """Which control records move time on the runtime's own internal (repartition) topics.
+
+        Their ticks are the runtime's own, written by every instance of the application: with a
+        signing key, the verification keys are ``control_verification_keys`` plus the runtime's
+        own key (so a rolling key change verifies when the other key is listed there too); without
+        one, :meth:`trust_policy`'s. Never restricted to ``control_allowed_sources``: the
+        runtime's own source ids are per process, unknown in advance.
+        """
+        policy = self.trust_policy()
+        keys = dict(policy.verification_keys)
+        own = self.signing_key
+        if own is not None:
+            keys[own.key_id] = own.secret
+        return TrustPolicy(max_skew_ms=policy.max_skew_ms, verification_keys=keys)
+
+    def signing_problem(self, *, has_repartition_topics: bool) -> str | None:
+        """Why the runtime's own ticks would be rejected by its own consumers, or ``None``: for
+        a start-up check. Verification keys are set and the topology has repartition topics,
+        but there is no signing key, so its unsigned ticks on them would be skipped as
+        ``unsigned`` and every window after the first repartition would close on data only."""
+        if (
+            not has_repartition_topics
+            or not self.progress_propagation
+            or self.signing_key is not None
+            or not self.trust_policy().verification_keys
+        ):
+            return None
+        name = self.setting_name
+        return (
+            f"{name('control_verification_keys')} or {name('control_verification_keys_file')} "
+            "is set, so only signed control records move time, but the runtime has no signing "
+            "key: its own ticks on its repartition topics would be rejected as unsigned, and "
+            "windows after a repartition would close only when new data arrives. Set "
+            f"{name('signing_key_id')} and {name('signing_key_secret')} or "
+            f"{name('signing_key_file')} (readers of the output topics verify with the same key), "
+            "or turn progress_propagation off"
+        )
 
     @property
     def membership_enabled(self) -> bool:

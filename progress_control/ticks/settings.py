@@ -15,24 +15,22 @@ import re
 import socket
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Self
 
-from pydantic import (
-    Field,
-    PrivateAttr,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic_settings import BaseSettings, NoDecode
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import NoDecode
 
 from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
-from progress_control.settings import ConfigurationError, component_config, shown_input
+from progress_control.settings import (
+    ConfigurationError,
+    SigningSettings,
+    component_config,
+    read_secret_file,
+    shown_input,
+)
 from progress_control.ticks.schedule import TickSchedule
 from progress_control.ticks.topic_filter import DEFAULT_INTERNAL_TOPICS, TopicFilter
-from progress_control.trust import SigningKey
+from progress_control.trust import ControlRecordSource
 
 __all__ = ["CONFIG_PREFIX", "ENV_PREFIX", "TickSettings", "read_secret_file"]
 
@@ -44,10 +42,11 @@ def _default_source_id() -> str:
     return f"{socket.gethostname()[:200]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class TickSettings(BaseSettings):
+class TickSettings(SigningSettings):
     """When ticks are sent and what they look like; shared by the interceptor and the sidecar.
     Defaults send at most ``max.records`` ticks per idle period: the first after ``start.ms``,
-    then spaced by a backoff that doubles."""
+    then spaced by a backoff that doubles. Signed with ``signing.key.*``
+    (:class:`~progress_control.settings.SigningSettings`, the rules every writer shares)."""
 
     model_config = component_config(ENV_PREFIX)
 
@@ -80,22 +79,6 @@ class TickSettings(BaseSettings):
         description="Comma list of regexes (full match) of internal and system topics, never "
         "ticked; replaces the default list. Kafka's own __* topics are never ticked.",
     )
-    signing_key_id: str | None = Field(
-        None,
-        min_length=1,
-        max_length=255,
-        description="Sign every control record (protocol v2) with this key id and the secret "
-        "from signing.key.secret or signing.key.file.",
-    )
-    signing_key_secret: SecretStr | None = Field(
-        None,
-        description="The signing secret (>= 16 bytes UTF-8), from the env or a config dict; "
-        "never from a command line.",
-    )
-    signing_key_file: Path | None = Field(
-        None, description="A file holding the signing secret (e.g. a mounted Kubernetes Secret)."
-    )
-    _signing_key: SigningKey | None = PrivateAttr(None)
 
     @field_validator("topics_include", "topics_exclude", "topics_internal", mode="before")
     @classmethod
@@ -121,7 +104,7 @@ class TickSettings(BaseSettings):
             return None
         return value.encode("utf-8") if isinstance(value, str) else value
 
-    @field_validator("max_records", "end_ms", "signing_key_id", "signing_key_file", mode="before")
+    @field_validator("max_records", "end_ms", mode="before")
     @classmethod
     def _unset(cls, value: Any) -> Any:
         # Env variables cannot be null: "" or "none" unsets an optional bound.
@@ -144,48 +127,16 @@ class TickSettings(BaseSettings):
             )
         return self
 
-    @model_validator(mode="after")
-    def _signing(self) -> Self:
-        # Read once, at construction: a missing file or a short secret fails here, naming the
-        # setting, never at the first tick. Messages never include the secret.
-        sources = (
-            "progress.control.signing.key.secret (env PROGRESS_CONTROL_SIGNING_KEY_SECRET) or "
-            "progress.control.signing.key.file (env PROGRESS_CONTROL_SIGNING_KEY_FILE)"
-        )
-        secret = self._signing_secret()
-        if self.signing_key_id is None:
-            if secret is not None:
-                raise ValueError(
-                    "progress.control.signing.key.id (env PROGRESS_CONTROL_SIGNING_KEY_ID) is "
-                    "required with a signing secret"
-                )
-            return self
-        if secret is None:
-            raise ValueError(f"progress.control.signing.key.id is set: set {sources}")
-        if len(secret) < 16:
-            raise ValueError(f"{sources}: the signing secret must be at least 16 bytes")
-        self._signing_key = SigningKey(self.signing_key_id, secret)
-        return self
+    @classmethod
+    def setting_name(cls, field: str) -> str:
+        """``progress.control.<dotted field> (env PROGRESS_CONTROL_<FIELD>)``: the config-dict
+        key and the env variable."""
+        return f"{CONFIG_PREFIX}{field.replace('_', '.')} (env {ENV_PREFIX}{field.upper()})"
 
-    def _signing_secret(self) -> bytes | None:
-        if self.signing_key_secret is not None and self.signing_key_file is not None:
-            raise ValueError(
-                "set one of progress.control.signing.key.secret and "
-                "progress.control.signing.key.file, not both"
-            )
-        if self.signing_key_secret is not None:
-            return self.signing_key_secret.get_secret_value().encode("utf-8")
-        if self.signing_key_file is None:
-            return None
-        return read_secret_file(
-            self.signing_key_file,
-            "progress.control.signing.key.file (env PROGRESS_CONTROL_SIGNING_KEY_FILE)",
-        )
-
-    @property
-    def signing_key(self) -> SigningKey | None:
-        """The key every control record is signed with, ``None`` for unsigned (v1) ticks."""
-        return self._signing_key
+    def control_record_source(self) -> ControlRecordSource:
+        """A source of this writer's control records: its source id and key, signed when it
+        has a signing key."""
+        return ControlRecordSource(self.source_id, key=self.key, signing_key=self.signing_key)
 
     def topic_filter(self) -> TopicFilter:
         """Which topics get ticks: ``topics.include`` minus ``topics.exclude`` and internal
@@ -228,14 +179,3 @@ class TickSettings(BaseSettings):
             raise ConfigurationError(
                 "invalid progress-control configuration:\n" + "\n".join(problems)
             ) from None
-
-
-def read_secret_file(path: Path, setting: str) -> bytes:
-    """A secret from a file (UTF-8, surrounding whitespace stripped: a Secret written with
-    ``echo`` ends with a newline); ``ValueError`` naming ``setting``, never the content."""
-    try:
-        return path.read_text(encoding="utf-8").strip().encode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(
-            f"{setting}: cannot read {str(path)!r}: {exc.__class__.__name__}"
-        ) from None
