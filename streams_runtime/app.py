@@ -10,7 +10,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from progress_control.settings import load_settings
+from progress_control.settings import ConfigurationError, load_settings
 from streams_runtime.app_state import AppState
 from streams_runtime.cluster.membership import LagInfo
 from streams_runtime.cluster.replicator import Replicator
@@ -53,6 +53,11 @@ class App:
         self._before_offset_commit = before_offset_commit
         self.settings = settings or load_settings(RuntimeSettings, **overrides)
         self.topology: Topology = builder.build(self.settings.application_id)
+        problem = self.settings.signing_problem(
+            has_repartition_topics=bool(self.topology.repartition_topics)
+        )
+        if problem is not None:
+            raise ConfigurationError(problem)
         self.metrics = RuntimeMetrics(self.settings.application_id)
         self.state = AppState.CREATED
         self._state_changed = threading.Condition()

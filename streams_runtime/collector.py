@@ -1,23 +1,20 @@
 """The runtime's producer: outputs, repartition records, changelog writes, dead letters and
 progress ticks, in one producer transaction per commit interval under exactly-once.
 
-Ticks on the runtime's outputs and repartition topics come from one source only: the stream
-thread's progress propagation, at the bound that reaches each sink (see
-:mod:`streams_runtime.processors`). The producer is a plain one, never the interceptor's, whose
+Ticks on the runtime's outputs and repartition topics come from one writer only,
+:class:`~streams_runtime.progress.TickWriter`, and go through here like any record (inside the
+transaction under exactly-once). The producer is a plain one, never the interceptor's, whose
 ticks follow another timestamp rule.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Iterable, Sequence
 from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from progress_control.protocol import ControlMarker, ControlRecord
 from streams_runtime.errors import StreamsError
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.murmur2 import partition_for_key
@@ -64,8 +61,6 @@ class RecordCollector:
             config.setdefault("transactional.id", f"{settings.application_id}-{instance_id}")
             config.setdefault("transaction.timeout.ms", "10000")
         self.producer = Producer(config)
-        self._source = f"streams:{settings.application_id}:{socket.gethostname()}:{os.getpid()}"
-        self._sequence = 0
         self._in_transaction = False
         self._error: KafkaError | None = None
         self._sends = 0
@@ -166,18 +161,6 @@ class RecordCollector:
                 raise StreamsError(f"output topic {topic} has no partitions (does it exist?)")
             count = self._partition_counts[topic] = len(metadata.partitions)
         return partition_for_key(key, count)
-
-    def tick(self, topic: str, partition: int, timestamp: int) -> None:
-        """Send a control record at ``timestamp`` to one output partition."""
-        marker = ControlMarker(source_id=self._source, sequence=self._sequence)
-        self._sequence += 1
-        record = ControlRecord(topic, partition, timestamp, marker)
-        headers: Headers = [
-            (name, value.encode() if isinstance(value, str) else value)
-            for name, value in record.headers
-        ]
-        self.send(topic, record.key, None, timestamp, headers, partition=partition)
-        self._metrics.progress_ticks.inc()
 
     def poll(self) -> None:
         self.producer.poll(0)

@@ -68,6 +68,13 @@ class RuntimeMetrics:
         self.progress_ticks = Counter(
             "streams_progress_ticks", "Control records sent to propagate stream time.", registry=r
         )
+        self.progress_promise = Gauge(
+            "streams_progress_promise_ms",
+            "What ticks on an output or repartition topic may promise: the least committed bound "
+            "over every task writing it (epoch ms; -1: a writer has not committed one yet).",
+            ["topic"],
+            registry=r,
+        ).labels
         self.rebalances = Counter(
             "streams_rebalances", "Partitions assigned or revoked.", ["kind"], registry=r
         ).labels

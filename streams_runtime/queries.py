@@ -37,6 +37,7 @@ from streams_runtime.query_results import (
     UnknownStoreError,
 )
 from streams_runtime.query_security import client_ssl_context, query_token
+from streams_runtime.record import TaskId
 from streams_runtime.serdes import (
     Bytes,
     Float,
@@ -47,7 +48,6 @@ from streams_runtime.serdes import (
 )
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import KeyValueStore, SessionStore, changelog_topic
-from streams_runtime.task import TaskId
 from streams_runtime.topology import QueryableStore, Topology
 
 __all__ = ["InteractiveQueries", "key_from_text"]

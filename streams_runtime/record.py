@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
-__all__ = ["Headers", "Record", "SourceRecord", "TopicPartitionId"]
+__all__ = ["Headers", "Record", "SourceRecord", "TaskId", "TopicPartitionId"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -20,6 +20,18 @@ class TopicPartitionId(NamedTuple):
 
     topic: str
     partition: int
+
+
+@dataclass(frozen=True, order=True)
+class TaskId:
+    """A task: one partition of a sub-topology's (co-partitioned) inputs (``<sub>_<partition>``,
+    as Kafka Streams names it)."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
 
 
 @dataclass(slots=True)

@@ -1,11 +1,13 @@
 """The processing loop (Kafka Streams' ``StreamThread``): one consumer, records routed to the
-tasks of its :class:`~streams_runtime.task_manager.TaskManager`, back-pressure, progress
-propagation, and when to commit (the task manager commits, under the thread's one
-:class:`~streams_runtime.commit_strategy.CommitStrategy`)."""
+tasks of its :class:`~streams_runtime.task_manager.TaskManager`, back-pressure, when to tick
+(:mod:`streams_runtime.progress`), and when to commit (the task manager commits, under the
+thread's one :class:`~streams_runtime.commit_strategy.CommitStrategy`)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -18,16 +20,17 @@ from confluent_kafka import (
 )
 
 from progress_control.protocol import has_control_header
-from progress_control.trust import ControlRecordValidator, Verdict
+from progress_control.trust import ControlRecordSource, ControlRecordValidator, Verdict
 from streams_runtime.app_state import AppState
 from streams_runtime.collector import RecordCollector
 from streams_runtime.commit_strategy import OffsetCommitHook, commit_strategy_for
 from streams_runtime.errors import BadRecordHandler, StreamsError
 from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.record import SourceRecord, TopicPartitionId
+from streams_runtime.progress import CommittedBounds, TickWriter, WriterTasks
+from streams_runtime.record import SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.task import StreamTask, TaskId, WarmStores
+from streams_runtime.task import StreamTask, WarmStores
 from streams_runtime.task_manager import TaskManager
 from streams_runtime.topology import Topology
 
@@ -62,6 +65,9 @@ class StreamThread:
         self._on_state = on_state
         self._stopping = threading.Event()
         self._trust = ControlRecordValidator(settings.trust_policy())
+        # The runtime's own topics carry its own ticks: they verify with its own key.
+        self._internal_trust = ControlRecordValidator(settings.internal_trust_policy())
+        self._internal_topics = frozenset(topology.repartition_topics)
         # At-least-once or exactly-once: decided here, once, for the consumer, the producer and
         # every commit.
         strategy = commit_strategy_for(settings)
@@ -100,7 +106,24 @@ class StreamThread:
             ),
             cooperative=config["partition.assignment.strategy"] == "cooperative-sticky",
         )
-        self._ticked: dict[TopicPartitionId, int] = {}
+        writers = WriterTasks(topology, partition_counts)
+        self.committed_bounds = CommittedBounds(
+            writers,
+            settings.consumer_config(),
+            group_id=settings.application_id,
+            interval_s=settings.progress_interval_ms / 1000,
+        )
+        source_id = f"streams:{settings.application_id}:{socket.gethostname()}:{os.getpid()}"
+        self._ticks = TickWriter(
+            writers,
+            self.committed_bounds.promise,
+            source=ControlRecordSource(source_id, signing_key=settings.signing_key),
+            send=lambda topic, partition, key, timestamp, headers: self.collector.send(
+                topic, key, None, timestamp, headers, partition=partition
+            ),
+            partitions_of=self._partitions_of,
+            metrics=metrics,
+        )
 
     # -- what other threads read (membership, interactive queries) --------------------------
 
@@ -160,6 +183,8 @@ class StreamThread:
             on_revoke=self.task_manager.on_revoke,
             on_lost=self.task_manager.on_lost,
         )
+        if self._settings.progress_propagation:
+            self.committed_bounds.start()
         self._on_state(AppState.RUNNING)
         interval = self._settings.commit_interval_s
         progress_every = self._settings.progress_interval_ms / 1000
@@ -180,8 +205,10 @@ class StreamThread:
                 self.collector.poll()
                 now = time.monotonic()
                 if self._settings.progress_propagation and now >= next_progress:
-                    self._propagate_progress()
                     next_progress = now + progress_every
+                    if next_commit - now > progress_every and self._progress_waits_for_commit():
+                        next_commit = now
+                    self._ticks.propagate(self.task_manager.active_tasks, self.collector.written)
                 if now >= next_commit:
                     self.commit()
                     next_commit = time.monotonic() + interval
@@ -219,7 +246,10 @@ class StreamThread:
         try:
             self.consumer.close()
         finally:
-            self.collector.close()
+            try:
+                self.collector.close()
+            finally:
+                self.committed_bounds.stop()
 
     def commit(self) -> None:
         """Commit every task now (the loop calls this every commit interval)."""
@@ -251,7 +281,8 @@ class StreamThread:
             if headers and has_control_header(headers):
                 # A record with our header is never data; a forged or broken one is not time
                 # either: skipped and counted, never fatal, never the bad-record policy.
-                verdict = self._trust.check(topic, partition, timestamp, headers)
+                trust = self._internal_trust if topic in self._internal_topics else self._trust
+                verdict = trust.check(topic, partition, timestamp, headers)
                 control = verdict is Verdict.ACCEPTED
                 rejected = not control
                 if rejected:
@@ -294,30 +325,12 @@ class StreamThread:
         if resume:
             self._partitions.resume(resume)
 
-    def _propagate_progress(self) -> None:
-        """Tick output and repartition partitions up to the progress their sinks promise (the
-        least over the tasks here writing them, so a tick never passes what any of them still
-        sends; see :mod:`streams_runtime.processors`). Tasks that took no record yet promise
-        nothing and are left out."""
-        horizon: dict[str, int] = {}
-        for task in self.tasks.values():
-            if task.group.stream_time < 0:
-                continue
-            for topic, bound in task.sink_progress().items():
-                horizon[topic] = min(horizon.get(topic, bound), bound)
-        written = self.collector.written
-        for topic, bound in horizon.items():
-            # Just below the bound: a reader closes a window when its close time is <= its
-            # stream time, so a tick *at* a record still to come could close a window that
-            # record would have joined.
-            at = bound - 1
-            if at < 0:
-                continue
-            for partition in range(self._partitions_of(topic)):
-                tp = TopicPartitionId(topic, partition)
-                if written.get(tp, -1) < at and self._ticked.get(tp, -1) < at:
-                    self.collector.tick(topic, partition, at)
-                    self._ticked[tp] = at
+    def _progress_waits_for_commit(self) -> bool:
+        """Whether a task went quiet (no data for a progress interval) with bounds past its
+        committed ones: ticks follow committed bounds only, so commit now rather than at the
+        end of a long (at-least-once) commit interval."""
+        quiet_s = self._settings.progress_interval_ms / 1000
+        return any(task.progress_uncommitted(quiet_s) for task in self.tasks.values())
 
     def _partitions_of(self, topic: str) -> int:
         count = self._partition_counts.get(topic)

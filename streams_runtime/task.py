@@ -4,8 +4,8 @@ KIP-695 lag-gated idling deciding when an empty input may be passed over."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -14,8 +14,9 @@ from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordHandler
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.partition_group import LagProvider, PartitionGroup
-from streams_runtime.processors import Processor, SinkProcessor, SourceProcessor
-from streams_runtime.record import Headers, Record, SourceRecord, TopicPartitionId
+from streams_runtime.processors import NO_PROGRESS, Processor, SinkProcessor, SourceProcessor
+from streams_runtime.progress import TaskCommitMetadata, merged_bounds
+from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.serdes import SerializationError
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
 from streams_runtime.state import (
@@ -29,33 +30,7 @@ from streams_runtime.state import (
 )
 from streams_runtime.topology import Subtopology
 
-__all__ = ["StreamTask", "TaskId", "decode_partition_time", "encode_partition_time"]
-
-_METADATA_PREFIX = "pc1:"
-
-
-def encode_partition_time(partition_time: int) -> str:
-    """Commit metadata carrying a partition's time, so it survives restarts and rebalances."""
-    return f"{_METADATA_PREFIX}{partition_time}"
-
-
-def decode_partition_time(metadata: str | None) -> int:
-    """The partition time in commit metadata; -1 when absent or foreign."""
-    if metadata and metadata.startswith(_METADATA_PREFIX):
-        try:
-            return int(metadata[len(_METADATA_PREFIX) :])
-        except ValueError:
-            return -1
-    return -1
-
-
-@dataclass(frozen=True, order=True)
-class TaskId:
-    subtopology: int
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.subtopology}_{self.partition}"
+__all__ = ["StreamTask", "WarmStores"]
 
 
 WarmStores = Callable[[TaskId, Mapping[TopicPartitionId, int]], Mapping[str, WarmStore]]
@@ -136,6 +111,11 @@ class StreamTask:
         self._skipped_to: dict[TopicPartitionId, int] = {}
         self._poisoned: dict[TopicPartitionId, SourceRecord] = {}
         self._mark_processing = True
+        # Bounds (see :mod:`streams_runtime.progress`): the floor restored from the last commit,
+        # and those in this task's own last commit.
+        self._bound_floor: dict[str, int] = {}
+        self.committed_bounds: dict[str, int] = {}
+        self.last_data_at = time.monotonic()
         label = str(task_id)
         self._processed_metric = metrics.records_processed(label)
         self._control_metric = metrics.control_records(label)
@@ -196,13 +176,16 @@ class StreamTask:
         """Restore partition times from commit metadata and stores from their changelogs (never
         beyond the committed input position; from a local standby's copy and the changelogs'
         tails where ``warm_stores`` has one), then create the processors."""
+        restored = []
         for tp in self.inputs:
             offset, metadata = committed.get(tp, (-1, None))
             if offset >= 0:
                 self.committed[tp] = offset
-            partition_time = decode_partition_time(metadata)
-            if partition_time >= 0:
-                self.group.set_partition_time(tp, partition_time)
+            restored.append(TaskCommitMetadata.decode(metadata))
+            if restored[-1].partition_time >= 0:
+                self.group.set_partition_time(tp, restored[-1].partition_time)
+        # Whoever committed last promised these; resuming from that commit keeps the promise.
+        self._bound_floor = self.committed_bounds = merged_bounds(m.bounds for m in restored)
         warm = warm_stores(self.id, self.committed) if warm_stores is not None else None
         result = self.state.restore(
             self.committed, timeout_s=self._settings.restore_timeout_s, warm=warm
@@ -270,6 +253,8 @@ class StreamTask:
         finally:
             # Metrics once per batch, not per record: this is the hot path.
             if done:
+                if done > controls:
+                    self.last_data_at = time.monotonic()
                 self._processed_metric.inc(done - controls)
                 self._control_metric.inc(controls)
                 self._stream_time_metric.set(group.stream_time)
@@ -302,15 +287,28 @@ class StreamTask:
         self._consumed[tp] = record.offset + 1
         return record.is_control
 
-    def sink_progress(self) -> dict[str, int]:
-        """Per output topic, the progress its sinks in this task promise (the least of them;
-        :data:`~streams_runtime.processors.NO_PROGRESS` when one has none yet)."""
-        progress: dict[str, int] = {}
+    def bounds(self) -> dict[str, int]:
+        """Per output topic, the bound this task promises: records its sinks still send are at
+        least this (the least over its sinks to the topic, and never below the bound restored
+        from the last commit; missing: none yet). See :mod:`streams_runtime.progress`."""
+        live: dict[str, int] = {}
         for processor in self._processors:
             if isinstance(processor, SinkProcessor):
                 bound = processor.progress()
-                progress[processor.topic] = min(progress.get(processor.topic, bound), bound)
-        return progress
+                live[processor.topic] = min(live.get(processor.topic, bound), bound)
+        bounds = dict(self._bound_floor)
+        for topic, bound in live.items():
+            if bound > bounds.get(topic, NO_PROGRESS):
+                bounds[topic] = bound
+        return bounds
+
+    def progress_uncommitted(self, quiet_s: float) -> bool:
+        """Whether the task took no data record for ``quiet_s`` while its bounds moved past the
+        committed ones: committing now lets ticks move on (they wait for committed bounds)."""
+        if time.monotonic() - self.last_data_at < quiet_s:
+            return False
+        committed = self.committed_bounds
+        return any(b > committed.get(t, NO_PROGRESS) for t, b in self.bounds().items())
 
     def flush(self) -> None:
         """Before a commit: let processors do periodic work (retention, gauges), then send the
@@ -320,22 +318,31 @@ class StreamTask:
         self.state.flush()
 
     def offsets_to_commit(self) -> list[TopicPartition]:
-        """Next offsets to commit (with partition time in the metadata), for inputs that moved."""
+        """Next offsets to commit, for inputs that moved, with the partition time and the task's
+        bounds in the metadata (:class:`~streams_runtime.progress.TaskCommitMetadata`)."""
         offsets = []
+        bounds = self.bounds()
         for tp in self.inputs:
             offset = self._consumed.get(tp, -1)
             if self.group.buffered(tp) == 0:
                 offset = max(offset, self._skipped_to.get(tp, -1))
             if offset < 0 or offset == self.committed.get(tp):
                 continue
-            metadata = encode_partition_time(self.group.partition_time(tp))
+            metadata = TaskCommitMetadata(self.group.partition_time(tp), bounds).encode()
             offsets.append(TopicPartition(tp.topic, tp.partition, offset, metadata))
         return offsets
 
-    def committed_offsets(self, offsets: Iterable[TopicPartition]) -> None:
-        """After a successful commit: remember the position and checkpoint local state."""
+    def committed_offsets(self, offsets: Sequence[TopicPartition]) -> None:
+        """After a successful commit: remember the position and bounds, and checkpoint local
+        state."""
         for tp in offsets:
             self.committed[TopicPartitionId(tp.topic, tp.partition)] = tp.offset
+        self.committed_bounds = merged_bounds(
+            [
+                self.committed_bounds,
+                *(TaskCommitMetadata.decode(tp.metadata).bounds for tp in offsets),
+            ]
+        )
         written = self._collector.next_offsets
         self.state.commit(
             self.committed,

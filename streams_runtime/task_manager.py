@@ -15,10 +15,10 @@ from streams_runtime.commit_strategy import CommitResult, CommitStrategy
 from streams_runtime.errors import BadRecordHandler, StreamsError
 from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.record import TopicPartitionId
+from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.repartition_purge import RepartitionPurger
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.task import StreamTask, TaskId, WarmStores
+from streams_runtime.task import StreamTask, WarmStores
 from streams_runtime.topology import Topology
 
 __all__ = ["TaskManager"]

@@ -49,10 +49,9 @@ from streams_runtime.query_security import (
     membership_key,
     security_metrics,
 )
-from streams_runtime.record import TopicPartitionId
+from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import StoreSpec, WarmStore, changelog_topic
-from streams_runtime.task import TaskId
 from streams_runtime.topology import Topology
 
 __all__ = ["Replicator"]

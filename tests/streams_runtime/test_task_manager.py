@@ -15,9 +15,9 @@ from streams_runtime.commit_strategy import AtLeastOnceCommit, CommitResult
 from streams_runtime.errors import BadRecordHandler, StreamsError
 from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.record import TaskId
 from streams_runtime.serdes import Json, String
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.task import TaskId
 from streams_runtime.task_manager import TaskManager
 from tests.helpers import unique_name
 

@@ -18,7 +18,6 @@ from streams_runtime.serdes import (
     String,
 )
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.task import decode_partition_time, encode_partition_time
 from tests.paths import ROOT
 
 
@@ -112,13 +111,6 @@ def test_serdes_round_trip(serde: object, value: object) -> None:
 def test_serdes_reject_garbage(serde: object, data: bytes) -> None:
     with pytest.raises(SerializationError):
         serde.deserialize(data)  # type: ignore[attr-defined]
-
-
-def test_partition_time_commit_metadata() -> None:
-    assert decode_partition_time(encode_partition_time(1234)) == 1234
-    assert decode_partition_time(None) == -1
-    assert decode_partition_time("someone else's metadata") == -1
-    assert decode_partition_time("pc1:not-a-number") == -1
 
 
 def test_settings_defaults_and_errors() -> None:
