@@ -14,7 +14,7 @@ from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
 from progress_control.settings import ConfigurationError
 from progress_control.ticks.schedule import TickSchedule
 from progress_control.ticks.topic_filter import TopicFilter
-from progress_control.trust import SigningKey
+from progress_control.trust import ControlRecordValidator, SigningKey, TrustPolicy, Verdict
 
 
 @pytest.fixture(autouse=True)
@@ -497,6 +497,28 @@ def test_a_secret_and_a_secret_file_are_ambiguous(tmp_path: Path) -> None:
     )
     assert "not both" in message
     assert SECRET not in message
+
+
+def test_the_settings_control_record_source_signs_with_their_key() -> None:
+    settings = InterceptorSettings.from_config(
+        {
+            "progress.control.source.id": "producer-7",
+            "progress.control.key": "",
+            "progress.control.signing.key.id": "ops-1",
+            "progress.control.signing.key.secret": SECRET,
+        }
+    )
+    record = settings.control_record_source().record("clicks", 2, 1_000)
+    assert record.key is None
+    assert (record.marker.source_id, record.marker.key_id, record.marker.version) == (
+        "producer-7",
+        "ops-1",
+        2,
+    )
+    validator = ControlRecordValidator(TrustPolicy(verification_keys={"ops-1": SECRET.encode()}))
+    assert validator.check("clicks", 2, 1_000, record.headers) is Verdict.ACCEPTED
+    unsigned = InterceptorSettings.from_config({}).control_record_source()
+    assert unsigned.record("clicks", 0, 1_000).marker.version == 1
 
 
 # --- internal topics -----------------------------------------------------------------------------

@@ -17,6 +17,13 @@ from progress_control.protocol import (
     malformed_control_headers_seen,
     parse_control_headers,
 )
+from progress_control.trust import (
+    ControlRecordSource,
+    ControlRecordValidator,
+    SigningKey,
+    TrustPolicy,
+    Verdict,
+)
 from tests.helpers import unique_name, wait_for
 
 
@@ -100,3 +107,60 @@ def test_garbage_marker_from_the_wire_is_rejected_and_counted(
     before = malformed_control_headers_seen()
     assert not is_control_record(record)
     assert malformed_control_headers_seen() == before + 1
+
+
+def test_signed_records_of_a_source_verify_after_a_round_trip(
+    kafka_bootstrap: str, create_topic: Callable[..., str]
+) -> None:
+    topic = create_topic("signed-source", partitions=3)
+    key = SigningKey("writer-1", b"a-secret-for-the-round-trip")
+    now_ms = int(time.time() * 1000)
+    signed = ControlRecordSource(f"signer-{uuid.uuid4().hex[:6]}", signing_key=key)
+    null_key = ControlRecordSource("null-key-signer", key=None, signing_key=key)
+    unsigned = ControlRecordSource("unsigned-writer")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+
+    def produce(record: ControlRecord) -> None:
+        producer.produce(**record.produce_kwargs())  # type: ignore[arg-type]
+
+    for partition in range(3):
+        signed.emit(topic, partition, now_ms - partition, produce)
+    null_key.emit(topic, 0, now_ms - 10, produce)
+    unsigned.emit(topic, 1, now_ms - 20, produce)
+    # A signed header copied to another partition, as anyone who can write the topic could.
+    moved = signed.record(topic, 0, now_ms - 30)
+    producer.produce(
+        topic, None, moved.key, partition=2, timestamp=now_ms - 30, headers=moved.headers
+    )
+    assert producer.flush(30) == 0
+
+    received = _consume(kafka_bootstrap, topic, 6)
+    keyed = ControlRecordValidator(TrustPolicy(verification_keys={key.key_id: key.secret}))
+    other = ControlRecordValidator(TrustPolicy(verification_keys={"other": b"x" * 16}))
+    verdicts: dict[tuple[str, int, int], Verdict] = {}
+    for msg in received:
+        assert is_control_record(msg)
+        marker = parse_control_headers(msg.headers())
+        assert marker is not None
+        partition, timestamp = msg.partition() or 0, msg.timestamp()[1]
+        verdicts[marker.source_id, partition, timestamp - now_ms] = keyed.check(
+            msg.topic() or "", partition, timestamp, msg.headers()
+        )
+        if marker.key_id is not None:
+            assert other.check(topic, partition, timestamp, msg.headers()) is Verdict.UNKNOWN_KEY
+        if marker.source_id == "null-key-signer":
+            assert msg.key() is None
+    assert verdicts == {
+        (signed.source_id, 0, 0): Verdict.ACCEPTED,
+        (signed.source_id, 1, -1): Verdict.ACCEPTED,
+        (signed.source_id, 2, -2): Verdict.ACCEPTED,
+        ("null-key-signer", 0, -10): Verdict.ACCEPTED,
+        ("unsigned-writer", 1, -20): Verdict.UNSIGNED,
+        (signed.source_id, 2, -30): Verdict.BAD_SIGNATURE,
+    }
+    # Without keys, every well-formed record is an ordinary control record.
+    assert all(
+        ControlRecordValidator().check(topic, m.partition() or 0, m.timestamp()[1], m.headers())
+        is Verdict.ACCEPTED
+        for m in received
+    )

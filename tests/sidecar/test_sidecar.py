@@ -31,7 +31,7 @@ from progress_control.ticks.activity_report import (
     decode_report,
     encode_reports,
 )
-from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
+from progress_control.trust import ControlRecordValidator, SigningKey, TrustPolicy, Verdict
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
 from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
@@ -319,6 +319,26 @@ def test_sidecar_signs_ticks_with_the_mounted_secret(
         assert (marker.version, marker.key_id) == (2, "sidecar-1")
         verdict = keyed.check(topic, 0, tick.timestamp()[1], tick.headers())
         assert verdict is Verdict.ACCEPTED
+
+
+def test_sidecar_signing_follows_the_shared_rules_and_its_secrets_dir(tmp_path: Path) -> None:
+    mounted = "mounted-signing-secret-0123"
+    explicit = "explicit-signing-secret-4567"
+    (tmp_path / "progress.control.signing.key.secret").write_text(mounted + "\n")
+    dir_only = {"kafka.secrets.dir": str(tmp_path), "signing.key.id": "sidecar-1"}
+    settings = sidecar_settings("x:1", **dir_only)
+    assert settings.signing_key == SigningKey("sidecar-1", mounted.encode())
+    # A secret given in the settings wins over the mounted file.
+    explicit_settings = sidecar_settings("x:1", **dir_only, **{"signing.key.secret": explicit})
+    assert explicit_settings.signing_key == SigningKey("sidecar-1", explicit.encode())
+    # The shared rules, spelt as the sidecar's settings are: a mounted secret needs an id.
+    with pytest.raises(ConfigurationError) as excinfo:
+        sidecar_settings("x:1", **{"kafka.secrets.dir": str(tmp_path)})
+    message = str(excinfo.value)
+    assert "progress.control.signing.key.id (env PROGRESS_CONTROL_SIGNING_KEY_ID)" in message
+    assert mounted not in message
+    assert mounted not in repr(settings)
+    assert settings.control_record_source().signing_key == settings.signing_key
 
 
 def test_internal_and_system_topics_get_no_ticks_by_default(
