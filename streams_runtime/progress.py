@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 _V1 = "pc1:"  # partition time only
 _V2 = "pc2:"  # partition time and the task's bounds
 _MAX_METADATA = 4000  # the broker's offset.metadata.max.bytes defaults to 4096
+_READ_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ class WriterTasks:
 
 class CommittedBounds:
     """Every writer task's committed bounds, read back from the application's committed offsets
-    every ``interval_s`` on a thread of its own; :meth:`promise` answers from the latest read.
+    on a thread of its own, every ``interval_s`` and whenever this instance committed a new bound
+    (:meth:`wake`); :meth:`promise` answers from the latest read.
 
     Reads go through a consumer in the application's group that never subscribes (so it never
     joins the group), reading committed offsets only: under exactly-once, offsets in an open
@@ -175,7 +177,8 @@ class CommittedBounds:
         )
         self._lock = threading.Lock()
         self._committed: dict[TaskId, dict[str, int]] = {}
-        self._read = threading.Event()
+        self._raised = threading.Event()
+        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -185,9 +188,21 @@ class CommittedBounds:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
         if self._thread is not None:
-            self._thread.join(10)
+            self._thread.join(_READ_TIMEOUT_S + 5)
         self._consumer.close()
+
+    def wake(self) -> None:
+        """Read again now (this instance committed a new bound); never blocks."""
+        self._wake.set()
+
+    def raised(self) -> bool:
+        """Whether a read raised some task's bound since the last call (ticks may move on)."""
+        if self._raised.is_set():
+            self._raised.clear()
+            return True
+        return False
 
     def promise(self, topic: str) -> int:
         """What a tick on ``topic`` may promise as of the latest read (see :func:`promise`)."""
@@ -203,13 +218,14 @@ class CommittedBounds:
                 logger.warning(
                     "committed progress not read (ticks wait): %(error)s", {"error": str(exc)}
                 )
-            self._stopping.wait(self._interval_s)
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
 
     def read(self) -> None:
         """Read every writer task's committed bounds now."""
         partitions = sorted({tp for tps in self._writers.inputs.values() for tp in tps})
         found = self._consumer.committed(
-            [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=10
+            [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=_READ_TIMEOUT_S
         )
         metadata = {
             TopicPartitionId(tp.topic, tp.partition): TaskCommitMetadata.decode(tp.metadata)
@@ -228,8 +244,10 @@ class CommittedBounds:
                 mine = committed.setdefault(task, {})
                 for topic, bound in bounds.items():
                     mine[topic] = max(mine.get(topic, NO_PROGRESS), bound)
+            raised = committed != self._committed
             self._committed = committed
-        self._read.set()
+        if raised:
+            self._raised.set()
 
 
 Send = Callable[[str, int, bytes | None, int, Headers], None]

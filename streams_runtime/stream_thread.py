@@ -106,24 +106,29 @@ class StreamThread:
             ),
             cooperative=config["partition.assignment.strategy"] == "cooperative-sticky",
         )
-        writers = WriterTasks(topology, partition_counts)
-        self.committed_bounds = CommittedBounds(
-            writers,
-            settings.consumer_config(),
-            group_id=settings.application_id,
-            interval_s=settings.progress_interval_ms / 1000,
-        )
-        source_id = f"streams:{settings.application_id}:{socket.gethostname()}:{os.getpid()}"
-        self._ticks = TickWriter(
-            writers,
-            self.committed_bounds.promise,
-            source=ControlRecordSource(source_id, signing_key=settings.signing_key),
-            send=lambda topic, partition, key, timestamp, headers: self.collector.send(
-                topic, key, None, timestamp, headers, partition=partition
-            ),
-            partitions_of=self._partitions_of,
-            metrics=metrics,
-        )
+        # Ticks follow the committed bounds of every task writing a topic, read back by a thread
+        # of their own (:mod:`streams_runtime.progress`).
+        self._bounds: CommittedBounds | None = None
+        self._ticks: TickWriter | None = None
+        if settings.progress_propagation:
+            writers = WriterTasks(topology, partition_counts)
+            self._bounds = CommittedBounds(
+                writers,
+                settings.consumer_config(),
+                group_id=settings.application_id,
+                interval_s=settings.progress_interval_ms / 1000,
+            )
+            source_id = f"streams:{settings.application_id}:{socket.gethostname()}:{os.getpid()}"
+            self._ticks = TickWriter(
+                writers,
+                self._bounds.promise,
+                source=ControlRecordSource(source_id, signing_key=settings.signing_key),
+                send=lambda topic, partition, key, timestamp, headers: self.collector.send(
+                    topic, key, None, timestamp, headers, partition=partition
+                ),
+                partitions_of=self._partitions_of,
+                metrics=metrics,
+            )
 
     # -- what other threads read (membership, interactive queries) --------------------------
 
@@ -183,8 +188,8 @@ class StreamThread:
             on_revoke=self.task_manager.on_revoke,
             on_lost=self.task_manager.on_lost,
         )
-        if self._settings.progress_propagation:
-            self.committed_bounds.start()
+        if self._bounds is not None:
+            self._bounds.start()
         self._on_state(AppState.RUNNING)
         interval = self._settings.commit_interval_s
         progress_every = self._settings.progress_interval_ms / 1000
@@ -204,7 +209,7 @@ class StreamThread:
                 self._apply_back_pressure()
                 self.collector.poll()
                 now = time.monotonic()
-                if self._settings.progress_propagation and now >= next_progress:
+                if self._ticks is not None and (now >= next_progress or self._bounds_raised()):
                     next_progress = now + progress_every
                     if next_commit - now > progress_every and self._progress_waits_for_commit():
                         next_commit = now
@@ -249,11 +254,16 @@ class StreamThread:
             try:
                 self.collector.close()
             finally:
-                self.committed_bounds.stop()
+                if self._bounds is not None:
+                    self._bounds.stop()
 
     def commit(self) -> None:
         """Commit every task now (the loop calls this every commit interval)."""
-        self.task_manager.commit()
+        if self.task_manager.commit() and self._bounds is not None:
+            self._bounds.wake()
+
+    def _bounds_raised(self) -> bool:
+        return self._bounds is not None and self._bounds.raised()
 
     def _route(self, messages: Sequence[Message]) -> None:
         # Keyed by plain (topic, partition) tuples: no TopicPartitionId per record.

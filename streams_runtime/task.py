@@ -332,23 +332,21 @@ class StreamTask:
             offsets.append(TopicPartition(tp.topic, tp.partition, offset, metadata))
         return offsets
 
-    def committed_offsets(self, offsets: Sequence[TopicPartition]) -> None:
+    def committed_offsets(self, offsets: Sequence[TopicPartition]) -> bool:
         """After a successful commit: remember the position and bounds, and checkpoint local
-        state."""
+        state; whether the committed bounds moved."""
         for tp in offsets:
             self.committed[TopicPartitionId(tp.topic, tp.partition)] = tp.offset
-        self.committed_bounds = merged_bounds(
-            [
-                self.committed_bounds,
-                *(TaskCommitMetadata.decode(tp.metadata).bounds for tp in offsets),
-            ]
-        )
+        before = self.committed_bounds
+        committed = (TaskCommitMetadata.decode(tp.metadata).bounds for tp in offsets)
+        self.committed_bounds = merged_bounds([before, *committed])
         written = self._collector.next_offsets
         self.state.commit(
             self.committed,
             {tp: written[tp] for tp in self.state.changelog_partitions() if tp in written},
         )
         self._mark_processing = True
+        return self.committed_bounds != before
 
     def close(self) -> None:
         self.group.clear()

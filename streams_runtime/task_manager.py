@@ -75,9 +75,10 @@ class TaskManager:
 
     # -- commits ----------------------------------------------------------------------------
 
-    def commit(self) -> None:
+    def commit(self) -> bool:
         """Commit every task: flush (or commit the transaction with) outputs and changelogs,
-        then input offsets with partition times, then checkpoint local state."""
+        then input offsets with partition times and bounds, then checkpoint local state; whether
+        a task's committed bounds moved."""
         started = time.monotonic()
         for task in self.tasks.values():
             task.flush()
@@ -87,11 +88,13 @@ class TaskManager:
         if result is CommitResult.ABORTED:
             self._rewind_all()
         if result is not CommitResult.COMMITTED:
-            return
+            return False
+        moved = False
         for task, task_offsets in per_task:
-            task.committed_offsets(task_offsets)
+            moved |= task.committed_offsets(task_offsets)
         self._purger.committed(offsets)
         self._metrics.commit_latency.observe(time.monotonic() - started)
+        return moved
 
     def shutdown(self, failure: BaseException | None) -> None:
         """Commit (or abort, as the strategy decides after ``failure``) and close every task."""
