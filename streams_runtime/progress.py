@@ -111,15 +111,10 @@ def promise(
 ) -> int:
     """What a tick on ``topic`` may promise: the least committed bound over every task in
     ``writers``; :data:`~streams_runtime.processors.NO_PROGRESS` while any of them has none."""
-    if not writers:
-        return NO_PROGRESS
-    least: int | None = None
-    for task in writers:
-        bound = committed.get(task, {}).get(topic, NO_PROGRESS)
-        if bound <= NO_PROGRESS:
-            return NO_PROGRESS
-        least = bound if least is None else min(least, bound)
-    return NO_PROGRESS if least is None else least
+    # A missing bound is NO_PROGRESS, below every committed one (those are never negative).
+    return min(
+        (committed.get(task, {}).get(topic, NO_PROGRESS) for task in writers), default=NO_PROGRESS
+    )
 
 
 class WriterTasks:
