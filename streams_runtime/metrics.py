@@ -75,6 +75,12 @@ class RuntimeMetrics:
             ["topic"],
             registry=r,
         ).labels
+        self.progress_unreported_tasks = Gauge(
+            "streams_progress_unreported_tasks",
+            "Tasks writing an output or repartition topic that have not committed a bound yet: "
+            "ticks on the topics they write wait for them.",
+            registry=r,
+        )
         self.rebalances = Counter(
             "streams_rebalances", "Partitions assigned or revoked.", ["kind"], registry=r
         ).labels

@@ -33,11 +33,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from progress_control.logging import OncePerKey
 from progress_control.trust import ControlRecordSource
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processors import NO_PROGRESS
@@ -58,6 +60,7 @@ _V1 = "pc1:"  # partition time only
 _V2 = "pc2:"  # partition time and the task's bounds
 _MAX_METADATA = 4000  # the broker's offset.metadata.max.bytes defaults to 4096
 _READ_TIMEOUT_S = 5.0
+_UNREPORTED_GRACE_S = 60.0  # how long tasks may take to commit a first bound before a warning
 
 
 @dataclass(frozen=True)
@@ -158,9 +161,13 @@ class CommittedBounds:
         *,
         group_id: str,
         interval_s: float,
+        metrics: RuntimeMetrics,
     ) -> None:
         self._writers = writers
         self._interval_s = interval_s
+        self._metrics = metrics
+        self._started = time.monotonic()
+        self._unreported_logged = OncePerKey()
         self._consumer = Consumer(
             {
                 **consumer_config,
@@ -243,6 +250,25 @@ class CommittedBounds:
             self._committed = committed
         if raised:
             self._raised.set()
+        self._report_unreported([task for task in self._writers.inputs if task not in committed])
+
+    def _report_unreported(self, unreported: Sequence[TaskId]) -> None:
+        """Tell operators which tasks hold ticks back because they never committed a bound:
+        expected for a moment at start-up, a lasting hold when a task's input partitions get
+        neither records nor ticks."""
+        self._metrics.progress_unreported_tasks.set(len(unreported))
+        if time.monotonic() - self._started < _UNREPORTED_GRACE_S:
+            return
+        for task in unreported:
+            if self._unreported_logged.first(task):
+                inputs = ", ".join(
+                    f"{tp.topic}[{tp.partition}]" for tp in self._writers.inputs[task]
+                )
+                logger.warning(
+                    "task %(task)s has not committed a bound yet (no record or tick on %(inputs)s "
+                    "was processed): ticks on the topics it writes wait for it",
+                    {"task": str(task), "inputs": inputs},
+                )
 
 
 Send = Callable[[str, int, bytes | None, int, Headers], None]

@@ -117,8 +117,11 @@ class StreamThread:
                 settings.consumer_config(),
                 group_id=settings.application_id,
                 interval_s=settings.progress_interval_ms / 1000,
+                metrics=metrics,
             )
-            source_id = f"streams:{settings.application_id}:{socket.gethostname()}:{os.getpid()}"
+            # A source id is at most 255 bytes; application ids have no limit.
+            source_id = f"streams:{settings.application_id[:160]}:{socket.gethostname()[:64]}"
+            source_id += f":{os.getpid()}"
             self._ticks = TickWriter(
                 writers,
                 self._bounds.promise,
