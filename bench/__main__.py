@@ -11,6 +11,7 @@ BENCHMARKS = {
     "runtime-throughput": "bench.runtime_throughput",
     "engines": "bench.engines",
     "query-failover": "bench.query_failover",
+    "promise-at-scale": "bench.promise_at_scale",
     "tick-volume": "bench.tick_volume",
     "sidecar": "bench.sidecar",
     "spark-sessionization": "bench.spark_sessionization",

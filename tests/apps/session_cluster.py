@@ -971,8 +971,9 @@ def create_topics(bootstrap: str, *names: str) -> None:
 
 # -- scenarios ----------------------------------------------------------------------------------
 
-ScenarioName = Literal["kill", "pause", "rolling", "far-behind", "plain"]
+ScenarioName = Literal["kill", "pause", "rolling", "far-behind", "kill-then-pause", "plain"]
 SCENARIOS: tuple[ScenarioName, ...] = ("kill", "pause", "rolling", "far-behind")
+"""The test suite's; the benchmark runs ``kill-then-pause`` and a ``plain`` baseline."""
 
 
 @dataclass(frozen=True)
@@ -1117,35 +1118,54 @@ def _describe(view: GroupView) -> str:
 
 
 def _kill(run: _Run) -> None:
-    plan = run.plan
-    view = run.start(plan.instances)
-    run.wave(plan.wave_s)
-    victim, inputs = run.victim(view)
-    run.cluster.kill(victim)
-    run.note(f"SIGKILL {victim.name} (inputs {inputs})")
-    run.wave(plan.victim_s, inputs)
-    run.cluster.start(victim.slot)
-    run.note(f"replacement of {victim.name} started")
-    run.recovered()
-    run.wave(plan.wave_s)
+    view = run.start(run.plan.instances)
+    run.wave(run.plan.wave_s)
+    _kill_and_replace(run, view)
+    run.wave(run.plan.wave_s)
 
 
 def _pause(run: _Run) -> None:
-    plan = run.plan
-    view = run.start(plan.instances)
-    run.wave(plan.wave_s)
+    view = run.start(run.plan.instances)
+    run.wave(run.plan.wave_s)
+    _pause_and_resume(run, view)
+    run.wave(run.plan.wave_s)
+
+
+def _kill_then_pause(run: _Run) -> None:
+    view = run.start(run.plan.instances)
+    run.wave(run.plan.wave_s)
+    view = _kill_and_replace(run, view)
+    run.wave(run.plan.wave_s)
+    _pause_and_resume(run, view)
+    run.wave(run.plan.wave_s)
+
+
+def _kill_and_replace(run: _Run, view: GroupView) -> GroupView:
+    """SIGKILL the instance owning the most input partitions, input on its partitions only
+    for ``plan.victim_s``, then its replacement (same slot and state dir)."""
+    victim, inputs = run.victim(view)
+    run.cluster.kill(victim)
+    run.note(f"SIGKILL {victim.name} (inputs {inputs})")
+    run.wave(run.plan.victim_s, inputs)
+    run.cluster.start(victim.slot)
+    run.note(f"replacement of {victim.name} started")
+    return run.recovered()
+
+
+def _pause_and_resume(run: _Run, view: GroupView) -> GroupView:
+    """SIGSTOP the instance owning the most input partitions for ``plan.pause_s``, input on
+    its partitions only for the first ``plan.victim_s`` (the others idle: ticks), SIGCONT."""
     victim, inputs = run.victim(view)
     victim.scrape()
     victim.pause()
     paused_at = time.monotonic()
     run.note(f"SIGSTOP {victim.name} (inputs {inputs})")
-    run.wave(plan.victim_s, inputs)
+    run.wave(run.plan.victim_s, inputs)
     # The scenario itself: the others' inputs stay idle (and get ticks) until the pause ends.
-    time.sleep(max(0.0, paused_at + plan.pause_s - time.monotonic()))
+    time.sleep(max(0.0, paused_at + run.plan.pause_s - time.monotonic()))
     victim.resume()
     run.note(f"SIGCONT {victim.name}")
-    run.recovered()
-    run.wave(plan.wave_s)
+    return run.recovered()
 
 
 def _rolling(run: _Run) -> None:
@@ -1202,6 +1222,7 @@ _STEPS: dict[ScenarioName, Callable[[_Run], None]] = {
     "pause": _pause,
     "rolling": _rolling,
     "far-behind": _far_behind,
+    "kill-then-pause": _kill_then_pause,
     "plain": _plain,
 }
 
