@@ -998,6 +998,9 @@ class Plan:
     backlog: int = 2_000
     """Old records on the far-behind partition (far-behind scenario)."""
     backlog_age_s: float = 180.0
+    catch_up_s: float = 8.0
+    """How long the far-behind partition takes to write the second half of its backlog (the
+    group forms meanwhile, and the other partitions' tasks tick)."""
     liveness_timeout_s: float = 60.0
     """With ticks, how long after the last wave all its sessions may take to come out."""
     idle_s: float = 0.0
@@ -1010,9 +1013,14 @@ class RunResult:
 
     scenario: ScenarioName
     plan: Plan
+    topics: dict[str, str]
+    """The run's ``input``, ``repartition`` and ``out`` topics (kept on the broker)."""
     expected: list[Session]
     found: list[Session]
     check: SessionCheck
+    behind_input: list[Behind]
+    """Data behind the interceptor's ticks on the input: the scenario broke the promise
+    itself (out-of-order input stays out of order), so the other checks would mean nothing."""
     behind_repartition: list[Behind]
     behind_out: list[Behind]
     late_drops: float
@@ -1039,6 +1047,8 @@ class RunResult:
     def failures(self) -> list[str]:
         """What broke the promise in this run (empty: nothing)."""
         problems = []
+        if self.behind_input:
+            problems.append(f"the input itself has data behind its ticks: {self.behind_input[0]}")
         if not self.check.ok:
             problems.append(f"results: {self.check.summary()}")
         for name, behind in (("repartition", self.behind_repartition), ("out", self.behind_out)):
@@ -1188,24 +1198,27 @@ def _rolling(run: _Run) -> None:
 def _far_behind(run: _Run) -> None:
     plan, writer = run.plan, run.writer
     # Partition 0 is a source minutes behind, catching up: half its backlog is there before
-    # the instances start, the rest comes while the others are live and ticked. Until it
-    # caught up, old and live data go to different repartition partitions (the old users' to
-    # the first half, the live users' to the second) and the live data spans less than gap +
-    # grace: so without ticks nothing is late, whatever order the tasks take records in.
+    # the instances start, the rest trickles in (never idle long enough for an input tick,
+    # which would be dated past the rest) while they start and the others are live and
+    # ticked. Until it caught up, old and live data go to different repartition partitions
+    # (the old users' to the first half, the live users' to the second) and the live data
+    # spans less than gap + grace: so without ticks nothing is late, whatever order the
+    # tasks take records in.
     half = INPUT_PARTITIONS // 2
     old_users = users_on(range(half), max(4, plan.users // 2), prefix="old-")
     live_users = users_on(range(half, INPUT_PARTITIONS), max(4, plan.users // 2), prefix="new-")
     now = int(time.time() * 1000)
     old = writer.stamps(now - int(plan.backlog_age_s * 1000), 60_000, plan.backlog)
-    writer.backlog(0, old_users, old[: len(old) // 2])
     for p in range(1, INPUT_PARTITIONS):
         writer.backlog(p, live_users, writer.stamps(now - 1_500, 1_500, 20))
+    writer.backlog(0, old_users, old[: len(old) // 2])
     run.note(
         f"{len(old) // 2} records on partition 0 dated {plan.backlog_age_s:.0f}s back; "
         "a burst dated the last 1.5 s on the others (their ticks follow)"
     )
-    run.start(plan.instances)
-    writer.backlog(0, old_users, old[len(old) // 2 :], over_s=plan.victim_s * 3)
+    run.cluster.start_all(plan.instances)
+    run.note(f"{plan.instances} instances started")
+    writer.backlog(0, old_users, old[len(old) // 2 :], over_s=plan.catch_up_s)
     run.note(f"{len(old) - len(old) // 2} more old records on partition 0")
     run.recovered()
     run.wave(plan.wave_s)
@@ -1259,14 +1272,17 @@ def run_scenario(scenario: ScenarioName, bootstrap: str, workdir: Path, plan: Pl
     repartition = run.cluster.repartition_topic()
     rep_records = read_topic(bootstrap, repartition, INPUT_PARTITIONS)
     out_records = read_topic(bootstrap, run.sink, INPUT_PARTITIONS)
+    in_records = read_topic(bootstrap, run.source, INPUT_PARTITIONS)
     found = results_of(out_records)
     idle_ticks = _ticks_between(rep_records + out_records, idle_offsets)
     return RunResult(
         scenario=scenario,
         plan=plan,
+        topics={"input": run.source, "repartition": repartition, "out": run.sink},
         expected=expected,
         found=found,
         check=compare_sessions(expected, found, exactly_once=plan.guarantee == "exactly_once"),
+        behind_input=behind_earlier_ticks(in_records),
         behind_repartition=behind_earlier_ticks(rep_records),
         behind_out=behind_earlier_ticks(out_records),
         late_drops=late_drops,
