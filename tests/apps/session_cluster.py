@@ -20,9 +20,9 @@ Around it:
 - the checkers: :func:`compare_sessions` (results against the ground truth) and
   :func:`behind_earlier_ticks` (data written behind a tick on a repartition or output
   partition);
-- :func:`run_scenario` runs one of :data:`SCENARIOS` (kill, pause, rolling restart, a
-  far-behind start) end to end and returns a :class:`RunResult` with everything the checkers
-  and the benchmark need.
+- :func:`run_scenario` runs a scenario end to end (the suite's :data:`SCENARIOS`: kill, pause,
+  rolling restart, a far-behind start; the benchmark's ``kill-then-pause`` and ``plain``) and
+  returns a :class:`RunResult` with everything the checkers and the benchmark need.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -61,7 +61,9 @@ from progress_control.protocol import (
     has_control_header,
     parse_control_headers,
 )
+from streams_runtime import SessionWindows, StreamsBuilder, until_window_closes
 from streams_runtime.murmur2 import partition_for_key
+from streams_runtime.serdes import Json, String
 from tests.helpers import unique_name, wait_for
 
 T = TypeVar("T")
@@ -95,12 +97,9 @@ class ClusterError(RuntimeError):
 # -- the application --------------------------------------------------------------------------
 
 
-def session_topology(source: str, sink: str) -> Any:
+def session_topology(source: str, sink: str) -> StreamsBuilder:
     """Issue 24's topology: per-user sessions of page-keyed clicks, final results only, as
-    JSON ``{start, end, count}`` keyed by user (a ``StreamsBuilder``)."""
-    from streams_runtime import SessionWindows, StreamsBuilder, until_window_closes
-    from streams_runtime.serdes import Json, String
-
+    JSON ``{start, end, count}`` keyed by user."""
     builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
     (
         builder.stream(source)
