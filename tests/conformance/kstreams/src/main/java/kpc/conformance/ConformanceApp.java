@@ -11,6 +11,8 @@ import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
@@ -50,6 +52,8 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * {@code NAME.grace.ms}; and {@code config.*} passed to StreamsConfig as they are.
  *
  * <p>Every topology here has its twin in tests/conformance/topologies.py; keep them identical.
+ * The one exception, {@code results-tumbling-sum}, is not a conformance case but a downstream
+ * reader of the runtime's output (see {@link #resultsTumblingSum}).
  * Keys and values are strings unless a topology says otherwise.
  */
 public final class ConformanceApp {
@@ -59,6 +63,8 @@ public final class ConformanceApp {
       new WindowedSerdes.SessionWindowedSerde<>(Serdes.String());
 
   private static final String SENTINEL = "__progress_control__";
+  /** The count of a session result's JSON value (results-tumbling-sum). */
+  private static final Pattern COUNT = Pattern.compile("\"count\"\\s*:\\s*(\\d+)");
 
   private static final Map<String, KafkaStreams> APPS = new ConcurrentHashMap<>();
 
@@ -279,6 +285,7 @@ public final class ConformanceApp {
               .count(Materialized.with(STRING, LONG))
               .toStream()
               .to(t.out, Produced.with(STRING, LONG));
+      case "results-tumbling-sum" -> resultsTumblingSum(builder, t);
       default -> {
         if (!buildTimeWindowed(builder, t)) {
           throw new IllegalArgumentException("unknown topology type " + t.type);
@@ -340,6 +347,49 @@ public final class ConformanceApp {
       }
     }
     return true;
+  }
+
+  /**
+   * A downstream reader of the runtime's final session results, not a conformance case (it has
+   * no twin in topologies.py): tests/streams_runtime/cluster/test_promise_readers.py. Input: key
+   * user, value JSON {@code {"start", "end", "count"}} stamped with the session's end. Per user,
+   * tumbling windows of size gap.ms and grace grace.ms over those timestamps, final results only:
+   * value {@code SESSIONS:EVENTS} (results counted, their counts summed), keys time-windowed.
+   *
+   * <p>Written as a user who never heard of ticks would write it, except for null safety: a
+   * control record arrives here as an ordinary record (key {@code __progress_control__}, null
+   * value) and must not fail the aggregator. It is aggregated under its own key like any record,
+   * which is what moves this task's stream time (and, through the update reaching suppress, the
+   * suppression buffer's time); its windows come out under the sentinel key, for the reader of
+   * this output to drop.
+   */
+  private static void resultsTumblingSum(final StreamsBuilder builder, final Instance t) {
+    final Serde<Windowed<String>> timeKey =
+        new WindowedSerdes.TimeWindowedSerde<>(Serdes.String(), t.gapMs);
+    stream(builder, t.in)
+        .groupByKey()
+        .windowedBy(
+            TimeWindows.ofSizeAndGrace(Duration.ofMillis(t.gapMs), Duration.ofMillis(t.graceMs)))
+        .aggregate(
+            () -> "0:0",
+            (key, value, aggregate) -> addResult(aggregate, value),
+            Materialized.with(STRING, STRING))
+        .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .to(t.out, Produced.with(timeKey, STRING));
+  }
+
+  /** {@code SESSIONS:EVENTS} plus one session result; a null value (a tick) adds nothing. */
+  private static String addResult(final String aggregate, final String value) {
+    if (value == null) {
+      return aggregate;
+    }
+    final Matcher count = COUNT.matcher(value);
+    if (!count.find()) {
+      throw new IllegalArgumentException("not a session result: " + value);
+    }
+    final String[] parts = aggregate.split(":");
+    return (number(parts[0]) + 1) + ":" + (number(parts[1]) + number(count.group(1)));
   }
 
   /** Inner, left and outer windowed joins: before = gap / 2, after = gap, same grace. */
