@@ -18,7 +18,7 @@ far-future data record on every partition, which closes every window in the run 
   time. One task per partition, so a replay after the fact is exactly what a live reader gets.
   A result behind a tick on its partition is lost exactly when a window boundary lies between
   them: short windows make that likely for lags of a fraction of a second.
-- **The Spark streaming job**, sessionizing (gap 1 s) each user's session ends. Its input schema
+- **The Spark streaming job**, sessionizing (gap 250 ms) each user's session ends. Its input schema
   is a click ``{"user", "page", "ts"}``, which the runtime's ``{"start", "end", "count"}`` is not
   (every result would be a malformed record, neither data nor time, and no session would ever
   form), so it reads a record-for-record mapping of ``out``
@@ -28,8 +28,10 @@ far-future data record on every partition, which closes every window in the run 
   readable on ``out`` is noted while the runtime runs, and the job is fed in the micro-batches a
   live job could have had that make ticks matter most
   (:func:`~tests.streams_runtime.cluster.downstream_readers.live_batches`); the run without ticks
-  gets the same micro-batches without the ticks. Spark drops a row only once its session window
-  (``[t, t + gap)``) is behind the watermark, so it tolerates lags below the gap.
+  gets the same micro-batches without the ticks. Spark drops a late row only once its own
+  session window (``[t, t + gap)``) is behind the watermark, so it tolerates lags below the gap:
+  a user's results are more than 2 s apart (the runtime's gap), so any gap below that makes one
+  Spark session per result, and a short one keeps the tolerance short.
 
 Asserted for each reader: the final results are equal (Kafka Streams' windows of the sentinel key
 and of our flush records left out); nothing was lost in the run without ticks (so the two are not
@@ -89,7 +91,7 @@ CASES: list[tuple[ScenarioName, int]] = (
 # ticks alone, past the windows (1 s) of the last results.
 PLAN = Plan(guarantee="exactly_once", instances=3, idle_s=3.0)
 KSTREAMS_WINDOW_MS = 1_000
-SPARK_GAP_MS = 1_000
+SPARK_GAP_MS = 250
 SETTLE_S = 0.1
 """A record readable this long before another surely was readable first (records polled
 together may have become readable in either order)."""
