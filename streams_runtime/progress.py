@@ -288,19 +288,25 @@ class TickWriter:
         send: Send,
         partitions_of: Callable[[str], int],
         metrics: RuntimeMetrics,
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._writers = writers
+        self._interval_s = interval_s
+        self._clock = clock
         self._bounds = bounds
         self._source = source
         self._send = send
         self._partitions_of = partitions_of
         self._metrics = metrics
-        self._ticked: dict[TopicPartitionId, int] = {}
+        self._ticked: dict[TopicPartitionId, tuple[int, float]] = {}  # timestamp, when sent
 
     def propagate(self, owned: Collection[TaskId], written: Mapping[TopicPartitionId, int]) -> int:
         """Tick the partitions this instance is responsible for (those whose ticker task is in
         ``owned``) where nothing written (``written``: the latest timestamp acknowledged per
-        partition) reached their topic's promise yet; returns how many ticks were sent."""
+        partition) reached their topic's promise yet, at most once per ``interval_s`` each
+        (promises rise as often as tasks commit); returns how many ticks were sent."""
+        now = self._clock()
         sent = 0
         for topic in self._writers.of_topic:
             # Just below the promise: a reader closes a window when its close time is <= its
@@ -315,7 +321,8 @@ class TickWriter:
                 if self._writers.ticker_of(topic, partition) not in owned:
                     continue
                 tp = TopicPartitionId(topic, partition)
-                if written.get(tp, -1) >= at or self._ticked.get(tp, -1) >= at:
+                ticked, when = self._ticked.get(tp, (-1, -self._interval_s))
+                if written.get(tp, -1) >= at or ticked >= at or now - when < self._interval_s:
                     continue
                 record = self._source.record(topic, partition, at)
                 headers: Headers = [
@@ -323,7 +330,7 @@ class TickWriter:
                     for name, value in record.headers
                 ]
                 self._send(topic, partition, record.key, at, headers)
-                self._ticked[tp] = at
+                self._ticked[tp] = (at, now)
                 sent += 1
         if sent:
             self._metrics.progress_ticks.inc(sent)

@@ -131,6 +131,7 @@ class StreamThread:
                 ),
                 partitions_of=self._partitions_of,
                 metrics=metrics,
+                interval_s=settings.progress_interval_ms / 1000,
             )
 
     # -- what other threads read (membership, interactive queries) --------------------------

@@ -408,6 +408,7 @@ class _Application:
             send=self._send_tick,
             partitions_of=lambda _topic: 1,
             metrics=self.metrics,
+            interval_s=0.0,  # every promise ticked at once: the strictest schedule
         )
         self._committed_bounds: dict[int, dict[str, int]] = {}
         self.trace: list[str] = []  # what happened, for a failing example's note
