@@ -195,6 +195,20 @@ def test_downstream_results_with_ticks_equal_those_without_but_come_earlier(  # 
                 ),
                 message=f"upstream {mode} processed",
             )
+        # Ticks follow committed bounds, a moment after processing: wait for the last one (the
+        # last input tick held back by the upstream session's gap + grace) on every partition.
+        last_promise = records[-1].at - UPSTREAM.gap_ms - UPSTREAM.grace_ms
+        wait_for(
+            lambda: (
+                {
+                    r.partition
+                    for r in read_to_end(kafka_bootstrap, finals["on"], BASE_MS)
+                    if r.control and r.timestamp == last_promise - 1
+                }
+                == set(range(PARTITIONS))
+            ),
+            message="upstream ticked its last promise",
+        )
         checks = [
             ProcessedCheck(kafka_bootstrap, app_id, list(finals.values()))
             for app_id in [kstreams_id]
