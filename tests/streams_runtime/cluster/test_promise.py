@@ -111,8 +111,9 @@ def test_ticks_promise_for_every_writer(case: Case, kafka_bootstrap: str, tmp_pa
     # (a) the ground truth, exactly once (or at least once)
     assert result.check.ok, result.check.summary() + context
     # (b) nothing behind an earlier tick, on the repartition topic and on the output
-    assert result.behind_repartition == [], [str(b) for b in result.behind_repartition[:10]]
-    assert result.behind_out == [], [str(b) for b in result.behind_out[:10]]
+    for where, behind in (("repartition", result.behind_repartition), ("out", result.behind_out)):
+        shown = "\n  ".join(str(b) for b in behind[:10])
+        assert behind == [], f"{len(behind)} behind a tick on {where}:\n  {shown}{context}"
     # (c) nothing dropped as late (SIGKILLed instances: up to their last scrape)
     assert result.late_drops == 0, f"{result.late_drops} late drops{context}"
     # (d) windows close earlier than without ticks: every session came out on ticks alone,
