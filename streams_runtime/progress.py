@@ -164,6 +164,10 @@ class CommittedBounds:
         metrics: RuntimeMetrics,
     ) -> None:
         self._writers = writers
+        self._partitions = [
+            TopicPartition(tp.topic, tp.partition)
+            for tp in sorted({tp for tps in writers.inputs.values() for tp in tps})
+        ]
         self._interval_s = interval_s
         self._metrics = metrics
         self._started = time.monotonic()
@@ -225,10 +229,7 @@ class CommittedBounds:
 
     def read(self) -> None:
         """Read every writer task's committed bounds now."""
-        partitions = sorted({tp for tps in self._writers.inputs.values() for tp in tps})
-        found = self._consumer.committed(
-            [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=_READ_TIMEOUT_S
-        )
+        found = self._consumer.committed(self._partitions, timeout=_READ_TIMEOUT_S)
         metadata = {
             TopicPartitionId(tp.topic, tp.partition): TaskCommitMetadata.decode(tp.metadata)
             for tp in found
