@@ -10,12 +10,13 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
 from streams_runtime.serdes import Json, String
+from streams_runtime.windowed import Windowed
 from tests.conformance.harness import ProcessedCheck, read_to_end
 from tests.conformance.inputs import SENTINEL_KEY
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
@@ -41,6 +42,18 @@ def kafka_streams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaStr
         yield apps
 
 
+def session_as_click(window: Windowed[str], count: int) -> tuple[str | None, dict[str, Any]]:
+    """A final session result as a click-like event stamped with the session's end (so any
+    sessionizer can read it again), with its start and count."""
+    return window.key, {
+        "user": window.key,
+        "page": "session",
+        "ts": window.end,
+        "start": window.start,
+        "count": count,
+    }
+
+
 def _final_sessions(source: str, sink: str, windows: SessionWindows) -> StreamsBuilder:
     """Per-user final session counts, written as click-like events stamped with the session's
     end (so any sessionizer can read them again)."""
@@ -53,12 +66,7 @@ def _final_sessions(source: str, sink: str, windows: SessionWindows) -> StreamsB
         .count()
         .suppress(until_window_closes())
         .to_stream()
-        .map(
-            lambda w, n: (
-                w.key,
-                {"user": w.key, "page": "session", "ts": w.end, "start": w.start, "count": n},
-            )
-        )
+        .map(session_as_click)
         .to(sink)
     )
     return builder

@@ -25,6 +25,7 @@ from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
 from streams_runtime.serdes import Json, String
 from tests.helpers import TopicReader, wait_for
+from tests.streams_runtime.test_progress_downstream import session_as_click
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,12 +57,7 @@ def _upstream(clicks: str, out: str) -> StreamsBuilder:
         .count()
         .suppress(until_window_closes())
         .to_stream()
-        .map(
-            lambda w, n: (
-                w.key,
-                {"user": w.key, "page": "session", "ts": w.end, "start": w.start, "count": n},
-            )
-        )
+        .map(session_as_click)
         .to(out)
     )
     return builder
