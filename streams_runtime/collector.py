@@ -10,12 +10,14 @@ ticks follow another timestamp rule.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from streams_runtime.errors import StreamsError
+from streams_runtime.errors import StreamsError, TaskMigratedError
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.murmur2 import partition_for_key
 from streams_runtime.record import Headers, TopicPartitionId
@@ -27,10 +29,48 @@ logger = logging.getLogger(__name__)
 
 _TRANSACTION_TIMEOUT_S = 60.0
 
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+"""Delivery errors of records discarded on purpose: an aborted transaction's, a fenced
+producer's."""
+
+_FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+
 
 _ProducerHeaders = list[tuple[str, str | bytes | None]]
 """Headers as the producer's signature spells them: ``Headers`` is one, but a list is invariant
 (the producer only reads it)."""
+
+
+def _retried(call: Callable[[], object]) -> None:
+    """``call`` again while it fails with a retriable error, for up to a transaction timeout: a
+    process resumed after a pause finds its requests timed out, and librdkafka asks for the
+    same call again then."""
+    deadline = time.monotonic() + _TRANSACTION_TIMEOUT_S
+    while True:
+        try:
+            call()
+            return
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or not error.retriable():
+                raise
+            if error.txn_requires_abort() or time.monotonic() > deadline:
+                raise
+            logger.info("retrying after %(error)s", {"error": error.str()})
+            time.sleep(0.1)
+
+
+def _close(producer: Producer) -> None:
+    """Close ``producer``; a fenced one fails to abort its transaction while closing (a
+    warning from the client) or raises its fatal error, and is closed all the same."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            producer.close()
+    except KafkaException as exc:
+        logger.info("producer closed after %(error)s", {"error": str(exc)})
 
 
 class RecordCollector:
@@ -56,14 +96,20 @@ class RecordCollector:
             "acks": "all",
             **settings.producer_config(),
             "on_delivery": self._on_delivery,
+            # Without it the client raises a fatal error from poll() and flush(): it reaches us
+            # through the transactional calls and the delivery reports instead.
+            "error_cb": self._on_client_error,
         }
         if self._eos:
             config.setdefault("transactional.id", f"{settings.application_id}-{instance_id}")
             config.setdefault("transaction.timeout.ms", "10000")
+        self._config = config
         self.producer = Producer(config)
         self._in_transaction = False
         self._error: KafkaError | None = None
         self._sends = 0
+        self._purged = 0
+        self._fatal: KafkaError | None = None
         # Highest timestamp acknowledged per output partition (data or tick), for propagation,
         # and the offset after the last acknowledged record (changelog checkpoints).
         self.written: dict[TopicPartitionId, int] = {}
@@ -72,8 +118,55 @@ class RecordCollector:
         if self._eos:
             self.producer.init_transactions(_TRANSACTION_TIMEOUT_S)
 
+    def reset_producer(self) -> None:
+        """After :class:`TaskMigratedError`: drop the fenced producer and its unsent records,
+        start a new one under the same transactional id (fencing any older holder)."""
+        # Its unsent records' reports served before close(): a fenced producer's close raises
+        # its fatal error, and serving callbacks after that fails in the client.
+        self.producer.purge()
+        self._serve_reports()
+        _close(self.producer)
+        self._report_purged("the fenced producer")
+        self._in_transaction = False
+        self._error = self._fatal = None
+        self.producer = Producer(self._config)
+        if self._eos:
+            self.producer.init_transactions(_TRANSACTION_TIMEOUT_S)
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._fatal = error
+        logger.warning(
+            "producer: %(error)s",
+            {"error": error.str(), "code": error.name(), "fatal": error.fatal()},
+        )
+
+    def _fenced_or(self, exc: KafkaException) -> Exception:
+        """:class:`TaskMigratedError` when ``exc`` comes of the producer being fenced (itself,
+        or the fatal state a fence left it in), else ``exc``."""
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and error.code() == KafkaError._FATAL:
+            if self._fatal is None:
+                try:  # the fatal error's own event, not served yet: error_cb, or raised here
+                    self.producer.poll(0)
+                except KafkaException as raised:
+                    error = raised.args[0] if raised.args else None
+            error = self._fatal or error
+        if isinstance(error, KafkaError) and error.code() in _FENCED:
+            return TaskMigratedError(f"the producer was fenced: {error.str()}")
+        return exc
+
+    def _failed(self, exc: KafkaException) -> StreamsError:
+        migrated = self._fenced_or(exc)
+        if isinstance(migrated, StreamsError):
+            return migrated
+        return StreamsError(f"the producer failed: {exc}")
+
     def _on_delivery(self, error: KafkaError | None, msg: Message) -> None:
         if error is not None:
+            if error.code() in _PURGED:
+                self._purged += 1  # an abort or a fenced producer's reset: one line for all
+                return
             if self._error is None:
                 self._error = error
             logger.error(
@@ -125,12 +218,12 @@ class RecordCollector:
     ) -> None:
         """:meth:`send` for each ``(key, value, headers)`` of ``records``, all to ``partition``
         of ``topic`` at ``timestamp`` (changelog flushes: one call, not one per record)."""
-        if self._eos and not self._in_transaction:
-            self.producer.begin_transaction()
-            self._in_transaction = True
         produce, poll = self.producer.produce, self.producer.poll
         sends = self._sends
         try:
+            if self._eos and not self._in_transaction:
+                self.producer.begin_transaction()
+                self._in_transaction = True
             for key, value, headers in records:
                 while True:
                     try:
@@ -148,6 +241,8 @@ class RecordCollector:
                 sends += 1
                 if sends & 1023 == 0:
                     poll(0)
+        except KafkaException as exc:
+            raise self._failed(exc) from exc
         finally:
             self._sends = sends
 
@@ -163,25 +258,36 @@ class RecordCollector:
         return partition_for_key(key, count)
 
     def poll(self) -> None:
-        self.producer.poll(0)
+        try:
+            self.producer.poll(0)
+        except KafkaException as exc:  # a fatal error: raised here too
+            raise self._failed(exc) from exc
 
     def flush(self) -> None:
         """Wait for every queued record; raise if any delivery failed."""
-        remaining = self.producer.flush(30.0)
+        try:
+            remaining = self.producer.flush(30.0)
+        except KafkaException as exc:
+            raise self._failed(exc) from exc
         self._raise_delivery_error()
         if remaining:
             raise StreamsError(f"{remaining} records not delivered within 30s")
 
     def commit(self, offsets: Sequence[TopicPartition], group_metadata: object | None) -> None:
         """Exactly-once: commit the transaction with ``offsets`` in it."""
-        if not self._in_transaction:
-            self.producer.begin_transaction()
-            self._in_transaction = True
-        if offsets:
-            self.producer.send_offsets_to_transaction(
-                list(offsets), group_metadata, _TRANSACTION_TIMEOUT_S
-            )
-        self.producer.commit_transaction(_TRANSACTION_TIMEOUT_S)
+        try:
+            if not self._in_transaction:
+                self.producer.begin_transaction()
+                self._in_transaction = True
+            if offsets:
+                _retried(
+                    lambda: self.producer.send_offsets_to_transaction(
+                        list(offsets), group_metadata, _TRANSACTION_TIMEOUT_S
+                    )
+                )
+            _retried(lambda: self.producer.commit_transaction(_TRANSACTION_TIMEOUT_S))
+        except KafkaException as exc:
+            raise self._fenced_or(exc) from exc
         self._in_transaction = False
         self._raise_delivery_error()
 
@@ -193,11 +299,33 @@ class RecordCollector:
             except KafkaException as exc:
                 logger.warning("aborting the transaction failed: %(error)s", {"error": str(exc)})
             self._in_transaction = False
+            self._serve_reports()
+            self._report_purged("the aborted transaction")
         self._error = None
+
+    def _serve_reports(self) -> None:
+        """The delivery reports of purged records (a fatal producer raises its error too)."""
+        for _ in range(2):  # a fatal producer raises its error once, then serves the reports
+            try:
+                self.producer.poll(0)
+                return
+            except KafkaException:
+                continue
+
+    def _report_purged(self, whose: str) -> None:
+        if self._purged:
+            logger.warning(
+                "%(records)d records of %(whose)s were discarded (processed again from the "
+                "last commit)",
+                {"records": self._purged, "whose": whose},
+            )
+            self._purged = 0
 
     def _raise_delivery_error(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
+            if error.code() in _FENCED:
+                raise TaskMigratedError(f"the producer was fenced: {error.str()}")
             raise StreamsError(f"a record could not be delivered: {error}")
 
     def close(self) -> None:
@@ -206,5 +334,9 @@ class RecordCollector:
                 self.abort()
             else:
                 self.producer.flush(10.0)
+        except KafkaException as exc:
+            # A fenced or otherwise failed producer: nothing more can be sent; what was not
+            # committed is processed again by the next owner.
+            logger.warning("closing the producer: %(error)s", {"error": str(exc)})
         finally:
-            self.producer.close()
+            _close(self.producer)

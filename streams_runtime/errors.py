@@ -11,7 +11,13 @@ from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import Headers, SourceRecord
 from streams_runtime.settings import BadRecordPolicy
 
-__all__ = ["DLQ_HEADERS", "BadRecordError", "BadRecordHandler", "StreamsError"]
+__all__ = [
+    "DLQ_HEADERS",
+    "BadRecordError",
+    "BadRecordHandler",
+    "StreamsError",
+    "TaskMigratedError",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +35,13 @@ Send = Callable[[str, bytes | None, bytes | None, int, Headers | None], None]
 
 class StreamsError(RuntimeError):
     """The runtime stopped; the cause is chained."""
+
+
+class TaskMigratedError(StreamsError):
+    """The thread's producer was fenced (Kafka Streams' ``TaskMigratedException``): a newer
+    producer took its transactional id, or its transaction outlived ``transaction.timeout.ms``
+    (a pause, a long GC). Its tasks may belong to another instance by now: the thread closes
+    every task without a commit, starts a new producer and rejoins the group."""
 
 
 class BadRecordError(StreamsError):

@@ -84,6 +84,11 @@ class RuntimeMetrics:
         self.rebalances = Counter(
             "streams_rebalances", "Partitions assigned or revoked.", ["kind"], registry=r
         ).labels
+        self.producer_fenced = Counter(
+            "streams_producer_fenced",
+            "Times a fenced producer made a thread close its tasks and rejoin the group.",
+            registry=r,
+        )
         self.standby_lag = Gauge(
             "streams_standby_lag_records",
             "Changelog records a standby replica is behind, per store partition.",

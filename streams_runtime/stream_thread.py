@@ -24,7 +24,7 @@ from progress_control.trust import ControlRecordSource, ControlRecordValidator, 
 from streams_runtime.app_state import AppState
 from streams_runtime.collector import RecordCollector
 from streams_runtime.commit_strategy import OffsetCommitHook, commit_strategy_for
-from streams_runtime.errors import BadRecordHandler, StreamsError
+from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError
 from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.progress import CommittedBounds, TickWriter, WriterTasks
@@ -186,12 +186,7 @@ class StreamThread:
 
     def run(self) -> None:
         """Consume, process, commit until stopped; commits and closes cleanly on the way out."""
-        self.consumer.subscribe(
-            list(self._topology.source_topics),
-            on_assign=self.task_manager.on_assign,
-            on_revoke=self.task_manager.on_revoke,
-            on_lost=self.task_manager.on_lost,
-        )
+        self._subscribe()
         if self._bounds is not None:
             self._bounds.start()
         self._on_state(AppState.RUNNING)
@@ -204,31 +199,58 @@ class StreamThread:
         failure: BaseException | None = None
         try:
             while not self._stopping.is_set():
-                waiting = any(task.group.buffered() for task in self.tasks.values())
-                messages = self.consumer.consume(_FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s)
-                if messages:
-                    self._route(messages)
-                for task in list(self.tasks.values()):
-                    task.process(_PROCESS_BUDGET)
-                self._apply_back_pressure()
-                self.collector.poll()
-                now = time.monotonic()
-                if self._ticks is not None and (now >= next_progress or self._bounds_raised()):
-                    next_progress = now + progress_every
-                    if next_commit - now > progress_every and self._progress_waits_for_commit():
-                        next_commit = now
-                    self._ticks.propagate(self.task_manager.active_tasks, self.collector.written)
-                if now >= next_commit:
-                    self.commit()
-                    next_commit = time.monotonic() + interval
-                if now >= next_wait_log:
-                    self._log_waiting_tasks()
-                    next_wait_log = now + _WAIT_LOG_S
+                try:
+                    waiting = any(task.group.buffered() for task in self.tasks.values())
+                    messages = self.consumer.consume(
+                        _FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s
+                    )
+                    if messages:
+                        self._route(messages)
+                    for task in list(self.tasks.values()):
+                        task.process(_PROCESS_BUDGET)
+                    self._apply_back_pressure()
+                    self.collector.poll()
+                    now = time.monotonic()
+                    if self._ticks is not None and (now >= next_progress or self._bounds_raised()):
+                        next_progress = now + progress_every
+                        if next_commit - now > progress_every and self._progress_waits_for_commit():
+                            next_commit = now
+                        self._ticks.propagate(
+                            self.task_manager.active_tasks, self.collector.written
+                        )
+                    if now >= next_commit:
+                        self.commit()
+                        next_commit = time.monotonic() + interval
+                    if now >= next_wait_log:
+                        self._log_waiting_tasks()
+                        next_wait_log = now + _WAIT_LOG_S
+                except TaskMigratedError as exc:
+                    self._rejoin(exc)
         except BaseException as exc:
             failure = exc
             raise
         finally:
             self._shutdown(failure)
+
+    def _subscribe(self) -> None:
+        self.consumer.subscribe(
+            list(self._topology.source_topics),
+            on_assign=self.task_manager.on_assign,
+            on_revoke=self.task_manager.on_revoke,
+            on_lost=self.task_manager.on_lost,
+        )
+
+    def _rejoin(self, migrated: TaskMigratedError) -> None:
+        """Kafka Streams' answer to a fenced producer: every task closed without a commit, a
+        new producer, and a new membership (its tasks may belong to others by now)."""
+        logger.warning(
+            "%(error)s; closing every task without a commit and rejoining the group",
+            {"error": str(migrated)},
+        )
+        self._metrics.producer_fenced.inc()
+        self.task_manager.handle_lost_all()
+        self.consumer.unsubscribe()
+        self._subscribe()
 
     def _log_waiting_tasks(self) -> None:
         for task in self.tasks.values():

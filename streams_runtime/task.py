@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from streams_runtime.collector import RecordCollector
-from streams_runtime.errors import BadRecordHandler
+from streams_runtime.errors import BadRecordHandler, StreamsError
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.partition_group import LagProvider, PartitionGroup
 from streams_runtime.processors import NO_PROGRESS, Processor, SinkProcessor, SourceProcessor
@@ -282,6 +282,8 @@ class StreamTask:
             else:
                 try:
                     source.forward(data)
+                except StreamsError:
+                    raise  # the runtime's own failure (a fenced producer...), not the record's
                 except Exception as exc:
                     self._bad_records.handle(record, "processing", exc)
         self._consumed[tp] = record.offset + 1

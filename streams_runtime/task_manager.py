@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streams_runtime.collector import RecordCollector
 from streams_runtime.commit_strategy import CommitResult, CommitStrategy
-from streams_runtime.errors import BadRecordHandler, StreamsError
+from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError
 from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import TaskId, TopicPartitionId
@@ -112,6 +112,12 @@ class TaskManager:
             self._task_of.clear()
             self._publish_tasks(restoring=set())
 
+    def handle_lost_all(self) -> None:
+        """After :class:`TaskMigratedError`: close every task without a commit (another member
+        may own it already) and start a new producer; the thread then rejoins the group."""
+        self._close_tasks(list(self.tasks.values()))
+        self._collector.reset_producer()
+
     def _rewind_all(self) -> None:
         """After an abort: drop every task and restart it from the committed offsets and
         changelogs."""
@@ -150,7 +156,10 @@ class TaskManager:
                 # Output since the last commit may be lost, every task's and not only the
                 # revoked ones' (an aborted transaction, a failed delivery): all of them start
                 # again from the last commit, duplicates rather than loss.
-                self._strategy.abort()
+                if isinstance(exc, TaskMigratedError):
+                    self._collector.reset_producer()
+                else:
+                    self._strategy.abort()
                 rewind = True
         # Looked up again: an aborted commit has already recreated every task.
         affected = [t for t in self.tasks.values() if revoked.intersection(t.inputs)]

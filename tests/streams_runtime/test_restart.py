@@ -195,3 +195,56 @@ def test_sigkill_mid_stream(
         assert found == expected  # no loss, no duplicates
     else:
         assert set(found) == set(expected)  # no loss; duplicates allowed
+
+
+def test_a_fenced_producer_rejoins_and_loses_nothing(
+    create_topic: Callable[..., str],
+    kafka_bootstrap: str,
+    app_env: Callable[[str, str], dict[str, str]],
+    reader_for: Callable[[str, int], TopicReader],
+    tmp_path: Path,
+) -> None:
+    """Exactly-once, the instance's transactional id taken over three times mid-stream (what a
+    pause past ``transaction.timeout.ms`` does too): each time the instance closes its tasks
+    without a commit, starts a new producer and rejoins; it never stops, and every session comes
+    out exactly once."""
+    source, sink = create_topic("events", partitions=PARTITIONS), create_topic("sessions")
+    events = generate_events(6000, seed=5)
+    expected = expected_sessions(events)
+    env = app_env("exactly_once", "memory")
+    log = tmp_path / "app.log"
+    process = subprocess.Popen(
+        [sys.executable, str(APP), source, sink, str(GAP_MS)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    reader = reader_for(sink, 1)
+    try:
+        id_file = Path(env["PROGRESS_CONTROL_RUNTIME_STATE_DIR"]) / (
+            env["PROGRESS_CONTROL_RUNTIME_APPLICATION_ID"] + "/instance.id"
+        )
+        wait_for(id_file.exists, timeout_s=30, message="the instance's id")
+        transactional_id = f"{env['PROGRESS_CONTROL_RUNTIME_APPLICATION_ID']}-"
+        transactional_id += id_file.read_text().strip()
+        writer = produce_in_background(kafka_bootstrap, source, events)
+        for _ in range(3):
+            time.sleep(1.5)
+            usurper = Producer(
+                {"bootstrap.servers": kafka_bootstrap, "transactional.id": transactional_id}
+            )
+            usurper.init_transactions(30)
+            usurper.close()
+        writer.join(60)
+        wait_for(
+            lambda: set(read_sessions(reader)) >= set(expected),
+            timeout_s=90,
+            interval_s=0.5,
+            message="every session in the output",
+        )
+        assert process.poll() is None, log.read_text()[-3000:]
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert read_sessions(reader) == expected
+    assert "rejoining the group" in log.read_text()
