@@ -21,16 +21,24 @@ rewriting the list on each duplicate, which is rare. A buffer is read only from
 
 **Non-joined results** (left and outer joins). A record that found no partner goes to the shared
 outer buffer (a changelogged key-value store) under ``(ts, side, key)``; a later partner removes
-it. Once its window closed -- ``ts + after + grace < stream time`` for the left side,
-``ts + before + grace < stream time`` for the right -- it is forwarded joined with ``None``,
+it. Its window closes once ``ts + after + grace < stream time`` for the left side,
+``ts + before + grace < stream time`` for the right; it is then forwarded joined with ``None``,
 stamped with its own timestamp, in the order of Kafka Streams' store (timestamp, right side
-before left, key bytes). Kafka Streams looks only when an in-order data record arrives; the
-runtime also looks on every control record (:meth:`StreamStreamJoinProcessor.advance`), so
-results come out on ticks alone. An out-of-order record whose window already ended
-(``t + after < stream time``) is forwarded unjoined at once, as Kafka Streams does. Kafka Streams
-throttles these scans by wall-clock time (``__emit.interval.ms.kstreams.outer.join.spurious.
-results.fix__``, 1 s) and skips some with a stale lower bound; the runtime scans every time
-(the setting 0), which only makes results come out no later.
+before left, key bytes) -- but only when a scan looks, and scans follow
+``KStreamKStreamJoin.emitNonJoinedOuterRecords`` exactly: an in-order data record scans when
+``minTime + its side's after + grace < stream time`` (its side's after: ``after`` on the left,
+``before`` on the right), where ``minTime`` is the lowest timestamp put in the buffer since the
+last scan, or where that scan stopped (:meth:`JoinState.scan_due`). With asymmetric windows a
+record of the side reaching less far ahead may therefore leave a closed record in the buffer,
+and a late partner still joins it. An out-of-order record whose window already ended
+(``t + after < stream time``) is forwarded unjoined at once, as Kafka Streams does.
+
+The runtime's one extension: a control record scans too, under the same condition as a data
+record of its input at its timestamp, so results come out on ticks alone. Kafka Streams reads a
+control record as data; one with a null value (as ticks have) moves its time but never scans.
+Kafka Streams also throttles scans by wall-clock time
+(``__emit.interval.ms.kstreams.outer.join.spurious.results.fix__``, 1 s); the runtime scans
+whenever the condition holds (the setting 0).
 
 Records with a null key or a null value are dropped and counted, except that the outer side of a
 join (left of a left join, both of an outer join) forwards a null-key record at once, joined with
@@ -39,7 +47,7 @@ join (left of a left join, both of an outer join) forwards a null-key record at 
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +65,12 @@ __all__ = ["JoinState", "StreamStreamJoinProcessor", "decode_list", "encode_list
 _LENGTH = struct.Struct(">I")
 _TIMESTAMP = struct.Struct(">q")
 _RIGHT, _LEFT = 0, 1  # Kafka Streams' join-side byte: right sorts before left
+_LONG_MAX = (1 << 63) - 1
+
+
+def _as_long(value: int) -> int:
+    """``value`` as Java's ``long`` arithmetic leaves it (two's complement, wrapping)."""
+    return (value + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 def encode_list(values: list[bytes]) -> bytes:
@@ -83,53 +97,97 @@ def _outer_key(timestamp: int, side: int, key: bytes) -> bytes:
 
 @dataclass(eq=False)
 class JoinState:
-    """What the two sides of one join share in a task: observed stream time, the observed time
-    of each side's buffer (for its retention), and the outer buffer of unjoined records
-    (``(ts, side, key)`` bytes -> serialized values, mirrored in the outer store)."""
+    """What the two sides of one join share in a task (Kafka Streams' ``TimeTracker`` and outer
+    store): observed stream time, the observed time of each side's buffer (for its retention),
+    the outer buffer of unjoined records (``(ts, side, key)`` bytes -> serialized values,
+    mirrored in the outer store), and ``min_time``, the lower bound a scan of that buffer is
+    gated on (:meth:`scan_due`)."""
 
     stream_time: int = -1
-    scanned: int = NO_PROGRESS  # stream time of the last full scan of the outer buffer
+    scanned: int = NO_PROGRESS  # stream time of the last scan of the outer buffer
+    min_time: int = _LONG_MAX
+    """Kafka Streams' ``TimeTracker.minTime``: lowered by every record put in the outer buffer,
+    set by a scan to the timestamp of the last entry it looked at (``Long.MAX_VALUE`` when the
+    buffer was empty). In memory only, as in Kafka Streams."""
     observed: dict[str, int] = field(default_factory=dict)
     outer: dict[bytes, list[bytes]] = field(default_factory=dict)
     pending: tuple[list[bytes], list[bytes]] = field(default_factory=lambda: ([], []))
-    """Heaps of outer keys per side (right, left); may hold keys already removed."""
+    """The outer keys per side (right, left), sorted: the store's order within a side."""
     outer_store: KeyValueStore | None = None
 
     def add_outer(self, side: int, timestamp: int, key: bytes, value: bytes) -> None:
         outer_key = _outer_key(timestamp, side, key)
         values = self.outer.setdefault(outer_key, [])
         if not values:
-            heapq.heappush(self.pending[side], outer_key)
+            bisect.insort(self.pending[side], outer_key)
         values.append(value)
+        self.min_time = min(self.min_time, timestamp)
         if self.outer_store is not None:
             self.outer_store.put(outer_key, encode_list(values), timestamp)
 
     def remove_outer(self, side: int, timestamp: int, key: bytes) -> None:
         outer_key = _outer_key(timestamp, side, key)
-        if self.outer.pop(outer_key, None) is not None and self.outer_store is not None:
+        if self.outer.pop(outer_key, None) is None:
+            return
+        keys = self.pending[side]
+        del keys[bisect.bisect_left(keys, outer_key)]
+        if self.outer_store is not None:
             self.outer_store.put(outer_key, None, max(self.stream_time, timestamp))
 
     def load_outer(self, store: KeyValueStore) -> None:
         self.outer_store = store
         for outer_key, raw in store.items():
             self.outer[outer_key] = decode_list(raw)
-            heapq.heappush(self.pending[outer_key[8]], outer_key)
+            self.pending[outer_key[8]].append(outer_key)
+        for keys in self.pending:
+            keys.sort()
+
+    def scan_due(self, reach_after: int, grace_ms: int) -> bool:
+        """Kafka Streams' condition for an in-order record of a side reaching ``reach_after``
+        ahead (left: ``after``, right: ``before``) to scan the outer buffer:
+        ``minTime + reach_after + grace < streamTime``, in Java's 64-bit arithmetic (with
+        ``minTime`` at ``Long.MAX_VALUE`` the sum wraps around and the scan goes ahead)."""
+        return _as_long(self.min_time + reach_after + grace_ms) < self.stream_time
 
     def closed(self, windows: JoinWindows) -> list[tuple[int, int, bytes, list[bytes]]]:
         """Remove and return the unjoined records whose window closed at stream time, as
-        ``(ts, side, key, values)`` in Kafka Streams' store order."""
+        ``(ts, side, key, values)`` in Kafka Streams' store order, and set :attr:`min_time` as
+        its scan leaves it."""
+        right, left = self.pending
+        if not right and not left:
+            self.min_time = _LONG_MAX
+            self.scanned = max(self.scanned, self.stream_time)
+            return []
+        last = max(right[-1:] + left[-1:])
         found: list[tuple[bytes, list[bytes]]] = []
+        first_open: list[bytes] = []
         for side, lookback in ((_RIGHT, windows.before_ms), (_LEFT, windows.after_ms)):
-            heap = self.pending[side]
-            while heap:
-                timestamp = _TIMESTAMP.unpack_from(heap[0])[0]
+            keys = self.pending[side]
+            cut = 0
+            while cut < len(keys):
+                timestamp = _TIMESTAMP.unpack_from(keys[cut])[0]
                 if timestamp + lookback + windows.grace_ms >= self.stream_time:
-                    break  # still open, and so is everything after it on this side
-                outer_key = heapq.heappop(heap)
-                values = self.outer.get(outer_key)
-                if values is not None:
-                    found.append((outer_key, values))
-                    self.remove_outer(side, timestamp, outer_key[9:])
+                    first_open.append(keys[cut])  # open, and so is every later one of the side
+                    break
+                cut += 1
+            for outer_key in keys[:cut]:
+                found.append((outer_key, self.outer.pop(outer_key)))
+                if self.outer_store is not None:
+                    self.outer_store.put(outer_key, None, self.stream_time)
+            del keys[:cut]
+        # Kafka Streams iterates the store in order and stops at the first entry after both
+        # sides had an open one; minTime is left at the timestamp of the entry it stopped at,
+        # else of the last one (every closed entry lies before both first open ones).
+        stop = last
+        if len(first_open) == 2:
+            bound = max(first_open)
+            successors = [
+                keys[i]
+                for keys in self.pending
+                if (i := bisect.bisect_right(keys, bound)) < len(keys)
+            ]
+            stop = min(successors, default=last)
+        self.min_time = _TIMESTAMP.unpack_from(stop)[0]
         found.sort(key=lambda item: item[0])
         self.scanned = max(self.scanned, self.stream_time)
         return [(_TIMESTAMP.unpack_from(k)[0], k[8], k[9:], v) for k, v in found]
@@ -224,7 +282,7 @@ class StreamStreamJoinProcessor(Processor):
             reason = "null-key" if record.key is None else "null-value"
             self._context.record_dropped(self._this_store_name, reason)
             return
-        if t == state.stream_time and state.outer_store is not None:
+        if t == state.stream_time and self._scan_due():
             self._emit_closed(record.headers)
         key = self._key_serde.serialize(record.key) or b""
         time_from = max(0, t - self._reach_before)
@@ -263,9 +321,16 @@ class StreamStreamJoinProcessor(Processor):
 
     def advance(self, timestamp: int) -> None:
         self.state.stream_time = max(self.state.stream_time, timestamp)
-        if self.state.outer_store is not None:
-            self._emit_closed(None)  # our extension: Kafka Streams waits for a data record
+        # Our extension: a tick scans where an in-order data record of this side would (Kafka
+        # Streams reads a control record as data, and a null-valued one does not scan).
+        if timestamp == self.state.stream_time and self._scan_due():
+            self._emit_closed(None)
         super().advance(timestamp)
+
+    def _scan_due(self) -> bool:
+        return self.state.outer_store is not None and self.state.scan_due(
+            self._reach_after, self._windows.grace_ms
+        )
 
     def _emit_closed(self, headers: Headers | None) -> None:
         """Forward the unjoined records whose window closed, joined with ``None``, stamped with
@@ -283,7 +348,8 @@ class StreamStreamJoinProcessor(Processor):
         # Joined results are stamped max(t, other) >= t. Unjoined ones carry their own
         # timestamp: after a scan at stream time s, every record still buffered unjoined is at
         # least s - max(before, after) - grace (its window is open), and is emitted later
-        # stamped so; an inner join buffers nothing unjoined and holds nothing back.
+        # stamped so; until the next scan, s stays the bound (however far time moves on). An
+        # inner join buffers nothing unjoined and holds nothing back.
         seen = max(super().control_progress(), self.state.scanned)
         if self._outer_store_name is None or seen < 0:
             return seen

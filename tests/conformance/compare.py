@@ -11,10 +11,11 @@ documented differences (README, "Semantics and differences from Kafka Streams"):
    forwards it. Such updates are found in Kafka Streams' table output (``Case.table_output``),
    and the one record each of them gives in every output of the case is not expected.
 
-3. **Unjoined results come out earlier** (``Case.unjoined``). A left or outer stream-stream join
-   emits a record that found no partner once its window closed: Kafka Streams at its next
-   in-order data record, carrying that record's headers; the runtime also on control records.
-   They are compared per key as a multiset without headers.
+3. **Unjoined results also come out on ticks** (``Case.unjoined``). A left or outer
+   stream-stream join emits a record that found no partner when a scan finds its window closed:
+   both engines scan at in-order data records under the same condition, carrying that record's
+   headers; the runtime also at control records (Kafka Streams reads them as null-valued data,
+   which never scans). They are compared per key as a multiset without headers.
 
 Everything else must be equal, per key in offset order: partition, key, value, timestamp and
 headers (every input record carries an id header, which Kafka Streams passes on to the output

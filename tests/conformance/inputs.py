@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from progress_control.protocol import CONTROL_HEADER, ControlMarker
-from streams_runtime import SessionWindows
+from streams_runtime import JoinWindows, SessionWindows
+from tests.conformance.topologies import JOIN_CASES, join_windows
 
 __all__ = ["ID_HEADER", "SENTINEL_KEY", "InputRecord", "generate"]
 
@@ -217,8 +218,11 @@ def generate(
         elif case in ("table-count", "table-reduce", "table-aggregate", "table-source"):
             null_value = 0.1 if case == "table-source" else 0.04
             records += _table_partition(part, "in", size, numbers=5, null_value=null_value)
-        elif case == "stream-stream-join":
-            records += _stream_join_partition(part, windows, size)
+        elif case in JOIN_CASES:
+            join = join_windows(case, windows)
+            # The first case keeps ticks amid its input; the others leave them out and let
+            # partners arrive after the other side's window passed (see the function).
+            records += _stream_join_partition(part, join, size, ticks=case == JOIN_CASES[0])
         elif case == "stream-table-join":
             records += _join_partition(part, _Partition(rng, p, keys[p]), size)
         elif case == "repartition-count":
@@ -249,24 +253,31 @@ def _repartition_partition(part: _Partition, count: int) -> list[InputRecord]:
     return records
 
 
-def _stream_join_partition(
-    part: _Partition, windows: SessionWindows, count: int
+def _stream_join_partition(  # noqa: PLR0912, PLR0915 - one branch per kind of record
+    part: _Partition, windows: JoinWindows, count: int, *, ticks: bool
 ) -> list[InputRecord]:
-    """Both inputs of a windowed stream-stream join (before = gap / 2, after = gap, same grace)
-    on one partition: in order, out of order within grace, late, on the window bounds of a record of
-    the other side (difference d and d + 1), duplicates (same side, key and timestamp), null keys
-    and values, far-future records and control records on either input. A timestamp is never
-    shared by the two inputs (which one Kafka Streams takes first is not defined then).
+    """Both inputs of a windowed stream-stream join on one partition: in order, out of order
+    within grace, late, on the window bounds of a record of the other side (difference d and
+    d + 1), duplicates (same side, key and timestamp), null keys and values, far-future records,
+    and with ``ticks`` control records on either input. A timestamp is never shared by the two
+    inputs (which one Kafka Streams takes first is not defined then).
 
-    Unjoined results come out later in Kafka Streams (at the next in-order record) than in the
-    runtime (at a tick too), so a record late beyond grace must not fall within the window of a
-    record of the other side with its key: Kafka Streams would still join the two when its
-    unjoined result was not out yet, the runtime after it. Such records get a null value.
+    Unjoined results come out where a scan looks (see ``streams_runtime.processors.joins``): at
+    in-order data records, under one condition in both engines, and in the runtime at ticks too,
+    where Kafka Streams does not look (a control record with a null value). With ``ticks``, a
+    record late beyond grace therefore must not fall within the window of a record of the other
+    side with its key: the runtime may have emitted that record unjoined at a tick where Kafka
+    Streams still joins them. Such records get a null value. Without ``ticks`` both engines look
+    at the same records, and partners come after the other side's window passed, written right
+    after an in-order record of either input that takes stream time past that window.
 
     The input ends with a control record carrying a value on ``in``, far past every window: the
-    runtime sees a tick, Kafka Streams a data record under the sentinel key, at which it emits
-    every unjoined result still buffered (its own results are under the sentinel key)."""
-    rng, d, grace = part.rng, windows.gap_ms, windows.grace_ms  # d: the larger reach, after
+    runtime sees a tick, Kafka Streams a data record under the sentinel key; both scan there and
+    emit every unjoined result still buffered (Kafka Streams' own results are under the
+    sentinel key)."""
+    rng, grace = part.rng, windows.grace_ms
+    before, after = windows.before_ms, windows.after_ms
+    d = max(before, after)
     owner: dict[int, str] = {}  # timestamp -> the input using it
     records: list[InputRecord] = []
     late: set[int] = set()  # indexes of records late beyond grace when written
@@ -279,7 +290,14 @@ def _stream_join_partition(
 
     for n in range(count):
         role = "in" if rng.random() < 0.5 else "in2"
-        other = [r for r in records if r.role != role and r.key is not None and not r.control]
+        other = [
+            r
+            for r in records
+            if r.role != role and r.key is not None and r.value is not None and not r.control
+        ]
+        # A record of this input at t joins one of the other's at o when o - t lies in
+        # [-before, after] (left) or [-after, before] (right).
+        back, ahead = (after, before) if role == "in" else (before, after)
         roll = rng.random()
         key = part.key(0.05)
         if roll < 0.4:  # in order
@@ -287,8 +305,14 @@ def _stream_join_partition(
             ts = part.now
         elif roll < 0.52 and other:  # on a window bound of the other side's record
             partner = other[-1] if rng.random() < 0.6 else rng.choice(other[-8:])
-            key, ts, ahead_of_it = _on_window_bound(part, role, partner, d, free)
+            key, ts, ahead_of_it = _on_window_bound(
+                part, role, partner, free, back=back, ahead=ahead
+            )
             records += ahead_of_it
+        elif roll < 0.6 and other and not ticks:  # a partner after the other's window passed
+            key, ts, trigger = _after_window_passed(part, rng.choice(other[-8:]), windows, free)
+            records += trigger
+            ts += rng.randrange(-back, ahead + 1)
         elif roll < 0.64:  # out of order within grace
             ts = part.now - rng.randrange(0, grace + 1)
         elif roll < 0.7:  # around the end of the window of a record at stream time
@@ -301,7 +325,7 @@ def _stream_join_partition(
         elif roll < 0.86:  # far in the future: what follows is mostly late
             part.now += 10 * (2 * d + grace)
             ts = part.now
-        elif roll < 0.94:  # a control record: time passes (or not) without data
+        elif roll < 0.94 and ticks:  # a control record: time passes (or not) without data
             ts = free(max(0, part.now + rng.choice((-d, 0, rng.randrange(1, d + grace + 2)))), role)
             part.now = max(part.now, ts)
             records.append(InputRecord(role, part.partition, SENTINEL_KEY, None, ts, True))
@@ -315,27 +339,50 @@ def _stream_join_partition(
         part.now = max(part.now, ts)
         payload = None if rng.random() < 0.05 else f"{role[-1]}{n}".encode()
         records.append(InputRecord(role, part.partition, key, payload, ts))
-    _null_late_partners(records, late, d)
+    if ticks:
+        _null_late_partners(records, late, d)
     end = free(part.now + 2 * (2 * d + grace) + 10, "in")
     records.append(InputRecord("in", part.partition, SENTINEL_KEY, b"end", end, True))
     return records
 
 
 def _on_window_bound(
-    part: _Partition, role: str, partner: InputRecord, d: int, free: Callable[[int, str], int]
+    part: _Partition,
+    role: str,
+    partner: InputRecord,
+    free: Callable[[int, str], int],
+    *,
+    back: int,
+    ahead: int,
 ) -> tuple[bytes | None, int, list[InputRecord]]:
     """Key and timestamp of a record of ``role`` on a bound of ``partner``'s window (on it, or
-    1 ms outside): ``partner - t`` in ``[-before, after]`` joins on the left, ``[-after, before]``
-    on the right (before = gap / 2, after = gap). A record earlier than its partner comes with a
-    record of its own input to write first, later than the partner: an input is taken in offset
-    order, so it is taken after its partner and reaches it with its window's upper bound."""
-    back, ahead = (d, d // 2) if role == "in" else (d // 2, d)
+    1 ms outside): it joins when ``partner - t`` lies in ``[-back, ahead]``. A record earlier
+    than its partner comes with a record of its own input to write first, later than the
+    partner: an input is taken in offset order, so it is taken after its partner and reaches it
+    with its window's upper bound."""
     offset = part.rng.choice((-back - 1, -back, ahead, ahead + 1))
     first: list[InputRecord] = []
     if offset < 0:
         part.now = free(max(part.now, partner.timestamp) + 1, role)
         first.append(InputRecord(role, part.partition, part.key(), b"first", part.now))
     return partner.key, max(0, partner.timestamp + offset), first
+
+
+def _after_window_passed(
+    part: _Partition, partner: InputRecord, windows: JoinWindows, free: Callable[[int, str], int]
+) -> tuple[bytes | None, int, list[InputRecord]]:
+    """``partner``'s key and timestamp, for a record of the other input to join it after its
+    window passed (the caller adds an offset within reach), with an in-order record of either
+    input (both trigger scans, each reaching its own way) to write first when stream time has
+    not passed that window yet."""
+    reach = windows.after_ms if partner.role == "in" else windows.before_ms
+    closes = partner.timestamp + reach + windows.grace_ms
+    trigger: list[InputRecord] = []
+    if part.now <= closes:
+        role = part.rng.choice(("in", "in2"))
+        part.now = free(closes + 1 + part.rng.randrange(0, 3), role)
+        trigger.append(InputRecord(role, part.partition, part.key(), b"t", part.now))
+    return partner.key, partner.timestamp, trigger
 
 
 def _null_late_partners(records: list[InputRecord], late: set[int], d: int) -> None:

@@ -178,3 +178,33 @@ def test_window_boundaries_and_final_results(both_engines: RunBoth) -> None:
         ]
     for name in inputs:
         assert differences(CASES[name], kstreams[name], runtime[name]) == []
+
+
+@pytest.mark.parametrize("trigger", ["in", "in2"])
+def test_an_unjoined_result_comes_out_only_when_a_scan_looks(
+    trigger: str, both_engines: RunBoth
+) -> None:
+    # before 2000, after 1000, grace 1000 (the reversed case: before = gap, after = gap / 2).
+    # L's window closed at 53000. A right record at 53001 scans only past minTime + before +
+    # grace = 54000, so L is not looked at, and R, out of order but within its own window, joins
+    # it: L never comes out alone. A left record at 53001 scans (51000 + after + grace < 53001):
+    # L comes out alone, then joined with R, in Kafka Streams as in the runtime.
+    # Both engines take the input with the older head first: on the right, R comes after a
+    # record later than the trigger, so the trigger is taken first.
+    windows = SessionWindows(gap_ms=2_000, grace_ms=1_000)
+    records = [
+        InputRecord("in", 0, b"x1", b"L", 51_000),
+        InputRecord(trigger, 0, b"x2", b"o", 53_001),
+        InputRecord("in2", 0, b"x3", b"q", 53_002),
+        InputRecord("in2", 0, b"x1", b"R", 51_500),
+        InputRecord("in", 0, b"x4", b"p", 60_000),
+        InputRecord("in", 0, SENTINEL_KEY, b"end", 90_000, control=True),
+    ]
+    name = "stream-stream-join-reversed"
+    kstreams, runtime = both_engines({name: records}, windows)
+    alone = [(b"x1", b"L|null", 51_000)] if trigger == "in" else []
+    for outputs in (kstreams, runtime):
+        for role in ("out2", "out3"):
+            found = [row for row in _data(outputs[name][role]) if row[0] == b"x1"]
+            assert sorted(found) == sorted([*alone, (b"x1", b"L|R", 51_500)]), role
+    assert differences(CASES[name], kstreams[name], runtime[name]) == []

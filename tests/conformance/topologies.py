@@ -25,7 +25,7 @@ from streams_runtime import (
 )
 from streams_runtime.serdes import Integer, String
 
-__all__ = ["CASES", "Case", "build_runtime_case"]
+__all__ = ["CASES", "JOIN_CASES", "Case", "build_runtime_case", "join_windows"]
 
 STRING = String()
 LONG = Integer()
@@ -45,11 +45,14 @@ class Case:
     there); every other output of the case derives one record from each of them."""
     sessions: bool = False  # inputs are generated for session windows (gap and grace apply)
     unjoined: bool = False
-    """Left and outer join results missing a side (``x|null``, ``null|x``) come out later in
-    Kafka Streams (at its next in-order record, with that record's headers) than in the runtime
-    (also on ticks): per key they are compared as a multiset without headers, the joined ones
-    in offset order."""
+    """Left and outer join results missing a side (``x|null``, ``null|x``) come out at scans,
+    which the runtime also makes at ticks (Kafka Streams only at in-order data records, with
+    their headers): per key they are compared as a multiset without headers, the joined ones in
+    offset order."""
 
+
+JOIN_CASES = ("stream-stream-join", "stream-stream-join-reversed", "stream-stream-join-symmetric")
+"""Windowed stream-stream joins, one per shape of their windows (:func:`join_windows`)."""
 
 # Time and sliding windows: keys carry only the window start (8 bytes).
 _TIME_WINDOW_CASES = tuple(
@@ -77,11 +80,9 @@ CASES: dict[str, Case] = {
         Case("table-aggregate", table_output="out"),
         Case("table-source", outputs=("out", "out2"), table_output="out"),
         Case("stream-table-join", inputs=("in", "in2"), outputs=("out", "out2", "out3")),
-        Case(
-            "stream-stream-join",
-            inputs=("in", "in2"),
-            outputs=("out", "out2", "out3"),
-            unjoined=True,
+        *(
+            Case(name, inputs=("in", "in2"), outputs=("out", "out2", "out3"), unjoined=True)
+            for name in JOIN_CASES
         ),
         Case("repartition-count", table_output="out"),
         *_TIME_WINDOW_CASES,
@@ -197,16 +198,21 @@ def _stream_table_join(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows)
     stream.join(divisible, _join, value_serde=STRING).to(t["out3"])
 
 
-def join_windows(w: SessionWindows) -> JoinWindows:
-    """The join windows of ``stream-stream-join``, from the seed's session windows: asymmetric
-    (each side reaches its own way), and with grace 2000 the ``before`` bound (1500 with gap
-    3000) lies within grace, so records on it can arrive out of order and still join."""
-    return JoinWindows.of_time_difference(w.gap_ms // 2, w.grace_ms).after(w.gap_ms)
+def join_windows(case: str, w: SessionWindows) -> JoinWindows:
+    """The join windows of a stream-stream join case, from the seed's session windows, same
+    grace: ``stream-stream-join`` before = gap / 2, after = gap (with grace 2000 the ``before``
+    bound, 1500 with gap 3000, lies within grace, so records on it can arrive out of order and
+    still join); ``-reversed`` before = gap, after = gap / 2; ``-symmetric`` gap / 2 both ways."""
+    half = JoinWindows.of_time_difference(w.gap_ms // 2, w.grace_ms)
+    if case == "stream-stream-join":
+        return half.after(w.gap_ms)
+    if case == "stream-stream-join-reversed":
+        return JoinWindows.of_time_difference(w.gap_ms, w.grace_ms).after(w.gap_ms // 2)
+    return half
 
 
-def _stream_stream_join(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -> None:
-    """Inner, left and outer windowed joins: before = gap / 2, after = gap, same grace."""
-    windows = join_windows(w)
+def _stream_stream_join(b: StreamsBuilder, t: dict[str, str], windows: JoinWindows) -> None:
+    """Inner, left and outer windowed joins."""
     left, right = _string_stream(b, t["in"]), _string_stream(b, t["in2"])
 
     def pair(a: str | None, b: str | None) -> str:
@@ -290,6 +296,9 @@ _BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], 
     "table-aggregate": _table_aggregate,
     "table-source": _table_source,
     "stream-table-join": _stream_table_join,
-    "stream-stream-join": _stream_stream_join,
+    **{
+        name: lambda b, t, w, name=name: _stream_stream_join(b, t, join_windows(name, w))
+        for name in JOIN_CASES
+    },
     "repartition-count": _repartition_count,
 }

@@ -156,8 +156,44 @@ def test_unjoined_results_come_out_on_ticks_alone() -> None:
     assert j.take() == [("n", "None|x", 100), ("k", "a|None", 100)]
     j.tick(127)
     assert j.take() == []
+    # m closed, but a left tick scans only once the scan's lower bound (112, where it stopped)
+    # plus the left side's after and grace is behind it (Kafka Streams' condition): at 138.
     j.tick(128)
+    assert j.take() == []
+    j.tick(128, side=1)  # the right side's after is before: 112 + 10 + 5 < 128
     assert j.take() == [("m", "None|y", 112)]
+
+
+@pytest.mark.parametrize("trigger", ["left", "right"])
+def test_which_side_triggers_decides_whether_a_closed_record_is_looked_at(trigger: str) -> None:
+    # Kafka Streams' own example (before 2000, after 1000, grace 1000): L's window closed at
+    # 53000, but a right record reaches only 2000 ahead, so at 53001 it does not scan; R, late
+    # but within its own window, then joins L, and L never comes out alone. A left record at
+    # 53001 does scan: L comes out alone first, then joined.
+    j = _Join("left", JoinWindows(before_ms=2_000, after_ms=1_000, grace_ms=1_000))
+    j.left("x1", "L", 51_000)
+    getattr(j, trigger)("other", "o", 53_001)
+    j.right("x1", "R", 51_500)
+    alone = [("x1", "L|None", 51_000)] if trigger == "left" else []
+    assert [r for r in j.take() if r[0] == "x1"] == [*alone, ("x1", "L|R", 51_500)]
+
+
+def test_a_scan_stops_after_both_sides_had_an_open_record() -> None:
+    # Symmetric windows (10, grace 0). Kafka Streams' scan stops at the first entry after both
+    # sides had an open one and leaves its lower bound there, past the earliest open record: a
+    # record that closes later waits until a scan is due from that bound.
+    j = _Join("outer", JoinWindows(before_ms=10, after_ms=10, grace_ms=0))
+    j.left("a", "1", 100)
+    j.right("b", "2", 105)
+    j.left("c", "3", 106)
+    j.right("e", "4", 107)
+    j.left("f", "5", 108)
+    j.left("g", "6", 116)  # 100 + 10 < 116: a and b closed; c and e open; stops at f (108)
+    assert j.take() == [("a", "1|None", 100), ("b", "None|2", 105)]
+    j.left("h", "7", 117)  # c closed at 116, but 108 + 10 >= 117: no scan
+    assert j.take() == []
+    j.left("i", "8", 119)
+    assert j.take() == [("c", "3|None", 106), ("e", "None|4", 107), ("f", "5|None", 108)]
 
 
 def test_out_of_order_record_whose_window_ended_is_emitted_at_once() -> None:

@@ -277,7 +277,8 @@ public final class ConformanceApp {
             .join(table.filter((key, row) -> number(row) % 3 != 0), (value, row) -> value + "|" + row)
             .to(t.out3, Produced.with(STRING, STRING));
       }
-      case "stream-stream-join" -> streamStreamJoins(builder, t);
+      case "stream-stream-join", "stream-stream-join-reversed", "stream-stream-join-symmetric" ->
+          streamStreamJoins(builder, t);
       case "repartition-count" ->
           stream(builder, t.in)
               .selectKey((key, value) -> value == null ? key : value.split(":")[0])
@@ -392,13 +393,24 @@ public final class ConformanceApp {
     return (number(parts[0]) + 1) + ":" + (number(parts[1]) + number(count.group(1)));
   }
 
-  /** Inner, left and outer windowed joins: before = gap / 2, after = gap, same grace. */
+  /**
+   * Inner, left and outer windowed joins, same grace as the session windows: {@code
+   * stream-stream-join} before = gap / 2, after = gap; {@code -reversed} before = gap, after = gap
+   * / 2; {@code -symmetric} gap / 2 both ways.
+   */
   private static void streamStreamJoins(final StreamsBuilder builder, final Instance t) {
+    final long gap = t.windows.inactivityGap();
+    final Duration grace = Duration.ofMillis(t.windows.gracePeriodMs());
     final JoinWindows windows =
-        JoinWindows.ofTimeDifferenceAndGrace(
-                Duration.ofMillis(t.windows.inactivityGap() / 2),
-                Duration.ofMillis(t.windows.gracePeriodMs()))
-            .after(Duration.ofMillis(t.windows.inactivityGap()));
+        switch (t.type) {
+          case "stream-stream-join" ->
+              JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(gap / 2), grace)
+                  .after(Duration.ofMillis(gap));
+          case "stream-stream-join-reversed" ->
+              JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(gap), grace)
+                  .after(Duration.ofMillis(gap / 2));
+          default -> JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(gap / 2), grace);
+        };
     final KStream<String, String> left = stream(builder, t.in);
     final KStream<String, String> right = stream(builder, t.in2);
     final StreamJoined<String, String, String> serdes = StreamJoined.with(STRING, STRING, STRING);
