@@ -45,7 +45,7 @@ def free_port() -> int:
 def probe(port: int, which: str) -> tuple[int, dict[str, object]] | None:
     """``(status, body)`` of ``/health/{which}`` on the metrics port; None while not serving."""
     try:
-        with urllib.request.urlopen(  # noqa: S310 - a local test URL
+        with urllib.request.urlopen(
             f"http://127.0.0.1:{port}/health/{which}", timeout=5
         ) as response:
             return response.status, json.loads(response.read())
@@ -123,7 +123,8 @@ def assert_clean_exit(app: OpsApp, code: int, took_s: float) -> None:
     assert took_s < STOP_BOUND_S
     assert "Traceback" not in log, log[-3000:]
     assert "Exception in thread" not in log, log[-3000:]
-    assert "PENDING_SHUTDOWN" in log and "NOT_RUNNING" in log
+    assert "PENDING_SHUTDOWN" in log
+    assert "NOT_RUNNING" in log
 
 
 @pytest.fixture
@@ -192,7 +193,9 @@ def test_sigterm_while_running(
     produce(kafka_bootstrap, topics[1], 2000)
     time.sleep(1)
     live = app.probe("live")
-    assert live is not None and live[0] == 200 and live[1]["state"] == "RUNNING"
+    assert live is not None
+    assert live[0] == 200
+    assert live[1]["state"] == "RUNNING"
     assert_clean_exit(app, *app.terminate_and_wait())
 
 
@@ -251,7 +254,7 @@ def test_ready_only_once_every_active_task_is_restored(
     # Not ready while restoring (REBALANCING, as Kafka Streams says), live all along.
     assert all(status == 503 and body["state"] == "REBALANCING" for status, body, _ in restoring)
     assert all(live == 200 for _, _, live in seen)
-    status, body, _ = seen[-1]
+    body = seen[-1][1]
     assert body == {"status": "ok", "state": "RUNNING", "active_tasks": 4, "restoring_tasks": 0}
     assert_clean_exit(app, *app.terminate_and_wait())
 
