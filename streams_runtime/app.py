@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -17,6 +18,8 @@ from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.store_provider import LocalStoreProvider
 from streams_runtime.commit_strategy import OffsetCommitHook
 from streams_runtime.dsl import StreamsBuilder
+from streams_runtime.errors import as_exception
+from streams_runtime.health import Heartbeat, InstanceHealth, TaskView, serve_metrics_and_health
 from streams_runtime.internal_topics import prepare_topics
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.queries import InteractiveQueries
@@ -66,7 +69,17 @@ class App:
         self._stop_requested = threading.Event()
         self.error: BaseException | None = None
         self.metrics_port: int | None = None
-        """The port ``/metrics`` is served on (set once running, with ``metrics_port`` set)."""
+        """The port ``/metrics`` (and the health probes) are served on (set once running, with
+        ``metrics_port`` set)."""
+        self._heartbeat = Heartbeat()
+        self.health = InstanceHealth(
+            lambda: self.state,
+            self._heartbeat,
+            self._task_view,
+            deadline_s=self.settings.liveness_deadline_s,
+            restore_timeout_s=self.settings.restore_timeout_s,
+        )
+        """``/health/live`` and ``/health/ready`` (:mod:`streams_runtime.health`)."""
         self.replicator: Replicator | None = None
         self.queries: InteractiveQueries | None = None
         self.query_endpoint: str | None = None
@@ -85,23 +98,30 @@ class App:
             path.write_text(uuid.uuid4().hex[:12])
         return path.read_text().strip()
 
+    def _task_view(self) -> TaskView:
+        thread = self._thread
+        if thread is None:
+            return TaskView(frozenset(), frozenset())
+        return TaskView(thread.active_tasks, thread.restoring_tasks)
+
     def run(self) -> None:
         """Process until :meth:`close` (or SIGTERM/SIGINT on the main thread); raises the error
-        that stopped the app, if any."""
+        that stopped the app, if any (also kept in :attr:`error`): a script running the app
+        exits non-zero then, and with 0 after a clean stop."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
         self._set_state(AppState.STARTING)
+        self._heartbeat.beat()
         server = None
         query_server: QueryServer | None = None
         try:
             if self.settings.metrics_port is not None:
-                from prometheus_client import start_http_server
-
-                server, _ = start_http_server(
+                server = serve_metrics_and_health(
+                    self.settings.metrics_host,
                     self.settings.metrics_port,
-                    addr=self.settings.metrics_host,
-                    registry=self.metrics.registry,
+                    self.metrics.registry,
+                    self.health,
                 )
                 self.metrics_port = server.server_port
             partition_counts = prepare_topics(self.topology, self.settings)
@@ -113,15 +133,16 @@ class App:
                 partition_counts=partition_counts,
                 on_state=self._set_state,
                 before_offset_commit=self._before_offset_commit,
+                heartbeat=self._heartbeat,
             )
             query_server = self._start_queries(self._thread, partition_counts)
             if self._stop_requested.is_set():
                 self._thread.stop()
             self._thread.run()
-        except BaseException as exc:
-            self.error = exc
+        except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
+            self.error = as_exception(sys.exc_info()[1])
             self._set_state(AppState.ERROR)
-            raise
+            raise self.error  # noqa: B904 - the original, or its real-exception form
         finally:
             if self.replicator is not None:
                 self.replicator.stop()
@@ -161,7 +182,7 @@ class App:
         if settings.application_server is not None:
             host, _, port = settings.application_server.rpartition(":")
             query_server = QueryServer(
-                self.queries, settings.query_bind_host or host, int(port), settings
+                self.queries, settings.query_bind_host or host, int(port), settings, self.health
             )
             self.query_endpoint = f"{host}:{query_server.port}"
             query_server.start()
@@ -204,7 +225,7 @@ class App:
         def target() -> None:
             try:
                 self.run()
-            except BaseException:
+            except BaseException:  # run() raises real exceptions only (see as_exception)
                 logger.exception("streams app stopped with an error")
 
         self._runner = threading.Thread(target=target, name="streams-app", daemon=True)

@@ -7,6 +7,8 @@ import logging
 import traceback
 from collections.abc import Callable
 
+from confluent_kafka import KafkaError, KafkaException
+
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import Headers, SourceRecord
 from streams_runtime.settings import BadRecordPolicy
@@ -17,6 +19,7 @@ __all__ = [
     "BadRecordHandler",
     "StreamsError",
     "TaskMigratedError",
+    "as_exception",
 ]
 
 logger = logging.getLogger(__name__)
@@ -42,6 +45,20 @@ class TaskMigratedError(StreamsError):
     producer took its transactional id, or its transaction outlived ``transaction.timeout.ms``
     (a pause, a long GC). Its tasks may belong to another instance by now: the thread closes
     every task without a commit, starts a new producer and rejoins the group."""
+
+
+def as_exception(raised: object) -> BaseException:
+    """What was raised, as a real exception. confluent-kafka can raise a bare ``KafkaError``
+    (from some calls, and from a rebalance callback's failure re-raised by ``consume`` or
+    ``close``): its type carries CPython's exception flag without deriving from
+    ``BaseException``, so it escapes ``except Exception`` and ``except BaseException`` alike and
+    only a bare ``except:`` sees it. Such an error becomes the :class:`KafkaException` the
+    library raises elsewhere; anything else is returned as it is."""
+    if isinstance(raised, BaseException):
+        return raised
+    if isinstance(raised, KafkaError):
+        return KafkaException(raised)
+    return StreamsError(f"unexpected raised object: {raised!r}")
 
 
 class BadRecordError(StreamsError):

@@ -1,7 +1,8 @@
 """The query server's endpoints: one parsed HTTP request routed to :class:`InteractiveQueries`.
 
 :class:`QueryEndpoints` checks the bearer token and maps each path (``/stores/{store}/keys/{key}``,
-``/metadata/{store}/{key}``, ``/lags``, ``/health``; see :mod:`streams_runtime.query_server`)
+``/metadata/{store}/{key}``, ``/lags``, ``/health``, ``/health/live``, ``/health/ready``; see
+:mod:`streams_runtime.query_server`)
 to a status and a JSON body. :class:`RequestHandler` parses one request whose bytes the server's
 I/O thread already read, asks the endpoints, and writes the answer to the socket. Neither owns
 a connection: that is :class:`streams_runtime.query_server.QueryServer`'s job.
@@ -19,6 +20,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from streams_runtime.health import InstanceHealth
 from streams_runtime.queries import InteractiveQueries, key_from_text
 from streams_runtime.query_results import InvalidKeyError, QueryError
 from streams_runtime.query_security import SecurityMetrics, tokens_equal
@@ -69,9 +71,14 @@ class QueryEndpoints:
     """Authorizes a request and answers it from ``queries``: a status and a JSON body."""
 
     def __init__(
-        self, queries: InteractiveQueries, token: str | None, metrics: SecurityMetrics
+        self,
+        queries: InteractiveQueries,
+        token: str | None,
+        metrics: SecurityMetrics,
+        health: InstanceHealth | None = None,
     ) -> None:
         self.queries = queries
+        self.health = health
         self.token = token
         self._metrics = metrics
 
@@ -90,6 +97,11 @@ class QueryEndpoints:
         parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
         queries = self.queries
         authorized = self.authorized(handler)
+        if parts[:1] == ["health"] and len(parts) == 2 and self.health is not None:
+            probe = {"live": self.health.live, "ready": self.health.ready}.get(parts[1])
+            if probe is not None:  # for probes, to anyone: a state and task counts, no data
+                ok, body = probe()
+                return (200 if ok else 503), body
         if parts == ["health"]:
             if not authorized:  # liveness for probes, nothing more
                 return 200, {"status": "ok"}

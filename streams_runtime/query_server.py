@@ -7,8 +7,11 @@
   answers from this instance's copies only (what forwarding instances ask).
 - ``GET /metadata/{store}/{key}``: active host, standby hosts and partition.
 - ``GET /lags``: ``all_local_store_partition_lags()``.
-- ``GET /health``: ``{"status": "ok"}`` to anyone (a liveness probe needs no secret); with the
-  token it also names the instance.
+- ``GET /health/live`` and ``GET /health/ready``: the instance's probes
+  (:mod:`streams_runtime.health`), 200 or 503 with a JSON body saying why, to anyone (a probe
+  needs no secret).
+- ``GET /health``: ``{"status": "ok"}`` to anyone while the server answers (kept for
+  compatibility; probes should use the two above); with the token it also names the instance.
 
 With a token (``query_token``) every other request needs ``Authorization: Bearer <token>``
 (401 otherwise, compared in constant time). Binding a non-loopback address without one is
@@ -43,6 +46,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from streams_runtime.health import InstanceHealth
 from streams_runtime.queries import InteractiveQueries
 from streams_runtime.query_endpoints import QueryEndpoints, RequestHandler, peer
 from streams_runtime.query_security import (
@@ -93,7 +97,12 @@ class QueryServer:
     bounded worker pool (see the module docstring)."""
 
     def __init__(
-        self, queries: InteractiveQueries, host: str, port: int, settings: RuntimeSettings
+        self,
+        queries: InteractiveQueries,
+        host: str,
+        port: int,
+        settings: RuntimeSettings,
+        health: InstanceHealth | None = None,
     ) -> None:
         self.queries = queries
         self.token = query_token(settings)
@@ -102,7 +111,7 @@ class QueryServer:
         self.request_timeout_s = settings.query_request_timeout_ms / 1000
         self._ssl = server_ssl_context(settings)
         self._metrics = security_metrics(queries.metrics)
-        self._endpoints = QueryEndpoints(queries, self.token, self._metrics)
+        self._endpoints = QueryEndpoints(queries, self.token, self._metrics, health)
         self._sock = _listener(host, port)
         bound = str(self._sock.getsockname()[0])
         # The settings were checked by name; this checks the address actually bound (a name

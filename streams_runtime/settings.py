@@ -123,6 +123,13 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     )
     metrics_host: str = "127.0.0.1"
     restore_timeout_s: float = Field(300.0, gt=0, description="Bound on restoring one task.")
+    liveness_deadline_ms: int | None = Field(
+        None,
+        ge=1,
+        description="How long the stream thread may go without turning its loop before "
+        "/health/live fails (plus restore_timeout_s while a task restores); default "
+        "max(60000, 3 * max(poll_timeout_ms, commit_interval_ms)). Must exceed both.",
+    )
     num_standby_replicas: int = Field(
         0, ge=0, description="Warm copies of every store partition on other instances (KIP-535)."
     )
@@ -236,6 +243,17 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
             self.commit_interval_ms = 100 if eos else 30_000
         if self.dead_letter_topic is None:
             self.dead_letter_topic = f"{self.application_id}-dlq"
+        # A loop turn polls once and may commit once: a deadline below either would fail a
+        # healthy thread.
+        turn_ms = max(self.poll_timeout_ms, self.commit_interval_ms)
+        if self.liveness_deadline_ms is None:
+            self.liveness_deadline_ms = max(60_000, 3 * turn_ms)
+        elif self.liveness_deadline_ms <= turn_ms:
+            raise ValueError(
+                f"{self.setting_name('liveness_deadline_ms')} is {self.liveness_deadline_ms}: it "
+                f"must exceed poll_timeout_ms and commit_interval_ms ({turn_ms}), which one "
+                "healthy loop turn may take"
+            )
         return self
 
     def internal_trust_policy(self) -> TrustPolicy:
@@ -294,6 +312,11 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     @property
     def commit_interval_s(self) -> float:
         return (self.commit_interval_ms or 30_000) / 1000
+
+    @property
+    def liveness_deadline_s(self) -> float:
+        """:attr:`liveness_deadline_ms` in seconds (set by validation, never None)."""
+        return (self.liveness_deadline_ms or 60_000) / 1000
 
     def client_config(self) -> dict[str, str]:
         """Kafka properties shared by every client."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -17,6 +18,7 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     Message,
+    TopicPartition,
 )
 
 from progress_control.protocol import has_control_header
@@ -24,7 +26,8 @@ from progress_control.trust import ControlRecordSource, ControlRecordValidator, 
 from streams_runtime.app_state import AppState
 from streams_runtime.collector import RecordCollector
 from streams_runtime.commit_strategy import OffsetCommitHook, commit_strategy_for
-from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError
+from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError, as_exception
+from streams_runtime.health import Heartbeat
 from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.progress import CommittedBounds, TickWriter, WriterTasks
@@ -43,6 +46,8 @@ _PROCESS_BUDGET = 1000  # records per task per loop turn, so one busy task canno
 _SHORT_POLL_S = 0.005  # while tasks hold records but wait (idling), poll briefly
 _WAIT_LOG_S = 10.0  # how often to report tasks that hold records but wait
 
+RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
+
 
 class StreamThread:
     """Runs the topology until :meth:`stop`; owned by :class:`~streams_runtime.App`."""
@@ -57,13 +62,25 @@ class StreamThread:
         partition_counts: dict[str, int],
         on_state: Callable[[AppState], None],
         before_offset_commit: OffsetCommitHook | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self._topology = topology
         self._settings = settings
         self._metrics = metrics
         self._partition_counts = partition_counts
         self._on_state = on_state
+        self._state: AppState | None = None
         self._stopping = threading.Event()
+        # Set once shutdown starts: the rebalance callbacks ``close()`` calls must not restore
+        # or commit against a handle being destroyed (librdkafka applies the change itself).
+        self._closing = False
+        # A rebalance callback's failure, raised by the loop once ``consume`` returns: raised
+        # inside the callback it would come back through the C layer (possibly as a bare
+        # ``KafkaError``, see :func:`~streams_runtime.errors.as_exception`).
+        self._callback_error: BaseException | None = None
+        self.heartbeat = heartbeat or Heartbeat()
+        """Beaten every loop turn and after every restored task (``/health/live``)."""
+        self._assignment_listener: Callable[[], None] | None = None
         self._trust = ControlRecordValidator(settings.trust_policy())
         # The runtime's own topics carry its own ticks: they verify with its own key.
         self._internal_trust = ControlRecordValidator(settings.internal_trust_policy())
@@ -106,6 +123,7 @@ class StreamThread:
             ),
             cooperative=config["partition.assignment.strategy"] == "cooperative-sticky",
         )
+        self.task_manager.assignment_listener = self._tasks_changed
         # Ticks follow the committed bounds of every task writing a topic, read back by a thread
         # of their own (:mod:`streams_runtime.progress`).
         self._bounds: CommittedBounds | None = None
@@ -160,11 +178,18 @@ class StreamThread:
     def assignment_listener(self) -> Callable[[], None] | None:
         """Called (on this thread) whenever :attr:`active_tasks` or :attr:`restoring_tasks`
         change; must not block."""
-        return self.task_manager.assignment_listener
+        return self._assignment_listener
 
     @assignment_listener.setter
     def assignment_listener(self, listener: Callable[[], None] | None) -> None:
-        self.task_manager.assignment_listener = listener
+        self._assignment_listener = listener
+
+    def _tasks_changed(self) -> None:
+        # Tasks restore inside a rebalance callback, where the loop does not turn: each
+        # restored task is progress too.
+        self.heartbeat.beat()
+        if self._assignment_listener is not None:
+            self._assignment_listener()
 
     @property
     def warm_stores(self) -> WarmStores | None:
@@ -185,11 +210,15 @@ class StreamThread:
         self._stopping.set()
 
     def run(self) -> None:
-        """Consume, process, commit until stopped; commits and closes cleanly on the way out."""
+        """Consume, process, commit until stopped; commits and closes cleanly on the way out.
+
+        States (Kafka Streams' ``StreamThread.State`` as the app sees them): ``REBALANCING``
+        from subscribing until an assignment's tasks are all restored, ``RUNNING`` then, back to
+        ``REBALANCING`` on every revocation, loss or rejoin, ``PENDING_SHUTDOWN`` once
+        stopping."""
         self._subscribe()
         if self._bounds is not None:
             self._bounds.start()
-        self._on_state(AppState.RUNNING)
         interval = self._settings.commit_interval_s
         progress_every = self._settings.progress_interval_ms / 1000
         next_commit = time.monotonic() + interval
@@ -199,11 +228,13 @@ class StreamThread:
         failure: BaseException | None = None
         try:
             while not self._stopping.is_set():
+                self.heartbeat.beat()
                 try:
                     waiting = any(task.group.buffered() for task in self.tasks.values())
                     messages = self.consumer.consume(
                         _FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s
                     )
+                    self._raise_callback_error()
                     if messages:
                         self._route(messages)
                     for task in list(self.tasks.values()):
@@ -226,19 +257,64 @@ class StreamThread:
                         next_wait_log = now + _WAIT_LOG_S
                 except TaskMigratedError as exc:
                     self._rejoin(exc)
-        except BaseException as exc:
-            failure = exc
-            raise
+        except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
+            failure = as_exception(sys.exc_info()[1])
         finally:
             self._shutdown(failure)
+        if failure is not None:
+            raise failure
+
+    def _set_state(self, state: AppState) -> None:
+        if state != self._state:
+            self._state = state
+            self._on_state(state)
 
     def _subscribe(self) -> None:
+        self._set_state(AppState.REBALANCING)
         self.consumer.subscribe(
             list(self._topology.source_topics),
-            on_assign=self.task_manager.on_assign,
-            on_revoke=self.task_manager.on_revoke,
-            on_lost=self.task_manager.on_lost,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
         )
+
+    # -- rebalance callbacks (called from consume, and from close) ---------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing or self._stopping.is_set():
+            # Stopping: no task to restore for an assignment about to be given up.
+            return
+        self._set_state(AppState.REBALANCING)
+        self._guarded(self.task_manager.on_assign, consumer, partitions)
+        if self._callback_error is None and not self.task_manager.restoring_tasks:
+            self._set_state(AppState.RUNNING)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing:
+            return  # every task was committed and closed already
+        self._set_state(AppState.REBALANCING)
+        self._guarded(self.task_manager.on_revoke, consumer, partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing:
+            return  # every task was closed already
+        self._set_state(AppState.REBALANCING)
+        self._guarded(self.task_manager.on_lost, consumer, partitions)
+
+    def _guarded(
+        self, callback: RebalanceCallback, consumer: Consumer, partitions: list[TopicPartition]
+    ) -> None:
+        if self._callback_error is not None:
+            return  # already failing: the loop raises the first error
+        try:
+            callback(consumer, partitions)
+        except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
+            self._callback_error = as_exception(sys.exc_info()[1])
+
+    def _raise_callback_error(self) -> None:
+        error, self._callback_error = self._callback_error, None
+        if error is not None:
+            raise error
 
     def _rejoin(self, migrated: TaskMigratedError) -> None:
         """Kafka Streams' answer to a fenced producer: every task closed without a commit, a
@@ -248,8 +324,10 @@ class StreamThread:
             {"error": str(migrated)},
         )
         self._metrics.producer_fenced.inc()
+        self._set_state(AppState.REBALANCING)
         self.task_manager.handle_lost_all()
         self.consumer.unsubscribe()
+        self._raise_callback_error()
         self._subscribe()
 
     def _log_waiting_tasks(self) -> None:
@@ -272,16 +350,26 @@ class StreamThread:
                 )
 
     def _shutdown(self, failure: BaseException | None) -> None:
-        self._on_state(AppState.PENDING_SHUTDOWN)
-        self.task_manager.shutdown(failure)
-        try:
-            self.consumer.close()
-        finally:
+        """Commit (or abort) and close every task, then the clients, whatever phase the
+        thread is in; raises only what went wrong here, and only when nothing failed before."""
+        self._closing = True
+        self._set_state(AppState.PENDING_SHUTDOWN)
+        errors: list[BaseException] = []
+        for step in (
+            lambda: self.task_manager.shutdown(failure),
+            self.consumer.close,
+            self.collector.close,
+            self._bounds.stop if self._bounds is not None else None,
+        ):
+            if step is None:
+                continue
             try:
-                self.collector.close()
-            finally:
-                if self._bounds is not None:
-                    self._bounds.stop()
+                step()
+            except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
+                errors.append(as_exception(sys.exc_info()[1]))
+                logger.warning("shutdown: %(error)s", {"error": str(errors[-1])})
+        if failure is None and errors:
+            raise StreamsError(f"shutdown failed: {errors[0]}") from errors[0]
 
     def commit(self) -> None:
         """Commit every task now (the loop calls this every commit interval)."""

@@ -1486,11 +1486,13 @@ def test_runtime_pod_is_locked_down(runtime_manifests: list[Manifest]) -> None:
 
 def test_runtime_probes(helm: Helm, runtime_manifests: list[Manifest]) -> None:
     container = runtime_container(runtime_manifests)
-    metrics = {"path": "/metrics", "port": "metrics"}
-    assert container["startupProbe"]["httpGet"] == metrics
-    assert container["livenessProbe"]["httpGet"] == metrics
-    # The query server wants a token: readiness only checks that it accepts connections.
-    assert container["readinessProbe"]["tcpSocket"] == {"port": "queries"}
+    # The metrics port serves the probes (no token, no TLS), queries or not.
+    live = {"path": "/health/live", "port": "metrics"}
+    ready = {"path": "/health/ready", "port": "metrics"}
+    assert container["startupProbe"]["httpGet"] == live
+    assert container["livenessProbe"]["httpGet"] == live
+    assert container["readinessProbe"]["httpGet"] == ready
+    assert "tcpSocket" not in container["readinessProbe"]
     env = env_of(container)
     assert env["PROGRESS_CONTROL_RUNTIME_METRICS_PORT"]["value"] == "9090"
     assert env["PROGRESS_CONTROL_RUNTIME_METRICS_HOST"]["value"] == "0.0.0.0"  # noqa: S104
@@ -1498,7 +1500,8 @@ def test_runtime_probes(helm: Helm, runtime_manifests: list[Manifest]) -> None:
     without_queries = runtime_container(
         helm.render(*RUNTIME, "--set", "runtime.queries.enabled=false")
     )
-    assert without_queries["readinessProbe"]["httpGet"] == metrics
+    assert without_queries["livenessProbe"]["httpGet"] == live
+    assert without_queries["readinessProbe"]["httpGet"] == ready
     assert [p["name"] for p in without_queries["ports"]] == ["metrics"]
     env = env_of(without_queries)
     assert "PROGRESS_CONTROL_RUNTIME_APPLICATION_SERVER" not in env
@@ -1788,6 +1791,12 @@ def test_helm_test_checks_every_runtime_instance(runtime_manifests: list[Manifes
         "secretKeyRef": {"name": "query-token", "key": "token"}
     }
     assert "PC_TEST_SIDECAR_URLS" not in env
+    # Each instance's probes, on its metrics port, as the kubelet asks them.
+    assert env["PC_TEST_PROBE_URLS"]["value"].split() == [
+        f"http://{RUNTIME_NAME}-{n}.{RUNTIME_NAME}.{NAMESPACE}.svc.cluster.local:9090{path}"
+        for n in range(2)
+        for path in ("/health/live", "/health/ready")
+    ]
 
 
 def test_helm_test_checks_the_sidecars_readiness(full_manifests: list[Manifest]) -> None:
@@ -1884,17 +1893,23 @@ def test_helm_test_script_against_a_real_runtime_and_sidecar(
         assert _plain(app.settings.query_token) == token  # from the rendered env
         runtime_url = f"https://{app.query_endpoint}/health"
         sidecar_url = f"http://127.0.0.1:{sidecar.http.port}/readyz"
+        probe_urls = [
+            f"http://127.0.0.1:{app.metrics_port}/health/{probe}" for probe in ("live", "ready")
+        ]
         passed = _run_check(
             script,
             PC_TEST_TIMEOUT_S="60",
             PC_TEST_RUNTIME_URLS=runtime_url,
             PC_TEST_SIDECAR_URLS=sidecar_url,
+            PC_TEST_PROBE_URLS=" ".join(probe_urls),
             PC_TEST_QUERY_TOKEN=token,
             PC_TEST_CA_FILE=str(cert),
         )
         assert passed.returncode == 0, passed.stdout + passed.stderr
         assert f"ok {runtime_url}" in passed.stdout
         assert f"ok {sidecar_url}" in passed.stdout
+        for url in probe_urls:
+            assert f"ok {url}" in passed.stdout
         refused = _run_check(
             script,
             PC_TEST_TIMEOUT_S="1",

@@ -14,7 +14,10 @@ deadline = time.monotonic() + float(os.environ.get("PC_TEST_TIMEOUT_S", "120"))
 token = os.environ.get("PC_TEST_QUERY_TOKEN", "")
 ca_file = os.environ.get("PC_TEST_CA_FILE") or None
 context = ssl.create_default_context(cafile=ca_file)
-pending = {url: False for url in os.environ.get("PC_TEST_SIDECAR_URLS", "").split()}
+# The sidecars' /readyz and the runtime's /health/live and /health/ready: a 200 is enough.
+plain = os.environ.get("PC_TEST_SIDECAR_URLS", "").split()
+plain += os.environ.get("PC_TEST_PROBE_URLS", "").split()
+pending = dict.fromkeys(plain, False)
 pending |= {url: True for url in os.environ.get("PC_TEST_RUNTIME_URLS", "").split()}
 bad = [url for url in pending if not url.startswith(("http://", "https://"))]
 if bad:

@@ -1,0 +1,159 @@
+"""Liveness and readiness of one instance, for ``/health/live`` and ``/health/ready``.
+
+Kafka Streams leaves probes to its users, who build them from ``KafkaStreams.state()`` and
+thread liveness; this module is that, once:
+
+- **live**: the stream thread is making progress. Its loop beats a :class:`Heartbeat` every
+  turn (and after each task it restores, since restoration runs inside a rebalance callback
+  where the loop does not turn). Live fails once the last beat is older than
+  ``liveness_deadline_ms`` (default ``max(60 s, 3 * max(poll_timeout_ms, commit_interval_ms))``),
+  plus ``restore_timeout_s`` while a task restores (a restore is bounded by that, then fails),
+  and at once in ``ERROR`` or ``NOT_RUNNING``.
+- **ready**: the app is ``RUNNING`` (Kafka Streams' sense: every active task restored and
+  processing, no rebalance in progress) and no active task is restoring. Standby replicas do not
+  gate readiness.
+
+Both answer ``(ok, body)``: ``ok`` maps to 200 or 503, ``body`` is a small JSON object that says
+why.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from streams_runtime.app_state import AppState
+from streams_runtime.record import TaskId
+
+__all__ = ["Heartbeat", "InstanceHealth", "Probe", "TaskView", "serve_metrics_and_health"]
+
+Probe = tuple[bool, dict[str, object]]
+"""A probe's answer: whether it passes (200, else 503) and the JSON body saying why."""
+
+# Once stopped, the thread never beats again: failing live at once lets an orchestrator restart
+# the instance without waiting out the deadline.
+_STOPPED = frozenset({AppState.ERROR, AppState.NOT_RUNNING})
+
+
+class Heartbeat:
+    """When the stream thread last made progress (monotonic seconds; read from any thread)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def beat(self) -> None:
+        with self._lock:
+            self._last = time.monotonic()
+
+    def age_s(self) -> float:
+        """Seconds since the last :meth:`beat` (or since creation)."""
+        with self._lock:
+            return time.monotonic() - self._last
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What the task manager publishes for other threads (replaced, never mutated)."""
+
+    active: frozenset[TaskId]
+    restoring: frozenset[TaskId]
+
+
+class InstanceHealth:
+    """Answers the live and ready probes of one :class:`~streams_runtime.App` from its state,
+    its stream thread's :class:`Heartbeat` and its published tasks."""
+
+    def __init__(
+        self,
+        state: Callable[[], AppState],
+        heartbeat: Heartbeat,
+        tasks: Callable[[], TaskView],
+        *,
+        deadline_s: float,
+        restore_timeout_s: float,
+    ) -> None:
+        self._state = state
+        self._heartbeat = heartbeat
+        self._tasks = tasks
+        self.deadline_s = deadline_s
+        self._restore_timeout_s = restore_timeout_s
+
+    def live(self) -> Probe:
+        state = self._state()
+        tasks = self._tasks()
+        age_s = self._heartbeat.age_s()
+        deadline_s = self.deadline_s + (self._restore_timeout_s if tasks.restoring else 0.0)
+        body: dict[str, object] = {
+            "state": str(state),
+            "loop_idle_ms": round(age_s * 1000),
+            "deadline_ms": round(deadline_s * 1000),
+        }
+        if state in _STOPPED:
+            return False, {"status": "failing", **body, "reason": f"the app is {state}"}
+        if age_s > deadline_s:
+            reason = "the stream thread has not turned its loop within the deadline"
+            return False, {"status": "failing", **body, "reason": reason}
+        return True, {"status": "ok", **body}
+
+    def ready(self) -> Probe:
+        state = self._state()
+        tasks = self._tasks()
+        body: dict[str, object] = {
+            "state": str(state),
+            "active_tasks": len(tasks.active),
+            "restoring_tasks": len(tasks.restoring),
+        }
+        if tasks.restoring:
+            names = ", ".join(str(t) for t in sorted(tasks.restoring))
+            return False, {"status": "not_ready", **body, "reason": f"restoring {names}"}
+        if state != AppState.RUNNING:
+            return False, {"status": "not_ready", **body, "reason": f"the app is {state}"}
+        return True, {"status": "ok", **body}
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # probes every few seconds would flood the log
+
+
+def serve_metrics_and_health(
+    host: str, port: int, registry: CollectorRegistry, health: InstanceHealth
+) -> WSGIServer:
+    """Prometheus' ``/metrics`` plus ``/health/live`` and ``/health/ready`` on one port, served
+    by a daemon thread (what ``prometheus_client.start_http_server`` does, with the probes
+    added: the metrics port needs no token and never serves TLS, so probes always reach it)."""
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        probe = {"/health/live": health.live, "/health/ready": health.ready}.get(
+            environ.get("PATH_INFO", "")
+        )
+        if probe is None:
+            answer: Iterable[bytes] = metrics_app(environ, start_response)
+            return answer
+        ok, body = probe()
+        data = json.dumps(body).encode()
+        status = "200 OK" if ok else "503 Service Unavailable"
+        start_response(
+            status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        )
+        return [data]
+
+    family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)[0][0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    server = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="streams-metrics", daemon=True).start()
+    return server
