@@ -77,7 +77,6 @@ class App:
             self._heartbeat,
             self._task_view,
             deadline_s=self.settings.liveness_deadline_s,
-            restore_timeout_s=self.settings.restore_timeout_s,
         )
         """``/health/live`` and ``/health/ready`` (:mod:`streams_runtime.health`)."""
         self.replicator: Replicator | None = None

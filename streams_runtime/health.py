@@ -4,10 +4,9 @@ Kafka Streams leaves probes to its users, who build them from ``KafkaStreams.sta
 thread liveness; this module is that, once:
 
 - **live**: the stream thread is making progress. Its loop beats a :class:`Heartbeat` every
-  turn (and after each task it restores, since restoration runs inside a rebalance callback
-  where the loop does not turn). Live fails once the last beat is older than
+  turn (restoration runs beside the loop, :mod:`streams_runtime.state_updater`, so it turns
+  while stores restore too). Live fails once the last beat is older than
   ``liveness_deadline_ms`` (default ``max(60 s, 3 * max(poll_timeout_ms, commit_interval_ms))``),
-  plus ``restore_timeout_s`` while a task restores (a restore is bounded by that, then fails),
   and at once in ``ERROR`` or ``NOT_RUNNING``.
 - **ready**: the app is ``RUNNING`` (Kafka Streams' sense: every active task restored and
   processing, no rebalance in progress) and no active task is restoring. Standby replicas do not
@@ -80,19 +79,16 @@ class InstanceHealth:
         tasks: Callable[[], TaskView],
         *,
         deadline_s: float,
-        restore_timeout_s: float,
     ) -> None:
         self._state = state
         self._heartbeat = heartbeat
         self._tasks = tasks
         self.deadline_s = deadline_s
-        self._restore_timeout_s = restore_timeout_s
 
     def live(self) -> Probe:
         state = self._state()
-        tasks = self._tasks()
         age_s = self._heartbeat.age_s()
-        deadline_s = self.deadline_s + (self._restore_timeout_s if tasks.restoring else 0.0)
+        deadline_s = self.deadline_s
         body: dict[str, object] = {
             "state": str(state),
             "loop_idle_ms": round(age_s * 1000),

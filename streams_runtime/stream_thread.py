@@ -79,8 +79,7 @@ class StreamThread:
         # ``KafkaError``, see :func:`~streams_runtime.errors.as_exception`).
         self._callback_error: BaseException | None = None
         self.heartbeat = heartbeat or Heartbeat()
-        """Beaten every loop turn and after every restored task (``/health/live``)."""
-        self._assignment_listener: Callable[[], None] | None = None
+        """Beaten every loop turn (``/health/live``)."""
         self._trust = ControlRecordValidator(settings.trust_policy())
         # The runtime's own topics carry its own ticks: they verify with its own key.
         self._internal_trust = ControlRecordValidator(settings.internal_trust_policy())
@@ -123,7 +122,6 @@ class StreamThread:
             ),
             cooperative=config["partition.assignment.strategy"] == "cooperative-sticky",
         )
-        self.task_manager.assignment_listener = self._tasks_changed
         # Ticks follow the committed bounds of every task writing a topic, read back by a thread
         # of their own (:mod:`streams_runtime.progress`).
         self._bounds: CommittedBounds | None = None
@@ -178,18 +176,11 @@ class StreamThread:
     def assignment_listener(self) -> Callable[[], None] | None:
         """Called (on this thread) whenever :attr:`active_tasks` or :attr:`restoring_tasks`
         change; must not block."""
-        return self._assignment_listener
+        return self.task_manager.assignment_listener
 
     @assignment_listener.setter
     def assignment_listener(self, listener: Callable[[], None] | None) -> None:
-        self._assignment_listener = listener
-
-    def _tasks_changed(self) -> None:
-        # Tasks restore inside a rebalance callback, where the loop does not turn: each
-        # restored task is progress too.
-        self.heartbeat.beat()
-        if self._assignment_listener is not None:
-            self._assignment_listener()
+        self.task_manager.assignment_listener = listener
 
     @property
     def warm_stores(self) -> WarmStores | None:
@@ -234,7 +225,7 @@ class StreamThread:
                     messages = self.consumer.consume(
                         _FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s
                     )
-                    self._raise_callback_error()
+                    self._after_consume()
                     if messages:
                         self._route(messages)
                     for task in list(self.tasks.values()):
@@ -310,6 +301,13 @@ class StreamThread:
             callback(consumer, partitions)
         except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
             self._callback_error = as_exception(sys.exc_info()[1])
+
+    def _after_consume(self) -> None:
+        """A rebalance callback's failure is raised here; tasks whose stores finished
+        restoring start processing (RUNNING once none is left restoring)."""
+        self._raise_callback_error()
+        if self.task_manager.finish_restores() and not self.restoring_tasks:
+            self._set_state(AppState.RUNNING)
 
     def _raise_callback_error(self) -> None:
         error, self._callback_error = self._callback_error, None

@@ -4,6 +4,7 @@ KIP-695 lag-gated idling deciding when an empty input may be passed over."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -114,6 +115,7 @@ class StreamTask:
         # Bounds (see :mod:`streams_runtime.progress`): the floor restored from the last commit,
         # and those in this task's own last commit.
         self._bound_floor: dict[str, int] = {}
+        self._warm: Mapping[str, WarmStore] | None = None
         self.committed_bounds: dict[str, int] = {}
         self.last_data_at = time.monotonic()
         label = str(task_id)
@@ -173,9 +175,18 @@ class StreamTask:
         committed: Mapping[TopicPartitionId, tuple[int, str | None]],
         warm_stores: WarmStores | None = None,
     ) -> None:
-        """Restore partition times from commit metadata and stores from their changelogs (never
-        beyond the committed input position; from a local standby's copy and the changelogs'
-        tails where ``warm_stores`` has one), then create the processors."""
+        """:meth:`prepare`, :meth:`restore` and :meth:`start_processing` in one go."""
+        self.prepare(committed, warm_stores)
+        self.restore()
+        self.start_processing()
+
+    def prepare(
+        self,
+        committed: Mapping[TopicPartitionId, tuple[int, str | None]],
+        warm_stores: WarmStores | None = None,
+    ) -> None:
+        """Restore partition times and bounds from commit metadata, and take the local standby
+        copies :meth:`restore` starts from (``warm_stores``; on the stream thread)."""
         restored = []
         for tp in self.inputs:
             offset, metadata = committed.get(tp, (-1, None))
@@ -186,12 +197,26 @@ class StreamTask:
                 self.group.set_partition_time(tp, restored[-1].partition_time)
         # Whoever committed last promised these; resuming from that commit keeps the promise.
         self._bound_floor = self.committed_bounds = merged_bounds(m.bounds for m in restored)
-        warm = warm_stores(self.id, self.committed) if warm_stores is not None else None
+        self._warm = warm_stores(self.id, self.committed) if warm_stores is not None else None
+
+    def restore(self, cancelled: threading.Event | None = None) -> None:
+        """Restore the stores from their changelogs, never beyond the committed input position,
+        from a local standby's copy and the changelogs' tails where :meth:`prepare` found one.
+        May run on another thread than the task's (nothing else touches the task meanwhile);
+        gives up with :class:`~streams_runtime.state.RestoreCancelledError` once ``cancelled``
+        is set."""
         result = self.state.restore(
-            self.committed, timeout_s=self._settings.restore_timeout_s, warm=warm
+            self.committed,
+            timeout_s=self._settings.restore_timeout_s,
+            warm=self._warm,
+            cancelled=cancelled,
         )
+        self._warm = None
         self._metrics.restored_records("changelog").inc(result.records_applied)
         self._metrics.restored_records("standby").inc(result.records_from_standby)
+
+    def start_processing(self) -> None:
+        """Create the processors over the restored stores."""
         self._sources, self._processors = self.subtopology.instantiate()
         partition = self.id.partition
         self._routes = {

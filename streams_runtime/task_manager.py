@@ -18,6 +18,7 @@ from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.repartition_purge import RepartitionPurger
 from streams_runtime.settings import RuntimeSettings
+from streams_runtime.state_updater import StateUpdater
 from streams_runtime.task import StreamTask, WarmStores
 from streams_runtime.topology import Topology
 
@@ -59,12 +60,20 @@ class TaskManager:
         )
         self.tasks: dict[TaskId, StreamTask] = {}
         self._task_of: dict[TopicPartitionId, StreamTask] = {}
+        # Tasks whose stores restore on the updater's thread, with their inputs' committed
+        # offsets (where processing starts once restored); their inputs stay paused.
+        self._restoring: dict[TaskId, dict[TopicPartitionId, int]] = {}
+        self._updater = StateUpdater("streams-restore")
         # Read by other threads (membership, interactive queries): replaced, never mutated.
         self.active_tasks: frozenset[TaskId] = frozenset()
         self.restoring_tasks: frozenset[TaskId] = frozenset()
-        self.restoring_task: StreamTask | None = None
         self.assignment_listener: Callable[[], None] | None = None
         self.warm_stores: WarmStores | None = None
+
+    @property
+    def restoring_task(self) -> StreamTask | None:
+        """The task whose stores are restoring right now (readable, stale, by queries)."""
+        return self._updater.current
 
     def task_of(self, tp: TopicPartitionId) -> StreamTask | None:
         """The task reading ``tp``; None when not all of its task's inputs are assigned yet."""
@@ -110,12 +119,15 @@ class TaskManager:
                 task.close()
             self.tasks.clear()
             self._task_of.clear()
-            self._publish_tasks(restoring=set())
+            self._restoring.clear()
+            for task in self._updater.stop():
+                task.close()
+            self._publish_tasks()
 
     def handle_lost_all(self) -> None:
         """After :class:`TaskMigratedError`: close every task without a commit (another member
         may own it already) and start a new producer; the thread then rejoins the group."""
-        self._close_tasks(list(self.tasks.values()))
+        self._close_tasks(list(self.tasks.values()), list(self._restoring))
         self._collector.reset_producer()
 
     def _rewind_all(self) -> None:
@@ -123,7 +135,31 @@ class TaskManager:
         changelogs."""
         tps = [tp for task in self.tasks.values() for tp in task.inputs]
         self._close_tasks(list(self.tasks.values()))
-        self._create_tasks(tps, seek=True)
+        self._create_tasks(tps)
+
+    def finish_restores(self) -> bool:
+        """Start processing the tasks whose stores finished restoring (the stream thread
+        calls this every loop turn); raises the first restore that failed. Whether a task
+        started."""
+        done = self._updater.drain()
+        failure: BaseException | None = None
+        for task, error in done:
+            offsets = self._restoring.pop(task.id)
+            if error is not None:
+                task.close()
+                failure = failure or error
+                continue
+            task.start_processing()
+            self.tasks[task.id] = task
+            for tp, offset in offsets.items():
+                self._task_of[tp] = task
+                self._partitions.start(tp, offset, seek=True)
+        if done:
+            self._metrics.tasks.set(len(self.tasks))
+            self._publish_tasks()
+        if failure is not None:
+            raise StreamsError(f"restore failed: {failure}") from failure
+        return bool(done)
 
     # -- rebalances -------------------------------------------------------------------------
 
@@ -135,7 +171,7 @@ class TaskManager:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        self._create_tasks(new, seek=False)
+        self._create_tasks(new)
         logger.info(
             "assigned %(partitions)d partitions; %(tasks)d tasks",
             {"partitions": len(partitions), "tasks": len(self.tasks)},
@@ -163,11 +199,13 @@ class TaskManager:
                 rewind = True
         # Looked up again: an aborted commit has already recreated every task.
         affected = [t for t in self.tasks.values() if revoked.intersection(t.inputs)]
-        self._close_tasks(list(self.tasks.values()) if rewind else affected)
+        self._close_tasks(
+            list(self.tasks.values()) if rewind else affected, self._restoring_of(revoked)
+        )
         self._partitions.forget(revoked)
         self._unassign(consumer, partitions)
         if rewind:
-            self._create_tasks(sorted(self._partitions.assigned), seek=True)
+            self._create_tasks(sorted(self._partitions.assigned))
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Another member may own these already: no commit, and an open transaction would be
@@ -175,14 +213,12 @@ class TaskManager:
         logger.warning("lost %(partitions)d partitions", {"partitions": len(partitions)})
         lost = {TopicPartitionId(p.topic, p.partition) for p in partitions}
         discarded_all = self._strategy.abort()
-        if discarded_all:
-            self._close_tasks(list(self.tasks.values()))
-        else:
-            self._close_tasks([t for t in self.tasks.values() if lost.intersection(t.inputs)])
+        affected = [t for t in self.tasks.values() if discarded_all or lost.intersection(t.inputs)]
+        self._close_tasks(affected, self._restoring_of(lost))
         self._partitions.forget(lost)
         self._unassign(consumer, partitions)
         if discarded_all:
-            self._create_tasks(sorted(self._partitions.assigned), seek=True)
+            self._create_tasks(sorted(self._partitions.assigned))
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._cooperative:
@@ -192,14 +228,17 @@ class TaskManager:
 
     # -- task lifecycle ---------------------------------------------------------------------
 
-    def _create_tasks(self, partitions: Sequence[TopicPartitionId], *, seek: bool) -> None:
+    def _create_tasks(self, partitions: Sequence[TopicPartitionId]) -> None:
+        """Create the tasks all of whose inputs are assigned now; their stores restore on the
+        updater's thread while their inputs stay paused (:meth:`finish_restores` starts them at
+        their committed offsets)."""
         wanted: set[TaskId] = set()
         for tp in partitions:
             sub = self._topology.subtopology_of(tp.topic)
             wanted.add(TaskId(sub.id, tp.partition))
         ready = []
         for task_id in sorted(wanted):
-            if task_id in self.tasks:
+            if task_id in self.tasks or task_id in self._restoring:
                 continue
             sub = self._topology.subtopologies[task_id.subtopology]
             inputs = [TopicPartitionId(t, task_id.partition) for t in sub.source_topics]
@@ -208,7 +247,6 @@ class TaskManager:
             ready.append((task_id, sub, inputs))
         if not ready:
             return
-        self._publish_tasks(restoring={task_id for task_id, _, _ in ready})
         all_inputs = [
             TopicPartition(tp.topic, tp.partition) for _, _, inputs in ready for tp in inputs
         ]
@@ -226,33 +264,32 @@ class TaskManager:
                 bad_records=self._bad_records,
                 lag=self._partitions.lag,
             )
-            self.restoring_task = task
-            try:
-                task.initialize(committed, self.warm_stores)
-            except BaseException:
-                self._publish_tasks(restoring=set())
-                raise
-            finally:
-                self.restoring_task = None
-            self.tasks[task_id] = task
-            for tp in inputs:
-                self._task_of[tp] = task
-                self._partitions.start(tp, committed[tp][0], seek=seek)
-            self._publish_tasks(restoring=set(self.restoring_tasks) - {task_id})
-        self._metrics.tasks.set(len(self.tasks))
+            task.prepare(committed, self.warm_stores)
+            self._partitions.pause(inputs)
+            self._restoring[task_id] = {tp: committed[tp][0] for tp in inputs}
+            self._updater.add(task)
+        self._publish_tasks()
 
-    def _close_tasks(self, tasks: list[StreamTask]) -> None:
+    def _restoring_of(self, partitions: set[TopicPartitionId]) -> list[TaskId]:
+        return [i for i, inputs in self._restoring.items() if partitions.intersection(inputs)]
+
+    def _close_tasks(self, tasks: list[StreamTask], restoring: Sequence[TaskId] = ()) -> None:
+        """Close ``tasks`` and stop the restores of ``restoring`` (given up, waited for)."""
         for task in tasks:
             task.close()
             self.tasks.pop(task.id, None)
             for tp in task.inputs:
                 self._task_of.pop(tp, None)
+        for task_id in restoring:
+            del self._restoring[task_id]
+            stopped = self._updater.remove(task_id)
+            if stopped is not None:
+                stopped.close()
         self._metrics.tasks.set(len(self.tasks))
         self._publish_tasks()
 
-    def _publish_tasks(self, restoring: set[TaskId] | None = None) -> None:
-        if restoring is not None:
-            self.restoring_tasks = frozenset(restoring)
+    def _publish_tasks(self) -> None:
+        self.restoring_tasks = frozenset(self._restoring)
         self.active_tasks = frozenset(self.tasks)
         if self.assignment_listener is not None:
             self.assignment_listener()

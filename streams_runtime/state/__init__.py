@@ -36,6 +36,7 @@ from streams_runtime.state.engines import (
 )
 from streams_runtime.state.manager import TaskStateManager
 from streams_runtime.state.restore import (
+    RestoreCancelledError,
     RestoreError,
     RestoreResult,
     RestoreTimeoutError,
@@ -56,6 +57,7 @@ __all__ = [
     "KeyValueEngine",
     "KeyValueStore",
     "RecordSink",
+    "RestoreCancelledError",
     "RestoreError",
     "RestoreResult",
     "RestoreTimeoutError",

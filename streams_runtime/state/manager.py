@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -181,6 +182,7 @@ class TaskStateManager:
         committed_inputs: Mapping[TopicPartitionId, int],
         timeout_s: float = 300,
         warm: Mapping[str, WarmStore] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> RestoreResult:
         """Bring every store to the committed input position ``committed_inputs`` (next offset to
         consume per input partition) from local state and the changelogs.
@@ -188,8 +190,9 @@ class TaskStateManager:
         A store with an entry in ``warm`` (and no usable checkpoint) starts from that copy and
         reads the changelog from its offset on, with the same skip rules as a full restore.
 
-        Raises :class:`RestoreError` when a changelog cannot be read and
-        :class:`RestoreTimeoutError` after ``timeout_s``; the manager should then be closed.
+        Raises :class:`RestoreError` when a changelog cannot be read,
+        :class:`RestoreTimeoutError` after ``timeout_s`` and :class:`RestoreCancelledError` once
+        ``cancelled`` is set; the manager should then be closed.
         """
         self._check_open()
         if self._restored:
@@ -225,7 +228,9 @@ class TaskStateManager:
                     result=result,
                     skipped=skipped,
                 )
-                self._pending_corrections = restorer.run(consumer, starts, watermarks, deadline)
+                self._pending_corrections = restorer.run(
+                    consumer, starts, watermarks, deadline, cancelled
+                )
         finally:
             if consumer is not None:
                 consumer.close()

@@ -23,6 +23,7 @@ partitions into its stores without ever getting ahead of the committed input (DE
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from streams_runtime.state.stores import KeyValueStore, SessionStore
 __all__ = [
     "ChangelogRestorer",
     "Correction",
+    "RestoreCancelledError",
     "RestoreError",
     "RestoreResult",
     "RestoreTimeoutError",
@@ -69,6 +71,10 @@ class RestoreError(RuntimeError):
 
 class RestoreTimeoutError(RestoreError, TimeoutError):
     """Restore did not reach the end of every changelog partition in time."""
+
+
+class RestoreCancelledError(RestoreError):
+    """The task was revoked (or the thread stops) while it restored: the restore gave up."""
 
 
 @dataclass
@@ -281,9 +287,12 @@ class ChangelogRestorer:
         starts: Mapping[TopicPartitionId, int],
         watermarks: Mapping[TopicPartitionId, tuple[int, int]],
         deadline: float,
+        cancelled: threading.Event | None = None,
     ) -> list[Correction]:
         """Read every changelog partition from ``starts`` to the high watermark captured in
-        ``watermarks``; sets ``result.end_offsets`` and returns the corrections to log."""
+        ``watermarks``; sets ``result.end_offsets`` and returns the corrections to log. Gives
+        up with :class:`RestoreCancelledError` once ``cancelled`` is set (checked between
+        batches)."""
         progress = _RestoreProgress(
             ends={tp: high for tp, (_low, high) in watermarks.items()},
             next_offsets=dict(starts),
@@ -295,6 +304,8 @@ class ChangelogRestorer:
                 [TopicPartition(tp.topic, tp.partition, starts[tp]) for tp in progress.remaining]
             )
         while progress.remaining:
+            if cancelled is not None and cancelled.is_set():
+                raise RestoreCancelledError(f"task {self.task_id}: restore cancelled")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RestoreTimeoutError(

@@ -19,7 +19,7 @@ from streams_runtime.record import TaskId
 from streams_runtime.serdes import Json, String
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.task_manager import TaskManager
-from tests.helpers import unique_name
+from tests.helpers import unique_name, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -79,6 +79,16 @@ def manager_for(
         collector.close()
 
 
+def _started(manager: TaskManager) -> None:
+    """Wait for the tasks' stores to restore and start the tasks (the stream thread's job)."""
+
+    def started() -> bool:
+        manager.finish_restores()
+        return not manager.restoring_tasks
+
+    wait_for(started, timeout_s=30, message="every task restored")
+
+
 @pytest.mark.parametrize("failing", [False, True])
 def test_a_failed_commit_on_revocation_restarts_every_task(
     failing: bool, manager_for: Callable[[bool], tuple[TaskManager, Consumer, str]]
@@ -86,9 +96,11 @@ def test_a_failed_commit_on_revocation_restarts_every_task(
     manager, consumer, source = manager_for(failing)
     both = [TopicPartition(source, 0), TopicPartition(source, 1)]
     manager.on_assign(consumer, both)
+    _started(manager)
     consumer.consume(10, 1.0)  # fetching, as partitions are when a rebalance revokes some
     kept = manager.tasks[TaskId(0, 1)]
     manager.on_revoke(consumer, both[:1])
+    _started(manager)
     assert set(manager.tasks) == {TaskId(0, 1)}
     # A commit that went through leaves the other task as it was; one that failed may have lost
     # that task's output too, so it starts again from the last commit.
