@@ -25,12 +25,18 @@ Modules, each importing only those below it: ``builder`` (the entry point) > ``s
 """
 
 from streams_runtime.dsl.builder import StreamsBuilder
-from streams_runtime.dsl.grouped import GroupedStream, SessionWindowedStream, TimeWindowedStream
+from streams_runtime.dsl.grouped import (
+    GroupedStream,
+    GroupedTable,
+    SessionWindowedStream,
+    TimeWindowedStream,
+)
 from streams_runtime.dsl.stream import Stream
 from streams_runtime.dsl.table import Suppressed, Table, WindowedTable, until_window_closes
 
 __all__ = [
     "GroupedStream",
+    "GroupedTable",
     "SessionWindowedStream",
     "Stream",
     "StreamsBuilder",
