@@ -11,6 +11,7 @@ from streams_runtime.app_state import AppState
 from streams_runtime.cluster.membership import LagInfo
 from streams_runtime.dsl import (
     GroupedStream,
+    GroupedTable,
     SessionWindowedStream,
     Stream,
     StreamsBuilder,
@@ -39,6 +40,7 @@ __all__ = [
     "BadRecordError",
     "BadRecordPolicy",
     "GroupedStream",
+    "GroupedTable",
     "JoinWindows",
     "KeyQueryMetadata",
     "LagInfo",

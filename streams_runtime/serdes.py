@@ -16,6 +16,8 @@ from streams_runtime.windowed import Windowed
 
 __all__ = [
     "Bytes",
+    "Change",
+    "ChangedSerde",
     "Float",
     "Integer",
     "Json",
@@ -227,3 +229,75 @@ class ValueAndTimestamp(NamedTuple):
             )
         (timestamp,) = _TIMESTAMP.unpack_from(data)
         return cls(data[_TIMESTAMP.size :], timestamp)
+
+
+class Change(NamedTuple, Generic[T]):
+    """A table update on its way to a grouped table's aggregation: the row's new value and its
+    old one, ``None`` for none (Kafka Streams' ``Change``)."""
+
+    new_value: T | None
+    old_value: T | None
+
+
+def _write_varint(value: int) -> bytes:
+    """Kafka's ``ByteUtils.writeVarint``: zig-zag, then 7 bits a byte, low bits first."""
+    encoded = (value << 1) ^ (value >> 31)
+    out = bytearray()
+    while encoded & ~0x7F:
+        out.append((encoded & 0x7F) | 0x80)
+        encoded >>= 7
+    out.append(encoded)
+    return bytes(out)
+
+
+def _read_varint(data: bytes) -> tuple[int, int]:
+    """Kafka's ``ByteUtils.readVarint``: the value and the number of bytes it took."""
+    encoded = shift = 0
+    for index, byte in enumerate(data[:5]):
+        encoded |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (encoded >> 1) ^ -(encoded & 1), index + 1
+        shift += 7
+    raise SerializationError("a varint of more than 5 bytes")
+
+
+class ChangedSerde(Generic[T]):
+    """A :class:`Change` on a grouped table's repartition topic, in Kafka Streams 4.x's format
+    (``ChangedSerializer``, KIP-904): the inner serde's bytes of the old value then a flag 0,
+    of the new value then 1, or, with both, the new value's length (varint), the new value, the
+    old value and 2. A change without either value cannot be written, as in Kafka Streams."""
+
+    def __init__(self, inner: Serde[T]) -> None:
+        self.inner = inner
+
+    def serialize(self, value: Change[T] | None) -> bytes | None:
+        if value is None:
+            return None
+        new = None if value.new_value is None else self.inner.serialize(value.new_value)
+        old = None if value.old_value is None else self.inner.serialize(value.old_value)
+        if new is not None and old is not None:
+            return _write_varint(len(new)) + new + old + b"\x02"
+        if new is not None:
+            return new + b"\x01"
+        if old is not None:
+            return old + b"\x00"
+        raise SerializationError("a change without a new or an old value")
+
+    def deserialize(self, data: bytes | None) -> Change[T] | None:
+        if data is None:
+            return None
+        if not data:
+            raise SerializationError("a change has at least its flag byte")
+        flag, body = data[-1], data[:-1]
+        # Flags 3-5 (Kafka Streams' versioned tables) carry an is-latest byte before the flag.
+        if flag in (3, 4, 5):
+            flag, body = flag - 3, body[:-1]
+        if flag == 0:
+            return Change(None, self.inner.deserialize(body))
+        if flag == 1:
+            return Change(self.inner.deserialize(body), None)
+        if flag == 2:
+            length, start = _read_varint(body)
+            new, old = body[start : start + length], body[start + length :]
+            return Change(self.inner.deserialize(new), self.inner.deserialize(old))
+        raise SerializationError(f"unknown change encoding flag {flag}")

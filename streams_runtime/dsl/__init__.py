@@ -15,22 +15,29 @@ processors from them.
         .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "clicks": n}))
         .to("sessions"))
 
-Tables (``builder.table(topic)``, and ``group_by_key()`` followed by ``count``, ``reduce`` or
-``aggregate``) are materialised in changelog-backed key-value stores and emit on change
-(KIP-557): an update with the same serialized value as stored and a strictly newer timestamp is
-dropped and counted; see :func:`streams_runtime.processors.is_idempotent_update`.
+Tables (``builder.table(topic)``, and ``group_by_key()`` or ``Table.group_by(selector)`` followed
+by ``count``, ``reduce`` or ``aggregate``) are materialised in changelog-backed key-value stores
+and emit on change (KIP-557): an update with the same serialized value as stored and a strictly
+newer timestamp is dropped and counted; see :func:`streams_runtime.processors.is_idempotent_update`.
 
 Modules, each importing only those below it: ``builder`` (the entry point) > ``stream`` >
-``grouped`` > ``table`` (whose ``to_stream`` imports ``stream`` when called).
+``grouped`` > ``table`` (whose ``to_stream`` and ``group_by`` import ``stream`` and ``grouped``
+when called).
 """
 
 from streams_runtime.dsl.builder import StreamsBuilder
-from streams_runtime.dsl.grouped import GroupedStream, SessionWindowedStream, TimeWindowedStream
+from streams_runtime.dsl.grouped import (
+    GroupedStream,
+    GroupedTable,
+    SessionWindowedStream,
+    TimeWindowedStream,
+)
 from streams_runtime.dsl.stream import Stream
 from streams_runtime.dsl.table import Suppressed, Table, WindowedTable, until_window_closes
 
 __all__ = [
     "GroupedStream",
+    "GroupedTable",
     "SessionWindowedStream",
     "Stream",
     "StreamsBuilder",

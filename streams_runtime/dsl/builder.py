@@ -7,7 +7,7 @@ from typing import Any
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.stream import Stream
-from streams_runtime.dsl.table import Table
+from streams_runtime.dsl.table import Table, _SourceSupplier
 from streams_runtime.serdes import Json, Serde
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import QueryableStore, Topology, TopologyBuilder, TopologyError
@@ -59,7 +59,11 @@ class StreamsBuilder:
         Emit-on-change (KIP-557): an update whose serialized value equals the stored one and
         whose timestamp is strictly newer is stored but not forwarded, and counted in
         ``streams_idempotent_update_skip_total``; a changed value, or the same value with an
-        equal or older timestamp, is stored and forwarded."""
+        equal or older timestamp, is stored and forwarded.
+
+        Only with ``store_name`` is the table queryable in Kafka Streams' sense
+        (``Materialized.as``), which decides whether filters on it send old values (see
+        :meth:`Table.filter`)."""
         ks, vs = key_serde or self.default_key_serde, value_serde or self.default_value_serde
         source = self._graph.source((topic,), ks, vs)
         store = store_name or self._graph.name("KTABLE-SOURCE-STORE")
@@ -71,7 +75,10 @@ class StreamsBuilder:
             stores=(spec,),
         )
         self._graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
-        return Table(self, node, ks, vs, store_name=store, store_value_serde=vs)
+        # Kafka Streams materialises a source table only when asked: by a store name
+        # (Materialized.as), by a join reading it, or by a table needing its old values.
+        supplier = _SourceSupplier(queryable=store_name is not None)
+        return Table(self, node, ks, vs, store_name=store, store_value_serde=vs, supplier=supplier)
 
     def build(self, application_id: str) -> Topology:
         """Resolve internal topic names and split the graph into sub-topologies."""

@@ -1,5 +1,5 @@
 """Grouped streams: aggregations into tables, and session-, time- and sliding-windowed
-aggregations."""
+aggregations; grouped tables (``Table.group_by``): aggregations that subtract as well as add."""
 
 from __future__ import annotations
 
@@ -7,16 +7,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streams_runtime import processors as p
-from streams_runtime.dsl.table import Table, WindowedTable
-from streams_runtime.serdes import Integer, Serde, ValueAndTimestamp
+from streams_runtime.dsl.table import Table, WindowedTable, _AggregateSupplier
+from streams_runtime.serdes import ChangedSerde, Integer, Serde, ValueAndTimestamp
 from streams_runtime.state import StoreSpec
-from streams_runtime.topology import QueryableStore
+from streams_runtime.topology import Node, QueryableStore
 from streams_runtime.windows import SessionWindows, SlidingWindows, TimeWindows
 
 if TYPE_CHECKING:
+    from streams_runtime.dsl.builder import StreamsBuilder
     from streams_runtime.dsl.stream import Stream
 
-__all__ = ["GroupedStream", "SessionWindowedStream", "TimeWindowedStream"]
+__all__ = ["GroupedStream", "GroupedTable", "SessionWindowedStream", "TimeWindowedStream"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -27,6 +28,10 @@ A = TypeVar("A")
 
 def _count(_key: object, _value: object, total: int) -> int:
     return total + 1
+
+
+def _uncount(_key: object, _value: object, total: int) -> int:
+    return total - 1
 
 
 def _reducing(reducer: Callable[[V, V], V]) -> Callable[[Any, V, V | None], V]:
@@ -179,6 +184,100 @@ class SessionWindowedStream(Generic[K, V]):
         )
         builder._graph.add_queryable(QueryableStore(store, "session", ks, vs))
         return WindowedTable(builder, node, ks, vs, windows)
+
+
+class GroupedTable(Generic[K, V]):
+    """A table regrouped by :meth:`Table.group_by`, ready for an aggregation (Kafka Streams'
+    ``KGroupedTable``). Each aggregation gets the row updates through its own repartition topic
+    ``<application.id>-<store>-repartition`` (``KTABLE-AGGREGATE-STATE-STORE-...-repartition``
+    when unnamed), as :class:`~streams_runtime.serdes.Change` values in Kafka Streams' format,
+    and keeps its table in a changelogged key-value store."""
+
+    def __init__(
+        self, builder: StreamsBuilder, node: Node, key_serde: Serde[Any], value_serde: Serde[Any]
+    ) -> None:
+        self._builder = builder
+        self._node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def count(self, *, name: str | None = None) -> Table[K, int]:
+        """Rows per key, as a table (values serialized with :class:`Integer`); a key whose rows
+        all left counts 0. See :meth:`aggregate`."""
+        return self.aggregate(lambda: 0, _count, _uncount, value_serde=Integer(), name=name)
+
+    def reduce(
+        self,
+        adder: Callable[[V, V], V],
+        subtractor: Callable[[V, V], V],
+        *,
+        name: str | None = None,
+    ) -> Table[K, V]:
+        """Combine the values of each key's rows: a row's new value with ``adder(aggregate,
+        value)`` (the first is the aggregate as it is), its old one taken out with
+        ``subtractor(aggregate, value)``. See :meth:`aggregate`."""
+        return self.aggregate(
+            lambda: None,
+            _reducing(adder),
+            lambda _key, value, aggregate: subtractor(aggregate, value),
+            value_serde=self.value_serde,
+            name=name,
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], A],
+        adder: Callable[[K, V, A], A],
+        subtractor: Callable[[K, V, A], A],
+        *,
+        value_serde: Serde[A] | None = None,
+        name: str | None = None,
+    ) -> Table[K, A]:
+        """Aggregate the rows of each key, as a table: per update, ``subtractor(key, old value,
+        aggregate)`` takes the row's old value out of its old key's aggregate, then ``adder(key,
+        new value, aggregate)`` adds its new value to its new key's (starting from
+        ``initializer()``); both in one step when the key stayed. An aggregate of ``None``
+        deletes the key.
+
+        The table lives in the key-value store ``name`` (auto-named otherwise); an update is
+        stamped with the row update's timestamp, or the aggregate's when later, and emits on
+        change (KIP-557), as :meth:`GroupedStream.aggregate`."""
+        graph = self._builder._graph
+        store = name or graph.name("KTABLE-AGGREGATE-STATE-STORE")
+        ks, vs = self.key_serde, value_serde or self._builder.default_value_serde
+        changes = ChangedSerde(self.value_serde)
+        topic = f"{store}-repartition"
+        graph.add(
+            "KSTREAM-SINK",
+            lambda: p.SinkProcessor(topic, ks, changes, internal=True),
+            [self._node],
+            sink_topic=topic,
+            internal_topic=True,
+        )
+        source = graph.source((topic,), ks, changes, internal=True)
+        node = graph.add(
+            "KTABLE-AGGREGATE",
+            lambda: p.TableChangeAggregateProcessor(
+                store,
+                ks,
+                vs,
+                initializer=initializer,
+                aggregator=adder,
+                subtractor=subtractor,
+            ),
+            [source],
+            stores=(StoreSpec(name=store, kind="key_value"),),
+        )
+        graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
+        return Table(
+            self._builder,
+            node,
+            ks,
+            vs,
+            store_name=store,
+            store_value_serde=vs,
+            supplier=_AggregateSupplier(),
+        )
 
 
 class _StoredAggregate:

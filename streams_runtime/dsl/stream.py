@@ -334,6 +334,7 @@ class Stream(Generic[K, V]):
         value_serde: Serde[Any] | None,
     ) -> Stream[K, Any]:
         stream: Stream[Any, Any] = self.repartition() if self._key_changed else self
+        table._materialize()
         store, ks, tvs = table.store_name, table.key_serde, table.store_value_serde
         getter = table.value_getter
         node = stream._builder._graph.add(

@@ -4,6 +4,7 @@
   and how **progress** flows through the graph (read this first);
 - :mod:`~streams_runtime.processors.stateless`: source, sink, and the stateless transforms;
 - :mod:`~streams_runtime.processors.tables`: tables, emit-on-change and the stream-table join;
+  :mod:`~streams_runtime.processors.grouped_tables`: a table regrouped and aggregated;
 - :mod:`~streams_runtime.processors.windowed_aggregate`: what every windowed aggregation shares
   (observed stream time, progress hold), and :mod:`~streams_runtime.processors.retention`
   the purge of expired windows they and the joins use;
@@ -17,6 +18,10 @@ from streams_runtime.processors.base import (
     KeyedStoreProcessor,
     Processor,
     ProcessorContext,
+)
+from streams_runtime.processors.grouped_tables import (
+    TableChangeAggregateProcessor,
+    TableRepartitionMapProcessor,
 )
 from streams_runtime.processors.joins import JoinState, StreamStreamJoinProcessor
 from streams_runtime.processors.sessions import SessionAggregateProcessor, SuppressProcessor
@@ -62,8 +67,10 @@ __all__ = [
     "StreamTableJoinProcessor",
     "SuppressProcessor",
     "TableAggregateProcessor",
+    "TableChangeAggregateProcessor",
     "TableFilterProcessor",
     "TableMapValuesProcessor",
+    "TableRepartitionMapProcessor",
     "TableSourceProcessor",
     "TimeWindowAggregateProcessor",
     "TimestampedTableStore",

@@ -1,10 +1,12 @@
 """Table processors (Kafka Streams' ``KTableSource``, ``KStreamAggregate``, ``KTableFilter``,
-``KTableMapValues``, ``KStreamKTableJoin``) and the timestamped store they keep tables in.
+``KTableMapValues``, ``KStreamKTableJoin``) and the timestamped store they keep tables in;
+grouped tables' processors are in :mod:`streams_runtime.processors.grouped_tables`.
 
 Tables (a table source and non-windowed aggregations) keep :class:`ValueAndTimestamp` values in
 their key-value store and drop idempotent updates (KIP-557 emit-on-change, see
 :func:`is_idempotent_update`). Table processors forward the new value of every change, ``None``
-for a delete.
+for a delete, and the old value in ``Record.old_value`` when the topology needs it (Kafka
+Streams' ``sendOldValues``).
 """
 
 from __future__ import annotations
@@ -157,18 +159,44 @@ class TableAggregateProcessor(AggregateProcessor):
 
 
 class TableFilterProcessor(Processor):
-    """Keeps a table's rows whose value passes the predicate (fails it, with ``negate``). An
-    update that does not pass is forwarded as a delete (``None``), so downstream drops a row that
-    no longer passes; as in Kafka Streams over a materialised table (and every table of the
-    runtime is one), nothing is forwarded when the row was not in the filtered table before
-    either."""
+    """Keeps a table's rows whose value passes the predicate (fails it, with ``negate``), as
+    Kafka Streams' ``KTableFilter``. An update that does not pass is forwarded as a delete
+    (``None``), so downstream drops a row that no longer passes.
+
+    ``send_old_values`` is decided when the topology is built (see
+    :meth:`streams_runtime.dsl.Table.filter`). Without old values the filter cannot know
+    whether the row was in the filtered table, so it forwards a delete for every update it
+    rejects, also for keys never in it and for repeated deletes. With them it forwards the old
+    value too, and nothing when old and new are both absent from the filtered table.
+
+    With ``store_name`` the filtered table is materialised in its own key-value store (values
+    :class:`ValueAndTimestamp` of ``value_serde``): every result is written there (emit-on-change,
+    :func:`is_idempotent_update`), and the old value, when sent, is read from it."""
 
     name = "table_filter"
 
-    def __init__(self, predicate: Callable[[Any, Any], bool], *, negate: bool = False) -> None:
+    def __init__(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        *,
+        negate: bool = False,
+        send_old_values: bool = False,
+        store_name: str | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+    ) -> None:
         super().__init__()
         self._predicate = predicate
         self._negate = negate
+        self._send_old_values = send_old_values
+        self._store_name = store_name
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._table: TimestampedTableStore | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        if self._store_name is not None:
+            self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
 
     def _passing(self, key: Any, value: Any) -> Any:
         if value is None or self._predicate(key, value) == self._negate:
@@ -177,24 +205,43 @@ class TableFilterProcessor(Processor):
 
     def process(self, record: Record[Any, Any]) -> None:
         new = self._passing(record.key, record.value)
-        old = self._passing(record.key, record.old_value)
-        if new is None and old is None:
+        if self._table is None:
+            old = self._passing(record.key, record.old_value) if self._send_old_values else None
+            if self._send_old_values and new is None and old is None:
+                return  # the row was not in the filtered table and is not now
+            self.forward(Record(record.key, new, record.timestamp, record.headers, old))
             return
-        self.forward(Record(record.key, new, record.timestamp, record.headers, old))
+        assert self._key_serde is not None
+        assert self._value_serde is not None
+        key = self._key_serde.serialize(record.key) or b""
+        stored = self._table.get(key)
+        old = None
+        if self._send_old_values and stored is not None:
+            old = self._value_serde.deserialize(stored.value)
+        if self._send_old_values and new is None and old is None:
+            return
+        value = self._value_serde.serialize(new)
+        if self._table.update(key, stored, value, record.timestamp):
+            self.forward(Record(record.key, new, record.timestamp, record.headers, old))
 
 
 class TableMapValuesProcessor(Processor):
-    """Maps a table's values; deletes pass through without calling the mapper."""
+    """Maps a table's values; deletes pass through without calling the mapper (Kafka Streams'
+    ``KTableMapValues``). The old value is mapped and forwarded only when ``send_old_values``
+    (decided when the topology is built); every update is forwarded."""
 
     name = "table_map_values"
 
-    def __init__(self, mapper: Callable[[Any], Any]) -> None:
+    def __init__(self, mapper: Callable[[Any], Any], *, send_old_values: bool = False) -> None:
         super().__init__()
         self._mapper = mapper
+        self._send_old_values = send_old_values
 
     def process(self, record: Record[Any, Any]) -> None:
         value = None if record.value is None else self._mapper(record.value)
-        old = None if record.old_value is None else self._mapper(record.old_value)
+        old = None
+        if self._send_old_values and record.old_value is not None:
+            old = self._mapper(record.old_value)
         self.forward(Record(record.key, value, record.timestamp, record.headers, old))
 
 

@@ -9,7 +9,9 @@ documented differences (README, "Semantics and differences from Kafka Streams"):
 2. **Emit-on-change (KIP-557).** A materialised table's update whose value equals the previous
    one and whose timestamp is strictly newer is not forwarded by the runtime; Kafka Streams
    forwards it. Such updates are found in Kafka Streams' table output (``Case.table_output``),
-   and the one record each of them gives in every output of the case is not expected.
+   and the records each of them gives in every output of the case (found by the input record's
+   id) are not expected: one in a stream of the table or of a filter without old values (a
+   rejected value repeated gives a second delete there), none in a filter with old values.
 
 3. **Unjoined results also come out on ticks** (``Case.unjoined``). A left or outer
    stream-stream join emits a record that found no partner when a scan finds its window closed:

@@ -42,7 +42,8 @@ class Case:
     window_bytes: int = 16  # a windowed key's window suffix: session 16 (end, start), time 8
     table_output: str | None = None
     """The output carrying the materialised table's updates one for one (emit-on-change applies
-    there); every other output of the case derives one record from each of them."""
+    there); every other output of the case derives its records from them (one each, or none:
+    a filter that sends old values forwards nothing for a row absent before and after)."""
     sessions: bool = False  # inputs are generated for session windows (gap and grace apply)
     unjoined: bool = False
     """Left and outer join results missing a side (``x|null``, ``null|x``) come out at scans,
@@ -79,6 +80,7 @@ CASES: dict[str, Case] = {
         Case("table-reduce", table_output="out"),
         Case("table-aggregate", table_output="out"),
         Case("table-source", outputs=("out", "out2"), table_output="out"),
+        Case("table-filter", outputs=("out", "out2", "out3", "out4"), table_output="out"),
         Case("stream-table-join", inputs=("in", "in2"), outputs=("out", "out2", "out3")),
         *(
             Case(name, inputs=("in", "in2"), outputs=("out", "out2", "out3"), unjoined=True)
@@ -189,6 +191,27 @@ def _table_source(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> N
     )
 
 
+def _not_x(_key: str, value: str) -> bool:
+    return value != "x"
+
+
+def _table_filter(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    """A source table without a store name: the table, a plain filter (a delete for every
+    rejected update), a materialised one, and one regrouped by value and counted (which makes
+    its filter send old values). In this order, as Kafka Streams decides at each step."""
+    table = b.table(t["in"], key_serde=STRING, value_serde=STRING)
+    table.to_stream().to(t["out"])
+    table.filter(_not_x).to_stream().to(t["out2"])
+    table.filter(_not_x, store_name=f"{t['out3']}-store").to_stream().to(t["out3"])
+    (
+        table.filter(_not_x)
+        .group_by(lambda key, value: (value, key), key_serde=STRING, value_serde=STRING)
+        .count()
+        .to_stream()
+        .to(t["out4"], value_serde=LONG)
+    )
+
+
 def _stream_table_join(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
     table = _string_table(b, t["in2"], f"{t['out']}-store")
     stream = _string_stream(b, t["in"])
@@ -295,6 +318,7 @@ _BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], 
     "table-reduce": _table_reduce,
     "table-aggregate": _table_aggregate,
     "table-source": _table_source,
+    "table-filter": _table_filter,
     "stream-table-join": _stream_table_join,
     **{
         name: lambda b, t, w, name=name: _stream_stream_join(b, t, join_windows(name, w))

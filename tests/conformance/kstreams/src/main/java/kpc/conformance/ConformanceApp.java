@@ -18,9 +18,11 @@ import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
@@ -48,7 +50,8 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * End of stdin closes every app and exits. A spec file is a Java properties file:
  * {@code application.id}, {@code bootstrap.servers}, {@code state.dir}, {@code topologies}
  * (comma list of instance names), per instance {@code NAME.type}, {@code NAME.in},
- * {@code NAME.in2}, {@code NAME.out}, {@code NAME.out2}, {@code NAME.out3}, {@code NAME.gap.ms},
+ * {@code NAME.in2}, {@code NAME.out}, {@code NAME.out2}, {@code NAME.out3}, {@code NAME.out4},
+ * {@code NAME.gap.ms},
  * {@code NAME.grace.ms}; and {@code config.*} passed to StreamsConfig as they are.
  *
  * <p>Every topology here has its twin in tests/conformance/topologies.py; keep them identical.
@@ -163,6 +166,7 @@ public final class ConformanceApp {
     final String out;
     final String out2;
     final String out3;
+    final String out4;
     final SessionWindows windows;
     final long gapMs;
     final long graceMs;
@@ -174,6 +178,7 @@ public final class ConformanceApp {
       out = spec.getProperty(name + ".out");
       out2 = spec.getProperty(name + ".out2");
       out3 = spec.getProperty(name + ".out3");
+      out4 = spec.getProperty(name + ".out4");
       gapMs = Long.parseLong(spec.getProperty(name + ".gap.ms", "1"));
       graceMs = Long.parseLong(spec.getProperty(name + ".grace.ms", "0"));
       windows =
@@ -264,6 +269,7 @@ public final class ConformanceApp {
             .toStream()
             .to(t.out2, Produced.with(STRING, STRING));
       }
+      case "table-filter" -> tableFilter(builder, t);
       case "stream-table-join" -> {
         final KTable<String, String> table = table(builder, t.in2, t.out + "-store");
         final KStream<String, String> stream = stream(builder, t.in);
@@ -391,6 +397,33 @@ public final class ConformanceApp {
     }
     final String[] parts = aggregate.split(":");
     return (number(parts[0]) + 1) + ":" + (number(parts[1]) + number(count.group(1)));
+  }
+
+  /**
+   * Filters over a source table without a store name (not queryable, so a filter on it sends
+   * no old values unless something downstream asks): the table itself; a plain filter; a
+   * materialised one; and a filter regrouped by value and counted, which asks for old values
+   * (and so materialises the source table). Built in this order: a groupBy built first would
+   * materialise the source before the other filters ask whether it sends old values.
+   */
+  private static void tableFilter(final StreamsBuilder builder, final Instance t) {
+    final KTable<String, String> table = builder.table(t.in, Consumed.with(STRING, STRING));
+    table.toStream().to(t.out, Produced.with(STRING, STRING));
+    table.filter((key, value) -> !value.equals("x")).toStream().to(t.out2, Produced.with(STRING, STRING));
+    table
+        .filter(
+            (key, value) -> !value.equals("x"),
+            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as(t.out3 + "-store")
+                .withKeySerde(STRING)
+                .withValueSerde(STRING))
+        .toStream()
+        .to(t.out3, Produced.with(STRING, STRING));
+    table
+        .filter((key, value) -> !value.equals("x"))
+        .groupBy((key, value) -> KeyValue.pair(value, key), Grouped.with(STRING, STRING))
+        .count(Materialized.with(STRING, LONG))
+        .toStream()
+        .to(t.out4, Produced.with(STRING, LONG));
   }
 
   /**
