@@ -1,10 +1,11 @@
 """Restoration beside the poll loop (Kafka Streams' ``StateUpdater``).
 
-A new task's stores catch up from their changelogs on a thread of their own, one task at a time,
-while the stream thread keeps polling: it processes its other tasks, commits, and answers the
-next rebalance at once (a restore inside the rebalance callback stalled all of that, and every
-rebalance of the group with it). The task's input partitions stay paused meanwhile; the stream
-thread starts processing the task once :meth:`StateUpdater.drain` hands it back.
+New tasks' stores catch up from their changelogs on threads of their own, a few tasks at a time
+(so a task with a long changelog does not hold up the others), while the stream thread keeps
+polling: it processes its other tasks, commits, and answers the next rebalance at once (a
+restore inside the rebalance callback stalled all of that, and every rebalance of the group with
+it). A task's input partitions stay paused meanwhile; the stream thread starts processing the
+task once :meth:`StateUpdater.drain` hands it back.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections import deque
 
 from streams_runtime.errors import as_exception
@@ -24,22 +26,25 @@ logger = logging.getLogger(__name__)
 
 
 class StateUpdater:
-    """Restores tasks' stores in order of :meth:`add`, on its own thread."""
+    """Restores tasks' stores in order of :meth:`add`, ``workers`` at a time."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, workers: int = 4) -> None:
         self._changed = threading.Condition()
         self._queue: deque[StreamTask] = deque()
         self._cancelled: dict[TaskId, threading.Event] = {}
         self._done: list[tuple[StreamTask, BaseException | None]] = []
-        self._current: StreamTask | None = None
+        self._current: dict[TaskId, StreamTask] = {}
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"{name}-{n}", daemon=True)
+            for n in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    @property
-    def current(self) -> StreamTask | None:
-        """The task restoring right now (its stores are readable, stale, by queries)."""
-        return self._current
+    def restoring(self, task_id: TaskId) -> StreamTask | None:
+        """``task_id`` while its stores restore right now (readable, stale, by queries)."""
+        return self._current.get(task_id)
 
     def add(self, task: StreamTask) -> None:
         """Restore ``task`` (prepared: :meth:`StreamTask.prepare`)."""
@@ -61,7 +66,7 @@ class StateUpdater:
             event = self._cancelled.get(task_id)
             if event is not None:
                 event.set()
-            while self._current is not None and self._current.id == task_id:
+            while task_id in self._current:
                 self._changed.wait()
             for index, (task, _error) in enumerate(self._done):
                 if task.id == task_id:
@@ -84,7 +89,9 @@ class StateUpdater:
             for event in self._cancelled.values():
                 event.set()
             self._changed.notify_all()
-        self._thread.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         with self._changed:
             left = list(self._queue) + [task for task, _error in self._done]
             self._queue.clear()
@@ -98,7 +105,8 @@ class StateUpdater:
                     self._changed.wait()
                 if self._stopping:
                     return
-                task = self._current = self._queue.popleft()
+                task = self._queue.popleft()
+                self._current[task.id] = task
                 cancelled = self._cancelled[task.id]
             error: BaseException | None = None
             try:
@@ -106,7 +114,7 @@ class StateUpdater:
             except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
                 error = as_exception(sys.exc_info()[1])
             with self._changed:
-                self._current = None
+                del self._current[task.id]
                 self._cancelled.pop(task.id, None)
                 self._done.append((task, error))
                 self._changed.notify_all()

@@ -167,10 +167,9 @@ class StreamThread:
         """Tasks being created: their stores are restoring from the changelogs."""
         return self.task_manager.restoring_tasks
 
-    @property
-    def restoring_task(self) -> StreamTask | None:
-        """The task whose stores are restoring right now (readable, stale, by queries)."""
-        return self.task_manager.restoring_task
+    def restoring(self, task_id: TaskId) -> StreamTask | None:
+        """``task_id`` while its stores restore right now (readable, stale, by queries)."""
+        return self.task_manager.restoring(task_id)
 
     @property
     def assignment_listener(self) -> Callable[[], None] | None:

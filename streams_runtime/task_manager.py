@@ -70,10 +70,9 @@ class TaskManager:
         self.assignment_listener: Callable[[], None] | None = None
         self.warm_stores: WarmStores | None = None
 
-    @property
-    def restoring_task(self) -> StreamTask | None:
-        """The task whose stores are restoring right now (readable, stale, by queries)."""
-        return self._updater.current
+    def restoring(self, task_id: TaskId) -> StreamTask | None:
+        """``task_id`` while its stores restore right now (readable, stale, by queries)."""
+        return self._updater.restoring(task_id)
 
     def task_of(self, tp: TopicPartitionId) -> StreamTask | None:
         """The task reading ``tp``; None when not all of its task's inputs are assigned yet."""

@@ -41,8 +41,8 @@ class LocalStoreProvider:
 
     def restoring(self, task_id: TaskId) -> StoreLookup | None:
         """The stores of ``task_id`` while it is restoring here; ``None`` otherwise."""
-        task = self._thread.restoring_task
-        return task.state.store if task is not None and task.id == task_id else None
+        task = self._thread.restoring(task_id)
+        return None if task is None else task.state.store
 
     def standby(self, sp: StorePartition) -> StandbyReplica | None:
         """The standby of ``sp`` on this instance, if any."""

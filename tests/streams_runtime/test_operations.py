@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams_runtime.state import changelog_topic
-from tests.helpers import unique_name, wait_for
+from tests.helpers import TopicReader, unique_name, wait_for
 from tests.paths import APPS, ROOT
 
 pytestmark = pytest.mark.broker
@@ -271,3 +271,72 @@ def test_sigterm_mid_transaction_under_exactly_once(
     code, took_s = app.terminate_and_wait()
     writer.join()
     assert_clean_exit(app, code, took_s)
+
+
+RESTORED_RECORDS = 1_000_000
+"""The changelog partition one task restores: long enough for a second instance to join."""
+
+
+def test_a_restore_runs_beside_the_poll_loop(
+    kafka_bootstrap: str,
+    topics: tuple[str, str, str],
+    launch: Callable[..., OpsApp],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    """While task 0_0 restores a big changelog partition, the instance processes its other
+    tasks, and a second instance joins the group and gets to work: the rebalance does not wait
+    for the restore."""
+    application_id, source, sink = topics
+    changelog = changelog_topic(application_id, STORE)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    new = NewTopic(changelog, PARTITIONS, 1, config={"cleanup.policy": "compact"})
+    for future in admin.create_topics([new]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 50})
+    for i in range(RESTORED_RECORDS):
+        producer.produce(changelog, key=f"r{i}", value=b"v", partition=0)
+        if i % 100_000 == 99_999:
+            producer.flush(60)
+    assert producer.flush(60) == 0
+    first = launch(0, state_engine="sqlite")
+    wait_for(
+        lambda: first.check_alive() and (first.probe("ready") or (0, {}))[1].get("active_tasks"),
+        timeout_s=60,
+        interval_s=0.02,
+        message="the other tasks active",
+    )
+    # The other partitions are processed while 0_0 restores.
+    producer.produce(source, key="a", value="1", partition=1)
+    producer.flush(10)
+    reader = reader_for(sink, PARTITIONS)
+    wait_for(
+        lambda: any(m.key() == b"a" for m in reader.read()),
+        timeout_s=30,
+        message="output of another task during the restore",
+    )
+    ready = first.probe("ready")
+    assert ready is not None
+    assert ready[1]["restoring_tasks"] == 1, ready
+    # A second instance joins: the group rebalances at once (0_0 may move with it and start
+    # over there), and the newcomer runs tasks while 0_0 still restores.
+    second = launch(1)
+
+    def tasks(app: OpsApp, kind: str) -> int:
+        answer = app.probe("ready")
+        return 0 if answer is None else int(str(answer[1].get(kind, 0)))
+
+    wait_for(
+        lambda: first.check_alive() and second.check_alive() and tasks(second, "active_tasks"),
+        timeout_s=60,
+        message="the second instance running tasks",
+    )
+    restoring = tasks(first, "restoring_tasks") + tasks(second, "restoring_tasks")
+    assert restoring == 1, "the restore ended before the rebalance: make it longer"
+    first.wait_ready(timeout_s=300)
+    second.wait_ready(timeout_s=300)
+    for app in (first, second):
+        log = app.stderr()
+        restored = [line for line in log.splitlines() if "task 0_0 restored" in line]
+        print(f"\n{app.log_path.name}: {log.count('assigned ')} assignments, 0_0 {restored}")
+    for app in (first, second):
+        assert_clean_exit(app, *app.terminate_and_wait())
