@@ -11,16 +11,20 @@ It
 - places standbys (:mod:`streams_runtime.cluster.placement`) and keeps its
   :class:`~streams_runtime.cluster.standby.StandbyReplica` copies warm with one read_committed
   consumer of their changelog partitions;
-- hands a task becoming active the committed state of its standbys (:meth:`Replicator.warm_stores`).
+- hands a task becoming active the committed state of its standbys (:meth:`Replicator.warm_stores`);
+- with the SQLite engine, keeps the standbys on disk and checkpoints them every membership
+  interval and on close, so a restart resumes each from its checkpoint (:mod:`.standby`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import (
@@ -31,6 +35,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from prometheus_client import CollectorRegistry, Counter
 
 from streams_runtime.cluster.membership import (
     LagInfo,
@@ -42,7 +47,7 @@ from streams_runtime.cluster.membership import (
     store_partitions,
 )
 from streams_runtime.cluster.placement import standby_placement
-from streams_runtime.cluster.standby import StandbyReplica
+from streams_runtime.cluster.standby import StandbyReplica, standby_directory
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.query_security import (
     MembershipAuthenticator,
@@ -50,8 +55,13 @@ from streams_runtime.query_security import (
     security_metrics,
 )
 from streams_runtime.record import TaskId, TopicPartitionId
-from streams_runtime.settings import RuntimeSettings
-from streams_runtime.state import StoreSpec, WarmStore, changelog_topic
+from streams_runtime.settings import RuntimeSettings, StateEngine
+from streams_runtime.state import (
+    StateDirectoryLockedError,
+    StoreSpec,
+    WarmStore,
+    changelog_topic,
+)
 from streams_runtime.topology import Topology
 
 __all__ = ["Replicator"]
@@ -59,6 +69,24 @@ __all__ = ["Replicator"]
 logger = logging.getLogger(__name__)
 
 _BATCH = 1000
+
+# One counter per metrics registry: a registry refuses a second one of the same name, and an app
+# may create its replicator again.
+_RESTORED: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+
+
+def _standby_restored(metrics: RuntimeMetrics) -> Counter:
+    counter = _RESTORED.get(metrics.registry)
+    if counter is None:
+        counter = Counter(
+            "streams_standby_restored_records",
+            "Changelog records read by standby replicas, per store partition (a standby resumed"
+            " from its on-disk checkpoint reads only the changelog's tail).",
+            ["store", "partition"],
+            registry=metrics.registry,
+        )
+        _RESTORED[metrics.registry] = counter
+    return counter
 
 
 class Replicator:
@@ -81,6 +109,7 @@ class Replicator:
         self.endpoint: str | None = None
         """The advertised query endpoint; set by the app once the server is bound."""
         self.metrics = metrics
+        self._standby_restored = _standby_restored(metrics)
         self.view = MembershipView()
         self._security = security_metrics(metrics)
         key = membership_key(settings)
@@ -106,6 +135,7 @@ class Replicator:
                     if count:
                         self.stores[spec.name] = (spec, sub.id, topic, count)
         self.standbys: dict[StorePartition, StandbyReplica] = {}
+        self._persistent = settings.state_engine == StateEngine.SQLITE
         self._standby_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -189,6 +219,7 @@ class Replicator:
                     self._wake.clear()
                     self._place_standbys()
                     self._fold_standbys()
+                    self._checkpoint_standbys()
                     self.publish()
                     next_publish = time.monotonic() + self._interval_s
                 self._read_changelogs()
@@ -419,22 +450,95 @@ class Replicator:
                     warm[name] = replica.warm_store(committed_inputs)
         return warm
 
+    def _checkpoint_standbys(self) -> None:
+        """Checkpoint the on-disk standbys (a no-op for those in memory or unchanged)."""
+        with self._standby_lock:
+            for replica in self.standbys.values():
+                try:
+                    replica.checkpoint()
+                except (OSError, sqlite3.Error) as exc:  # the next interval tries again
+                    logger.warning(
+                        "standby %(store)s/%(partition)d not checkpointed: %(error)s",
+                        {
+                            "store": replica.sp.store,
+                            "partition": replica.sp.partition,
+                            "error": str(exc),
+                        },
+                    )
+
+    def _new_standby(self, sp: StorePartition) -> StandbyReplica:
+        """A standby of ``sp``: on disk with the SQLite engine, resumed from its checkpoint
+        when that lies within the changelog's offsets; in memory otherwise."""
+        spec, _sub, topic, _count = self.stores[sp.store]
+        if not self._persistent:
+            return StandbyReplica(spec, sp, topic)
+        directory = standby_directory(self.settings.state_dir, self.settings.application_id, sp)
+        try:
+            replica = StandbyReplica(spec, sp, topic, directory)
+        except (StateDirectoryLockedError, OSError, sqlite3.Error) as exc:
+            # Another instance shares the state directory (or it is unusable): a standby in
+            # memory is still a standby.
+            logger.warning(
+                "standby %(store)s/%(partition)d kept in memory: %(error)s",
+                {"store": sp.store, "partition": sp.partition, "error": str(exc)},
+            )
+            return StandbyReplica(spec, sp, topic)
+        if replica.resumed_from >= 0:
+            low, high = self._watermarks(replica.tp)
+            if not low <= replica.resumed_from <= high:
+                # Beyond the end: the changelog was recreated or truncated; below the start:
+                # records it never read are gone. Either way the files are not to be trusted.
+                logger.warning(
+                    "standby %(store)s/%(partition)d: checkpoint %(offset)d outside the"
+                    " changelog's offsets [%(low)d, %(high)d]: reading it from the beginning",
+                    {
+                        "store": sp.store,
+                        "partition": sp.partition,
+                        "offset": replica.resumed_from,
+                        "low": low,
+                        "high": high,
+                    },
+                )
+                replica.reset()
+        return replica
+
+    def _watermarks(self, tp: TopicPartitionId) -> tuple[int, int]:
+        """Low and high watermark of ``tp`` ((-1, -1) when unknown: nothing lies within)."""
+        ktp = TopicPartition(tp.topic, tp.partition)
+        try:
+            with self._offsets_lock:
+                low, high = self._offsets_consumer.get_watermark_offsets(ktp, timeout=5)
+        except (KafkaException, RuntimeError) as exc:
+            logger.debug(
+                "no watermarks for %(topic)s[%(partition)d]: %(error)s",
+                {"topic": tp.topic, "partition": tp.partition, "error": str(exc)},
+            )
+            return -1, -1
+        return int(low), int(high)
+
     def _set_standbys(self, wanted: set[StorePartition]) -> None:
         with self._standby_lock:
-            for sp in set(self.standbys) - wanted:
+            current = set(self.standbys)
+        # Opened outside the lock: resuming asks the broker, and queries wait on the lock.
+        created = {sp: self._new_standby(sp) for sp in sorted(wanted - current)}
+        with self._standby_lock:
+            for sp in current - wanted:
                 logger.info(
                     "standby %(store)s/%(partition)d dropped",
                     {"store": sp.store, "partition": sp.partition},
                 )
                 self.standbys.pop(sp).close()
                 self.metrics.standby_lag(sp.store, str(sp.partition)).set(0)
-            for sp in wanted - set(self.standbys):
-                spec, _sub, topic, _count = self.stores[sp.store]
+            for sp, replica in created.items():
                 logger.info(
-                    "standby %(store)s/%(partition)d created",
-                    {"store": sp.store, "partition": sp.partition},
+                    "standby %(store)s/%(partition)d created (from offset %(offset)d)",
+                    {
+                        "store": sp.store,
+                        "partition": sp.partition,
+                        "offset": max(replica.position(), 0),
+                    },
                 )
-                self.standbys[sp] = StandbyReplica(spec, sp, topic)
+                self.standbys[sp] = replica
             assignment = [
                 TopicPartition(
                     r.tp.topic,
@@ -457,6 +561,7 @@ class Replicator:
         messages = self._changelog_consumer.consume(_BATCH, 0.05)
         with self._standby_lock:
             by_tp = {r.tp: r for r in self.standbys.values()}
+            read: dict[StandbyReplica, int] = {}
             for msg in messages:
                 tp = TopicPartitionId(msg.topic() or "", msg.partition() or 0)
                 replica = by_tp.get(tp)
@@ -477,6 +582,11 @@ class Replicator:
                         )
                     continue
                 replica.apply(msg)
+                read[replica] = read.get(replica, 0) + 1
+            for replica, count in read.items():
+                self._standby_restored.labels(replica.sp.store, str(replica.sp.partition)).inc(
+                    count
+                )
             # Cached by the consumer from its fetch responses: no broker round trip.
             for replica in by_tp.values():
                 ktp = TopicPartition(replica.tp.topic, replica.tp.partition)

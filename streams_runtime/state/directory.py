@@ -27,6 +27,7 @@ __all__ = [
     "remove_store_files",
     "unlock_directory",
     "usable_checkpoint",
+    "write_atomically",
     "write_checkpoint",
 ]
 
@@ -168,10 +169,16 @@ def _offsets_field(offsets: Mapping[TopicPartitionId, int]) -> dict[str, int]:
 
 
 def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
-    """Write ``checkpoint`` atomically and durably: temporary file, fsync, rename, fsync dir."""
+    """Write ``checkpoint`` atomically and durably (:func:`write_atomically`)."""
+    write_atomically(path, checkpoint.to_json())
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically and durably: temporary file, fsync, rename, fsync
+    dir. A reader finds the old file or the new one, never a part of either."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as out:
-        out.write(checkpoint.to_json())
+        out.write(text)
         out.flush()
         os.fsync(out.fileno())
     tmp.replace(path)

@@ -840,6 +840,105 @@ def test_restore_from_a_standby_copy_equals_a_full_restore(  # noqa: PLR0915 - o
             assert result.end_offsets == full.end_offsets
 
 
+def read_into(replica: StandbyReplica, bootstrap: str) -> None:
+    """Feed ``replica`` its changelog from its position (the beginning when -1) to the end, as
+    the replicator's read_committed consumer does."""
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_name("standby"),
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    start = replica.next_offset if replica.next_offset >= 0 else OFFSET_BEGINNING
+    reader.assign([TopicPartition(replica.tp.topic, replica.tp.partition, start)])
+    try:
+        while True:
+            batch = reader.consume(100, 5)
+            assert batch, "no end of partition"
+            for msg in batch:
+                error = msg.error()
+                if error is None:
+                    replica.apply(msg)
+                else:
+                    replica.eof_offset = msg.offset() or 0
+                    return
+    finally:
+        reader.close()
+
+
+@pytest.mark.broker
+def test_sqlite_standby_resumes_from_its_checkpoint(  # noqa: PLR0915 - one scenario
+    kafka_bootstrap: str,
+    changelog_for: Callable[[str, StoreSpec], str],
+    create_topic: Callable[..., str],
+    sinks: Callable[..., ProducerSink],
+    tmp_path: Path,
+) -> None:
+    """A standby on disk, closed and reopened, resumes from its checkpoint: it reads only the
+    changelog's tail, shows what a standby reading everything shows, and keeps the pending
+    records (input not committed) out of its committed copy across the restart. A corrupt
+    checkpoint means reading from the beginning, with the same result."""
+    app = unique_name("app")
+    topic = changelog_for(app, KV)
+    source = TopicPartitionId(create_topic("input"), 0)
+    sink = sinks()
+    position = SourcePosition()
+    writer = manager(tmp_path / "w", [KV], "memory", sink, position, kafka_bootstrap, app)
+    writer.restore({})
+    store = writer.kv_store("counts")
+
+    def write(offset: int, key: bytes, value: bytes) -> None:
+        position.set(source, offset)
+        store.put(key, value, 1000 + offset)
+        writer.flush()
+        sink.flush()
+
+    write(1, b"a", b"a1")
+    write(2, b"b", b"b1")
+    write(9, b"b", b"b2")  # input not committed (at 8) when the standby closes
+    sp = StorePartition(KV.name, 0)
+    directory = tmp_path / "standby"
+    first = StandbyReplica(KV, sp, topic, directory)
+    assert first.resumed_from == -1
+    read_into(first, kafka_bootstrap)
+    first.fold({source: 8})
+    assert set(first.pending) == {b"b"}
+    first.close()
+    checkpoint = (directory / CHECKPOINT_FILE).read_text(encoding="utf-8")
+    assert json.loads(checkpoint)["changelog"]["offset"] == 3
+    write(10, b"c", b"c1")  # the tail, written while the standby's instance was down
+    write(11, b"a", b"a2")
+
+    second = StandbyReplica(KV, sp, topic, directory)
+    assert (second.resumed_from, second.position(), second.records_read) == (3, 3, 0)
+    assert set(second.pending) == {b"b"}  # still unknown: not in the committed copy
+    assert second.committed.get(b"b") == b"b1"
+    read_into(second, kafka_bootstrap)
+    assert second.records_read == 2  # the tail only
+    everything = StandbyReplica(KV, sp, topic)  # in memory, from the beginning
+    read_into(everything, kafka_bootstrap)
+    assert dict(second.store.items()) == dict(everything.store.items())
+    assert dict(second.store.items()) == dict(store.items())  # the active's
+    everything.fold({source: 8})
+    for committed in ({source: 8}, {source: 10}, {source: 12}):
+        assert second.warm_store(committed) == everything.warm_store(committed)
+    second.close()
+    everything.close()
+
+    (directory / CHECKPOINT_FILE).write_text("{not json", encoding="utf-8")
+    third = StandbyReplica(KV, sp, topic, directory)
+    assert (third.resumed_from, third.position(), len(third.store)) == (-1, -1, 0)
+    read_into(third, kafka_bootstrap)
+    assert third.records_read == 5
+    assert dict(third.store.items()) == dict(store.items())
+    with pytest.raises(StateDirectoryLockedError):
+        StandbyReplica(KV, sp, topic, directory)
+    third.close()
+    writer.close()
+
+
 @pytest.mark.broker
 def test_session_store_restore_round_trip(
     kafka_bootstrap: str,
