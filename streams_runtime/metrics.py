@@ -89,6 +89,13 @@ class RuntimeMetrics:
             "Times a fenced producer made a thread close its tasks and rejoin the group.",
             registry=r,
         )
+        self.standby_restored = Counter(
+            "streams_standby_restored_records",
+            "Changelog records read by standby replicas, per store partition (a standby resumed"
+            " from its on-disk checkpoint reads only the changelog's tail).",
+            ["store", "partition"],
+            registry=r,
+        ).labels
         self.standby_lag = Gauge(
             "streams_standby_lag_records",
             "Changelog records a standby replica is behind, per store partition.",

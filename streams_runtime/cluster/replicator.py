@@ -24,7 +24,6 @@ import sqlite3
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import (
@@ -35,7 +34,6 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from prometheus_client import CollectorRegistry, Counter
 
 from streams_runtime.cluster.membership import (
     LagInfo,
@@ -70,24 +68,6 @@ logger = logging.getLogger(__name__)
 
 _BATCH = 1000
 
-# One counter per metrics registry: a registry refuses a second one of the same name, and an app
-# may create its replicator again.
-_RESTORED: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
-
-
-def _standby_restored(metrics: RuntimeMetrics) -> Counter:
-    counter = _RESTORED.get(metrics.registry)
-    if counter is None:
-        counter = Counter(
-            "streams_standby_restored_records",
-            "Changelog records read by standby replicas, per store partition (a standby resumed"
-            " from its on-disk checkpoint reads only the changelog's tail).",
-            ["store", "partition"],
-            registry=metrics.registry,
-        )
-        _RESTORED[metrics.registry] = counter
-    return counter
-
 
 class Replicator:
     """The membership and standby thread of one instance (see the module docstring)."""
@@ -109,7 +89,6 @@ class Replicator:
         self.endpoint: str | None = None
         """The advertised query endpoint; set by the app once the server is bound."""
         self.metrics = metrics
-        self._standby_restored = _standby_restored(metrics)
         self.view = MembershipView()
         self._security = security_metrics(metrics)
         key = membership_key(settings)
@@ -584,7 +563,7 @@ class Replicator:
                 replica.apply(msg)
                 read[replica] = read.get(replica, 0) + 1
             for replica, count in read.items():
-                self._standby_restored.labels(replica.sp.store, str(replica.sp.partition)).inc(
+                self.metrics.standby_restored(replica.sp.store, str(replica.sp.partition)).inc(
                     count
                 )
             # Cached by the consumer from its fetch responses: no broker round trip.
