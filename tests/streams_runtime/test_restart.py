@@ -156,6 +156,15 @@ def read_sessions(reader: TopicReader) -> Counter[Session]:
     return found
 
 
+def wait_for_every_session(reader: TopicReader, expected: Counter[Session]) -> None:
+    wait_for(
+        lambda: set(read_sessions(reader)) >= set(expected),
+        timeout_s=90,
+        interval_s=0.5,
+        message="every session in the output",
+    )
+
+
 @pytest.mark.parametrize(
     "mode", ["exactly_once/memory", "at_least_once/memory", "exactly_once/sqlite"]
 )
@@ -181,12 +190,7 @@ def test_sigkill_mid_stream(
             runner.kill()
             runner.start()
         writer.join(60)
-        wait_for(
-            lambda: set(read_sessions(reader)) >= set(expected),
-            timeout_s=90,
-            interval_s=0.5,
-            message="every session in the output",
-        )
+        wait_for_every_session(reader, expected)
     finally:
         runner.stop()
     found = read_sessions(reader)
@@ -236,12 +240,7 @@ def test_a_fenced_producer_rejoins_and_loses_nothing(
             usurper.init_transactions(30)
             usurper.close()
         writer.join(60)
-        wait_for(
-            lambda: set(read_sessions(reader)) >= set(expected),
-            timeout_s=90,
-            interval_s=0.5,
-            message="every session in the output",
-        )
+        wait_for_every_session(reader, expected)
         assert process.poll() is None, log.read_text()[-3000:]
     finally:
         process.terminate()
