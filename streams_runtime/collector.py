@@ -96,8 +96,8 @@ class RecordCollector:
             "acks": "all",
             **settings.producer_config(),
             "on_delivery": self._on_delivery,
-            # Without it the client raises a fatal error from poll() and flush(): it reaches us
-            # through the transactional calls and the delivery reports instead.
+            # Keeps a fatal error's cause (a fence), which produce() later reports only as
+            # _FATAL (see _fenced_or).
             "error_cb": self._on_client_error,
         }
         if self._eos:
