@@ -2,7 +2,8 @@
 
 Three runtime processes (``tests/apps/table_cluster.py``: a String table of a 3-partition topic
 in the store ``store``, one standby replica per partition, commit interval 100 ms, session
-timeout 6 s, a query token) share one application id; the failover test drives the same cluster.
+timeout 6 s, a query token; here also the table's updates written to an output topic) share one
+application id; the failover test drives the same cluster.
 Each of ``BENCH_REPEATS`` (default 3) runs uses a fresh topic of 30 rows, a fresh application id
 and fresh processes and state dirs:
 
@@ -20,7 +21,12 @@ and fresh processes and state dirs:
    kill). Counted over the queries sent after the kill: answered (200) ratio, answers from the
    standby (stale) and their max offset lag, failures (status and body, first few), wrong values,
    query latency (p50, max), and the time from the kill to the first answer served by the standby
-   and to the first answer from the new active (the end of that query).
+   and to the first answer from the new active (the end of that query). Meanwhile a feeder
+   writes an update of one key of every partition every ``BENCH_FEED_INTERVAL_S`` (default
+   0.02 s) and a consumer reads the output topic: the time from the kill to the first output
+   record caused by input sent after the kill, on each partition the killed instance was active
+   for (at most ``OUTPUT_TIMEOUT_S`` after the new active's answers). The consumer session timeout
+   is printed beside these figures: the group notices the kill only when it expires.
 
 A run that fails (no placement in time, an instance dying, ...) prints why and the next run
 starts.
@@ -32,21 +38,27 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from statistics import median
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
 from bench._kafka import create_topic, unique_name
 from progress_control.dev.broker import EmbeddedKafkaBroker
+from streams_runtime.murmur2 import partition_for_key
 from tests.apps.table_cluster import (
     KEY,
     MAX_LAG,
     PARTITIONS,
     ROWS,
+    SESSION_TIMEOUT_MS,
     STORE,
     Failover,
     TableCluster,
+    http_get,
     query,
 )
 
@@ -56,6 +68,104 @@ SHOW_FAILURES = 5
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 MEASURE_S = float(os.environ.get("BENCH_MEASURE_S", "3"))
 QUERY_INTERVAL_S = float(os.environ.get("BENCH_QUERY_INTERVAL_S", "0.02"))
+FEED_INTERVAL_S = float(os.environ.get("BENCH_FEED_INTERVAL_S", "0.02"))
+OUTPUT_TIMEOUT_S = 60.0
+SESSION_TIMEOUT = f"session timeout {SESSION_TIMEOUT_MS / 1000:.1f} s"
+
+
+class OutputProbe:
+    """Feeds one key of every source partition (values count up) and reads the output topic:
+    when output caused by input sent after a given time first arrived, per partition."""
+
+    def __init__(self, bootstrap: str, source: str, output: str) -> None:
+        self.keys: dict[str, int] = {}
+        n = 0
+        while len(self.keys) < PARTITIONS:
+            key = f"feed-{n}"
+            if partition_for_key(key.encode(), PARTITIONS) not in self.keys.values():
+                self.keys[key] = partition_for_key(key.encode(), PARTITIONS)
+            n += 1
+        self._bootstrap, self._source, self._output = bootstrap, source, output
+        self._sent: dict[int, float] = {}  # sequence number -> time.monotonic() when sent
+        self._received: list[tuple[float, int, int]] = []  # (time, partition, sequence)
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._feed, name="bench-feeder", daemon=True),
+            threading.Thread(target=self._read, name="bench-output", daemon=True),
+        ]
+
+    def __enter__(self) -> OutputProbe:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _feed(self) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                "partitioner": "murmur2_random",
+                "linger.ms": 0,
+            }
+        )
+        seq = 0
+        while not self._stop.is_set():
+            for key in self.keys:
+                self._sent[seq] = time.monotonic()
+                producer.produce(self._source, key=key.encode(), value=str(seq).encode())
+                seq += 1
+            producer.poll(0)
+            time.sleep(FEED_INTERVAL_S)
+        producer.flush(10)
+
+    def _read(self) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                "group.id": unique_name("bench-output"),
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        consumer.assign(
+            [TopicPartition(self._output, p, OFFSET_BEGINNING) for p in range(PARTITIONS)]
+        )
+        try:
+            while not self._stop.is_set():
+                for msg in consumer.consume(100, 0.05):
+                    key, value = msg.key(), msg.value()
+                    if msg.error() is not None or key is None or value is None:
+                        continue
+                    partition = self.keys.get(key.decode())
+                    if partition is not None:
+                        self._received.append((time.monotonic(), partition, int(value)))
+        finally:
+            consumer.close()
+
+    def first_output(self, partition: int, after: float) -> float | None:
+        """When the first output record of ``partition`` caused by input sent after ``after``
+        arrived (``None``: none yet)."""
+        return next(
+            (
+                at
+                for at, p, seq in list(self._received)
+                if p == partition and self._sent.get(seq, 0.0) > after
+            ),
+            None,
+        )
+
+    def owned_by(self, cluster: TableCluster, endpoint: str) -> list[int]:
+        """The partitions whose active is ``endpoint``, as the first instance sees them."""
+        owned = []
+        for key, partition in self.keys.items():
+            status, meta = http_get(cluster.instances[0].url(f"/metadata/{STORE}/{key}"))
+            if status == 200 and meta["active_host"] == endpoint:
+                owned.append(partition)
+        return sorted(owned)
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -143,11 +253,14 @@ def _short(body: dict[str, Any]) -> str:
 
 def _run(n: int, bootstrap: str, tmp: Path) -> dict[str, Any]:
     source = create_topic(bootstrap, unique_name("bench-iq-table"), PARTITIONS)
+    output = create_topic(bootstrap, unique_name("bench-iq-output"), PARTITIONS)
     workdir = tmp / f"run{n}"
     workdir.mkdir()
     started = time.monotonic()
     phase = "starting the instances"
-    cluster = TableCluster(bootstrap, source, unique_name("bench-iq-failover"), workdir)
+    cluster = TableCluster(
+        bootstrap, source, unique_name("bench-iq-failover"), workdir, output=output
+    )
     try:
         phase = "waiting for placement"
         meta = cluster.stable_placement(PLACEMENT_TIMEOUT_S)
@@ -168,13 +281,31 @@ def _run(n: int, bootstrap: str, tmp: Path) -> dict[str, Any]:
             phase = "waiting for placement again"
             meta = cluster.stable_placement(PLACEMENT_TIMEOUT_S)
             phase = "measuring the baseline"
-        phase = "querying around the kill"
-        run = cluster.failover(meta, interval_s=QUERY_INTERVAL_S)
+        with OutputProbe(bootstrap, source, output) as probe:
+            phase = "waiting for output from every partition"
+            fed = time.monotonic()
+            cluster.wait(
+                lambda: all(probe.first_output(p, fed) for p in range(PARTITIONS)),
+                PLACEMENT_TIMEOUT_S,
+                "output from every partition",
+            )
+            owned = probe.owned_by(cluster, cluster.roles(meta)[0].endpoint)
+            phase = "querying around the kill"
+            run = cluster.failover(meta, interval_s=QUERY_INTERVAL_S)
+            phase = "waiting for output from the killed instance's partitions"
+            deadline = time.monotonic() + OUTPUT_TIMEOUT_S
+            while time.monotonic() < deadline and not all(
+                probe.first_output(p, run.killed_at) for p in owned
+            ):
+                time.sleep(0.1)
+            resumed = {p: probe.first_output(p, run.killed_at) for p in owned}
+        output_s = {p: None if at is None else at - run.killed_at for p, at in resumed.items()}
         return {
             "placed_s": placed_s,
             "local": local,
             "routed": routed,
             **_summary(run, meta["partition"]),
+            "output_s": output_s,
         }
     except Exception as exc:
         raise RuntimeError(f"while {phase}: {type(exc).__name__}: {exc}") from exc
@@ -229,7 +360,12 @@ def _report(n: int, result: dict[str, Any]) -> None:
     print(
         f"  kill -> first answer from the standby: {_fmt_s(result['first_stale_s'])}; "
         f"kill -> first answer from the new active ({result['promoted'] or 'none'}): "
-        f"{_fmt_s(result['first_new_active_s'])}"
+        f"{_fmt_s(result['first_new_active_s'])}; {SESSION_TIMEOUT}"
+    )
+    outputs = ", ".join(f"partition {p}: {_fmt_s(s)}" for p, s in result["output_s"].items())
+    print(
+        f"  kill -> first output from input sent after the kill, on the killed instance's "
+        f"partitions: {outputs or 'none owned'}; {SESSION_TIMEOUT}"
     )
     if result["timed_out"]:
         print(f"  FAILED after the kill: {result['timed_out']}")
@@ -254,7 +390,8 @@ def main() -> None:
     print(
         f"{len(complete)} of {REPEATS} runs complete; {PARTITIONS} partitions, 1 standby, "
         f"queries for {KEY} with allow_stale=true&max_lag={MAX_LAG} every "
-        f"{QUERY_INTERVAL_S * 1000:.0f} ms + round trip"
+        f"{QUERY_INTERVAL_S * 1000:.0f} ms + round trip, input to every partition every "
+        f"{FEED_INTERVAL_S * 1000:.0f} ms, {SESSION_TIMEOUT}"
     )
     if not results:
         return
@@ -265,15 +402,22 @@ def main() -> None:
         f"after the kill, all runs: {queries} queries, {answered} answered "
         f"({answered / queries if queries else float('nan'):.4f}), {failures} failures"
     )
-    for label, field in (
-        ("kill -> first standby answer", "first_stale_s"),
-        ("kill -> first new-active answer", "first_new_active_s"),
-    ):
-        values = [r[field] for r in results if r[field] is not None]
+    figures = {
+        "kill -> first standby answer": [r["first_stale_s"] for r in results],
+        "kill -> first new-active answer": [r["first_new_active_s"] for r in results],
+        # The slowest of the killed instance's partitions: when all of its output resumed.
+        "kill -> output resumed": [
+            None if None in r["output_s"].values() else max(r["output_s"].values(), default=None)
+            for r in results
+        ],
+    }
+    for label, maybe in figures.items():
+        values = [v for v in maybe if v is not None]
         if values:
             print(
                 f"{label:<32} median {median(values):.2f} s "
-                f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} runs)"
+                f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} runs; "
+                f"{SESSION_TIMEOUT})"
             )
 
     def median_ratio(field: str) -> float:

@@ -1,11 +1,12 @@
-"""Three runtime processes serving one table, for the failover test and the query-failover
-benchmark (``bench/query_failover.py``).
+"""Runtime processes serving one table (three by default), for the failover and standby-restart
+tests and the query-failover benchmark (``bench/query_failover.py``).
 
-Each process (this module run with ``--instance SOURCE``) is an app with a String table of
-``SOURCE`` in the store ``store``; every setting comes from PROGRESS_CONTROL_RUNTIME_* env
-variables, set by :class:`TableCluster`: one standby replica per store partition, commit
-interval 100 ms, consumer session timeout 6 s, a query token, its own state dir, query
-endpoint and log file.
+Each process (this module run with ``--instance SOURCE [OUTPUT]``) is an app with a String table
+of ``SOURCE`` in the store ``store`` (and, given ``OUTPUT``, the table's updates written to that
+topic); every setting comes from PROGRESS_CONTROL_RUNTIME_* env variables, set by
+:class:`TableCluster`: one standby replica per store partition, commit interval 100 ms, consumer
+session timeout :data:`SESSION_TIMEOUT_MS`, a query token, its own state dir, query endpoint,
+metrics port and log file (plus the settings a caller adds, such as the state engine).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,7 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +42,7 @@ TOKEN = "cluster-token"  # noqa: S105 - a local test cluster's query token
 MAX_LAG = 2  # below a changelog partition's length: a fresh, empty standby is not within it
 STABLE_POLLS = 5  # 0.5 s apart
 NEW_ACTIVE_STREAK = 20
+SESSION_TIMEOUT_MS = 6000
 ROOT = Path(__file__).resolve().parents[2]
 
 Answer = tuple[int, dict[str, Any]]
@@ -49,7 +52,7 @@ class ClusterError(RuntimeError):
     """The cluster did not get where it was waited for; the message says why."""
 
 
-def _instance_main(source: str) -> None:
+def _instance_main(source: str, output: str | None) -> None:
     import faulthandler
 
     from progress_control.logging import configure_logging
@@ -59,7 +62,9 @@ def _instance_main(source: str) -> None:
     configure_logging("INFO", json=False)
     faulthandler.register(signal.SIGUSR1)  # stack dump on demand, for debugging hangs
     builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())
-    builder.table(source, store_name=STORE)
+    table = builder.table(source, store_name=STORE)
+    if output is not None:
+        table.to_stream().to(output)
     App(builder).run()
 
 
@@ -93,16 +98,26 @@ def query(url: str) -> Answer:
 
 
 class Instance:
-    """One runtime process with its own query endpoint, state dir and log file."""
+    """One runtime process with its own query endpoint, metrics port, state dir and log file
+    (appended to, so a restarted instance keeps one log)."""
 
-    def __init__(self, env: dict[str, str], source: str, log: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], source: str, log: Path, output: str | None = None
+    ) -> None:
+        self.env, self.source, self.output = env, source, output
         self.port = _free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
+        self.metrics_port = _free_port()
         self.log_path = log
         self._log = log.open("ab")
+        command = [sys.executable, "-m", "tests.apps.table_cluster", "--instance", source]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.apps.table_cluster", "--instance", source],
-            env={**env, "PROGRESS_CONTROL_RUNTIME_APPLICATION_SERVER": self.endpoint},
+            command if output is None else [*command, output],
+            env={
+                **env,
+                "PROGRESS_CONTROL_RUNTIME_APPLICATION_SERVER": self.endpoint,
+                "PROGRESS_CONTROL_RUNTIME_METRICS_PORT": str(self.metrics_port),
+            },
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=self._log,
@@ -120,6 +135,22 @@ class Instance:
             return False
         self.instance_id = body.get("instance_id", "")
         return status == 200
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """The value of the sample ``name`` with exactly ``labels`` on ``/metrics`` (``None``:
+        no such sample)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            match = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+            if match is None or match[1] != name:
+                continue
+            found = ",".join(sorted((match[2] or "").split(","))) if match[2] else ""
+            if found == wanted:
+                return float(match[3])
+        return None
 
     def check_alive(self) -> None:
         code = self.process.poll()
@@ -169,6 +200,7 @@ class Failover:
     after: list[tuple[float, float, int, dict[str, Any]]] = field(default_factory=list)
     before: list[Answer] = field(default_factory=list)
     timed_out: str | None = None
+    killed_at: float = 0.0  # time.monotonic() when SIGKILL was sent
 
     @property
     def answered(self) -> list[tuple[float, dict[str, Any]]]:
@@ -201,12 +233,27 @@ class Failover:
 
 
 class TableCluster:
-    """Three instances of one application on a fresh 3-partition topic of :data:`ROWS`."""
+    """``count`` instances of one application on a fresh 3-partition topic of ``rows``
+    (:data:`ROWS` by default; ``settings``: more PROGRESS_CONTROL_RUNTIME_* env variables;
+    ``output``: the topic the table's updates go to)."""
 
-    def __init__(self, bootstrap: str, source: str, application_id: str, workdir: Path) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        source: str,
+        application_id: str,
+        workdir: Path,
+        *,
+        count: int = 3,
+        rows: Mapping[str, str] = ROWS,
+        settings: Mapping[str, str] | None = None,
+        output: str | None = None,
+    ) -> None:
         producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
-        for key, value in ROWS.items():
+        for n, (key, value) in enumerate(rows.items()):
             producer.produce(source, key=key.encode(), value=value.encode())
+            if n % 10_000 == 0:
+                producer.poll(0)
         if producer.flush(30):
             raise ClusterError("rows still queued after flush")
         env = {
@@ -217,14 +264,17 @@ class TableCluster:
             "PROGRESS_CONTROL_RUNTIME_COMMIT_INTERVAL_MS": "100",
             "PROGRESS_CONTROL_RUNTIME_NUM_STANDBY_REPLICAS": "1",
             "PROGRESS_CONTROL_RUNTIME_QUERY_TOKEN": TOKEN,
-            "PROGRESS_CONTROL_RUNTIME_CONSUMER__SESSION_TIMEOUT_MS": "6000",
+            "PROGRESS_CONTROL_RUNTIME_CONSUMER__SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
             "PROGRESS_CONTROL_RUNTIME_CONSUMER__HEARTBEAT_INTERVAL_MS": "500",
+            **(settings or {}),
         }
         self.instances: list[Instance] = []
         try:
-            for i in range(3):
+            for i in range(count):
                 state = {"PROGRESS_CONTROL_RUNTIME_STATE_DIR": str(workdir / f"state-{i}")}
-                self.instances.append(Instance({**env, **state}, source, workdir / f"{i}.log"))
+                self.instances.append(
+                    Instance({**env, **state}, source, workdir / f"{i}.log", output)
+                )
         except BaseException:
             self.stop()
             raise
@@ -235,6 +285,19 @@ class TableCluster:
                 inst.process.terminate()
         for inst in self.instances:
             inst.stop()
+
+    def restart(
+        self, instance: Instance, while_stopped: Callable[[], object] | None = None
+    ) -> Instance:
+        """Stop ``instance`` cleanly (SIGTERM), call ``while_stopped``, and start it again with
+        the same settings, state dir and log file (new query endpoint and metrics port); the
+        new one takes its place."""
+        instance.stop()
+        if while_stopped is not None:
+            while_stopped()
+        again = Instance(instance.env, instance.source, instance.log_path, instance.output)
+        self.instances[self.instances.index(instance)] = again
+        return again
 
     def by_endpoint(self, endpoint: str) -> Instance:
         return next(i for i in self.instances if i.endpoint == endpoint)
@@ -338,7 +401,7 @@ class TableCluster:
         querier = threading.Thread(target=query_loop, name="failover-querier", daemon=True)
         querier.start()
         time.sleep(1.0)
-        killed_at = time.monotonic()
+        killed_at = result.killed_at = time.monotonic()
         active.kill()
 
         def new_active_streak() -> bool:
@@ -368,6 +431,6 @@ class TableCluster:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["--instance"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m tests.apps.table_cluster --instance SOURCE_TOPIC")
-    _instance_main(sys.argv[2])
+    if sys.argv[1:2] != ["--instance"] or len(sys.argv) not in (3, 4):
+        sys.exit("usage: python -m tests.apps.table_cluster --instance SOURCE_TOPIC [OUTPUT]")
+    _instance_main(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else None)
