@@ -309,11 +309,11 @@ def _times(p: _Pipeline, started: float) -> tuple[float | None, float | None]:
     stream_times = [
         sample.value
         for metric in p.app.metrics.registry.collect()
-        if metric.name == "streams_stream_time_ms"
+        if metric.name == "streams_stream_time_seconds"
         for sample in metric.samples
         if sample.value > 0  # 0: the task has not processed a record yet
     ]
-    stream_time = (min(stream_times) / 1000 - started) if stream_times else None
+    stream_time = (min(stream_times) - started) if stream_times else None
     watermark = None
     if p.spark_job is not None:
         wm = p.spark_job.metrics().watermark_ms

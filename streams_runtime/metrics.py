@@ -7,6 +7,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 __all__ = ["RuntimeMetrics"]
 
+# Per-record processing time: microseconds to a second.
+_RECORD_LATENCY_BUCKETS = (1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.1, 1.0)
+# Record age when processed: milliseconds (live) to hours (catching up on old data).
+_E2E_LATENCY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 3600.0)
+
 
 class RuntimeMetrics:
     """The runtime's counters and gauges; label ``task`` is ``<subtopology>_<partition>``."""
@@ -22,8 +27,43 @@ class RuntimeMetrics:
             "streams_control_records", "Control records that advanced time.", ["task"], registry=r
         ).labels
         self.stream_time = Gauge(
-            "streams_stream_time_ms", "Task stream time (epoch ms).", ["task"], registry=r
+            "streams_stream_time_seconds",
+            "Task stream time, as Unix time in seconds (0 until the task took a record).",
+            ["task"],
+            registry=r,
         ).labels
+        self.process_latency = Histogram(
+            "streams_process_latency_seconds",
+            "Time to process one record (Kafka Streams' process-latency), as the mean over one"
+            " processing batch: observed once per batch (elapsed / records), never per record,"
+            " so the processing loop pays one clock read and one observation per batch.",
+            ["task"],
+            buckets=_RECORD_LATENCY_BUCKETS,
+            registry=r,
+        ).labels
+        self.e2e_latency = Histogram(
+            "streams_record_e2e_latency_seconds",
+            "End-to-end latency at the source (KIP-613's record-e2e-latency): wall-clock time"
+            " minus the record's timestamp when the task takes it, sampled once per processing"
+            " batch (its last data record).",
+            ["task"],
+            buckets=_E2E_LATENCY_BUCKETS,
+            registry=r,
+        ).labels
+        self.restore_remaining = Gauge(
+            "streams_restore_remaining_records",
+            "Changelog records a restoring task still has to read (Kafka Streams'"
+            " restore-remaining-records-total); 0 once restored.",
+            ["task"],
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "streams_consumer_lag_records",
+            "Records of an input partition on the broker not fetched yet (the consumer's"
+            " records-lag), from cached watermarks, updated at most once a second.",
+            ["topic", "partition"],
+            registry=r,
+        )
         self.control_records_rejected = Counter(
             "streams_control_records_rejected",
             "Records with a progress-control header that failed validation and were skipped"
@@ -63,15 +103,16 @@ class RuntimeMetrics:
             registry=r,
         ).labels
         self.commit_latency = Histogram(
-            "streams_commit_latency_seconds", "Duration of one commit.", registry=r
+            "streams_commit_latency_seconds", "Duration of one commit (commit-latency).", registry=r
         )
         self.progress_ticks = Counter(
             "streams_progress_ticks", "Control records sent to propagate stream time.", registry=r
         )
         self.progress_promise = Gauge(
-            "streams_progress_promise_ms",
-            "What ticks on an output or repartition topic may promise: the least committed bound "
-            "over every task writing it (epoch ms; -1: a writer has not committed one yet).",
+            "streams_progress_promise_seconds",
+            "What ticks on an output or repartition topic may promise: the least committed bound"
+            " over every task writing it (Unix time in seconds; -1: a writer has not committed"
+            " one yet).",
             ["topic"],
             registry=r,
         ).labels

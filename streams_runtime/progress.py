@@ -314,7 +314,7 @@ class TickWriter:
             # stream time, so a tick *at* a record still to come could close a window that
             # record would have joined.
             promised = self._bounds(topic)
-            self._metrics.progress_promise(topic).set(promised)
+            self._metrics.progress_promise(topic).set(promised / 1000 if promised >= 0 else -1)
             at = promised - 1
             if at < 0:
                 continue

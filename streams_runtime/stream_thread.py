@@ -232,6 +232,7 @@ class StreamThread:
                     self._apply_back_pressure()
                     self.collector.poll()
                     now = time.monotonic()
+                    self.task_manager.publish_lag(now)
                     if self._ticks is not None and (now >= next_progress or self._bounds_raised()):
                         next_progress = now + progress_every
                         if next_commit - now > progress_every and self._progress_waits_for_commit():

@@ -4,6 +4,7 @@ KIP-695 lag-gated idling deciding when an empty input may be passed over."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -122,6 +123,8 @@ class StreamTask:
         self._processed_metric = metrics.records_processed(label)
         self._control_metric = metrics.control_records(label)
         self._stream_time_metric = metrics.stream_time(label)
+        self._process_latency = metrics.process_latency(label)
+        self._e2e_latency = metrics.e2e_latency(label)
         self._enforced_metric = metrics.enforced_processing(label)
         self._enforced_seen = 0
 
@@ -205,12 +208,17 @@ class StreamTask:
         May run on another thread than the task's (nothing else touches the task meanwhile);
         gives up with :class:`~streams_runtime.state.RestoreCancelledError` once ``cancelled``
         is set."""
-        result = self.state.restore(
-            self.committed,
-            timeout_s=self._settings.restore_timeout_s,
-            warm=self._warm,
-            cancelled=cancelled,
-        )
+        remaining = self._metrics.restore_remaining.labels(str(self.id))
+        try:
+            result = self.state.restore(
+                self.committed,
+                timeout_s=self._settings.restore_timeout_s,
+                warm=self._warm,
+                cancelled=cancelled,
+                on_remaining=remaining.set,
+            )
+        finally:
+            remaining.set(0)
         self._warm = None
         self._metrics.restored_records("changelog").inc(result.records_applied)
         self._metrics.restored_records("standby").inc(result.records_from_standby)
@@ -252,6 +260,8 @@ class StreamTask:
         """Process up to ``budget`` records while the task is ready; returns how many."""
         group = self.group
         done = 0
+        started = time.perf_counter()
+        record: SourceRecord | None = None
         for tp, poisoned in self._poisoned.items():
             if group.buffered(tp) == 0:
                 self._bad_records.handle(
@@ -282,7 +292,10 @@ class StreamTask:
                     self.last_data_at = time.monotonic()
                 self._processed_metric.inc(done - controls)
                 self._control_metric.inc(controls)
-                self._stream_time_metric.set(group.stream_time)
+                self._stream_time_metric.set(max(group.stream_time, 0) / 1000)
+                self._process_latency.observe((time.perf_counter() - started) / done)
+                if record is not None and not record.is_control:
+                    self._e2e_latency.observe(max(0.0, time.time() - record.timestamp / 1000))
                 enforced = group.enforced_processing_total
                 if enforced != self._enforced_seen:
                     self._enforced_metric.inc(enforced - self._enforced_seen)
@@ -376,5 +389,7 @@ class StreamTask:
         return self.committed_bounds != before
 
     def close(self) -> None:
+        with contextlib.suppress(KeyError):  # never restored here
+            self._metrics.restore_remaining.remove(str(self.id))
         self.group.clear()
         self.state.close()

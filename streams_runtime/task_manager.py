@@ -4,6 +4,7 @@ commit after an abort — and their commits, under the thread's :class:`CommitSt
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -69,6 +70,7 @@ class TaskManager:
         self.restoring_tasks: frozenset[TaskId] = frozenset()
         self.assignment_listener: Callable[[], None] | None = None
         self.warm_stores: WarmStores | None = None
+        self._lag_published_at = float("-inf")
 
     def restoring(self, task_id: TaskId) -> StreamTask | None:
         """``task_id`` while its stores restore right now (readable, stale, by queries)."""
@@ -160,6 +162,25 @@ class TaskManager:
             raise StreamsError(f"restore failed: {failure}") from failure
         return bool(done)
 
+    def publish_lag(self, now: float) -> None:
+        """Set the consumer lag gauge of every assigned input partition from cached watermarks
+        (the stream thread calls this every loop turn, ``now`` its monotonic clock): at most
+        once a second."""
+        if now - self._lag_published_at < 1.0:
+            return
+        self._lag_published_at = now
+        for tp in self._partitions.assigned:
+            lag = self._partitions.lag(tp)
+            if lag is not None:
+                self._metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+
+    def _forget(self, partitions: set[TopicPartitionId]) -> None:
+        """Revoked or lost: no more fetch positions nor lag for ``partitions``."""
+        self._partitions.forget(partitions)
+        for tp in partitions:
+            with contextlib.suppress(KeyError):  # no lag published yet
+                self._metrics.consumer_lag.remove(tp.topic, str(tp.partition))
+
     # -- rebalances -------------------------------------------------------------------------
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -201,7 +222,7 @@ class TaskManager:
         self._close_tasks(
             list(self.tasks.values()) if rewind else affected, self._restoring_of(revoked)
         )
-        self._partitions.forget(revoked)
+        self._forget(revoked)
         self._unassign(consumer, partitions)
         if rewind:
             self._create_tasks(sorted(self._partitions.assigned))
@@ -214,7 +235,7 @@ class TaskManager:
         discarded_all = self._strategy.abort()
         affected = [t for t in self.tasks.values() if discarded_all or lost.intersection(t.inputs)]
         self._close_tasks(affected, self._restoring_of(lost))
-        self._partitions.forget(lost)
+        self._forget(lost)
         self._unassign(consumer, partitions)
         if discarded_all:
             self._create_tasks(sorted(self._partitions.assigned))

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
@@ -183,17 +183,18 @@ class TaskStateManager:
         timeout_s: float = 300,
         warm: Mapping[str, WarmStore] | None = None,
         cancelled: threading.Event | None = None,
+        on_remaining: Callable[[int], None] | None = None,
     ) -> RestoreResult:
         """Bring every store to the committed input position ``committed_inputs`` (next offset to
         consume per input partition) from local state and the changelogs.
 
         A store with an entry in ``warm`` (and no usable checkpoint) starts from that copy and
         reads the changelog from its offset on, with the same skip rules as a full restore.
+        ``on_remaining`` is told the changelog records left to read as the restore proceeds.
 
         Raises :class:`RestoreError` when a changelog cannot be read,
         :class:`RestoreTimeoutError` after ``timeout_s`` and :class:`RestoreCancelledError` once
-        ``cancelled`` is set; the manager should then be closed.
-        """
+        ``cancelled`` is set; the manager should then be closed."""
         self._check_open()
         if self._restored:
             raise RuntimeError(f"task {self.task_id} was already restored")
@@ -229,7 +230,7 @@ class TaskStateManager:
                     skipped=skipped,
                 )
                 self._pending_corrections = restorer.run(
-                    consumer, starts, watermarks, deadline, cancelled
+                    consumer, starts, watermarks, deadline, cancelled, on_remaining=on_remaining
                 )
         finally:
             if consumer is not None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -251,6 +251,10 @@ class _RestoreProgress:
         self.remaining.discard(tp)
         self.early_eof.discard(tp)
 
+    def left(self) -> int:
+        """Records still to read (Kafka Streams' restore-remaining-records-total)."""
+        return sum(max(0, self.ends[tp] - self.next_offsets[tp]) for tp in self.remaining)
+
     def behind(self) -> str:
         return ", ".join(
             f"{tp.topic}[{tp.partition}] (at {self.next_offsets[tp]}, end {self.ends[tp]})"
@@ -288,11 +292,14 @@ class ChangelogRestorer:
         watermarks: Mapping[TopicPartitionId, tuple[int, int]],
         deadline: float,
         cancelled: threading.Event | None = None,
+        *,
+        on_remaining: Callable[[int], None] | None = None,
     ) -> list[Correction]:
         """Read every changelog partition from ``starts`` to the high watermark captured in
         ``watermarks``; sets ``result.end_offsets`` and returns the corrections to log. Gives
         up with :class:`RestoreCancelledError` once ``cancelled`` is set (checked between
-        batches)."""
+        batches); tells ``on_remaining`` the records left to read before the first batch and
+        after each."""
         progress = _RestoreProgress(
             ends={tp: high for tp, (_low, high) in watermarks.items()},
             next_offsets=dict(starts),
@@ -304,6 +311,8 @@ class ChangelogRestorer:
                 [TopicPartition(tp.topic, tp.partition, starts[tp]) for tp in progress.remaining]
             )
         while progress.remaining:
+            if on_remaining is not None:
+                on_remaining(progress.left())
             if cancelled is not None and cancelled.is_set():
                 raise RestoreCancelledError(f"task {self.task_id}: restore cancelled")
             left = deadline - time.monotonic()
@@ -324,6 +333,8 @@ class ChangelogRestorer:
                     if position.offset >= progress.ends[tp]:
                         progress.reached(tp, position.offset)
         self._result.end_offsets = progress.next_offsets
+        if on_remaining is not None:
+            on_remaining(0)
         return self._corrections(progress.skipped)
 
     def _handle(self, msg: Message, progress: _RestoreProgress) -> None:

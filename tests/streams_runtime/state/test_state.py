@@ -681,11 +681,14 @@ def test_restore_skips_records_of_uncommitted_input(
     sink.flush()
     writer.close()
 
+    left: list[int] = []  # what restore reports as the changelog records left to read
+
     def restored(committed: dict[TopicPartitionId, int]) -> tuple[bytes | None, Any]:
+        left.clear()
         with manager(
             tmp_path / "r", [KV], "memory", ListSink(), None, kafka_bootstrap, app
         ) as state:
-            result = state.restore(committed, timeout_s=60)
+            result = state.restore(committed, timeout_s=60, on_remaining=left.append)
             return state.kv_store("counts").get(b"k"), result
 
     value, result = restored({source: 8})
@@ -695,6 +698,7 @@ def test_restore_skips_records_of_uncommitted_input(
     assert result.end_offsets == {TopicPartitionId(topic, 0): 2}
     assert not result.reused_checkpoint
     assert result.corrections == 1
+    assert (left[0], left[-1]) == (2, 0)
     value, result = restored({source: 11})
     assert value == b"v2"
     assert (result.records_applied, result.records_skipped_uncommitted) == (2, 0)
