@@ -148,8 +148,9 @@ def test_records_a_filter_drops_never_tick_the_repartition_topic(
         ],
     )
     repartition = reader_for(_repartition_topic(kafka_bootstrap, app_id), 4)
-    # The runtime ticks the partitions it did not write to once it processed all of this.
-    wait_for(lambda: processed(app) == 5 and repartition.ticks(), message="repartition ticks")
+    # The runtime ticks the partitions it did not write to once it processed all of this (the
+    # five inputs; the repartitioned clicks count once more when the session tasks take them).
+    wait_for(lambda: processed(app) >= 5 and repartition.ticks(), message="repartition ticks")
     produce(
         kafka_bootstrap,
         source,
