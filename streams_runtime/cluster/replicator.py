@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import threading
 import time
 import uuid
@@ -46,6 +45,7 @@ from streams_runtime.cluster.membership import (
 )
 from streams_runtime.cluster.placement import standby_placement
 from streams_runtime.cluster.standby import StandbyReplica, standby_directory
+from streams_runtime.cluster.standby_files import checkpoint_standbys, open_standby
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.query_security import (
     MembershipAuthenticator,
@@ -55,7 +55,6 @@ from streams_runtime.query_security import (
 from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings, StateEngine
 from streams_runtime.state import (
-    StateDirectoryLockedError,
     StoreSpec,
     WarmStore,
     changelog_topic,
@@ -430,56 +429,17 @@ class Replicator:
         return warm
 
     def _checkpoint_standbys(self) -> None:
-        """Checkpoint the on-disk standbys (a no-op for those in memory or unchanged)."""
         with self._standby_lock:
-            for replica in self.standbys.values():
-                try:
-                    replica.checkpoint()
-                except (OSError, sqlite3.Error) as exc:  # the next interval tries again
-                    logger.warning(
-                        "standby %(store)s/%(partition)d not checkpointed: %(error)s",
-                        {
-                            "store": replica.sp.store,
-                            "partition": replica.sp.partition,
-                            "error": str(exc),
-                        },
-                    )
+            checkpoint_standbys(self.standbys.values())
 
     def _new_standby(self, sp: StorePartition) -> StandbyReplica:
-        """A standby of ``sp``: on disk with the SQLite engine, resumed from its checkpoint
-        when that lies within the changelog's offsets; in memory otherwise."""
         spec, _sub, topic, _count = self.stores[sp.store]
-        if not self._persistent:
-            return StandbyReplica(spec, sp, topic)
-        directory = standby_directory(self.settings.state_dir, self.settings.application_id, sp)
-        try:
-            replica = StandbyReplica(spec, sp, topic, directory)
-        except (StateDirectoryLockedError, OSError, sqlite3.Error) as exc:
-            # Another instance shares the state directory (or it is unusable): a standby in
-            # memory is still a standby.
-            logger.warning(
-                "standby %(store)s/%(partition)d kept in memory: %(error)s",
-                {"store": sp.store, "partition": sp.partition, "error": str(exc)},
-            )
-            return StandbyReplica(spec, sp, topic)
-        if replica.resumed_from >= 0:
-            low, high = self._watermarks(replica.tp)
-            if not low <= replica.resumed_from <= high:
-                # Beyond the end: the changelog was recreated or truncated; below the start:
-                # records it never read are gone. Either way the files are not to be trusted.
-                logger.warning(
-                    "standby %(store)s/%(partition)d: checkpoint %(offset)d outside the"
-                    " changelog's offsets [%(low)d, %(high)d]: reading it from the beginning",
-                    {
-                        "store": sp.store,
-                        "partition": sp.partition,
-                        "offset": replica.resumed_from,
-                        "low": low,
-                        "high": high,
-                    },
-                )
-                replica.reset()
-        return replica
+        directory = (
+            standby_directory(self.settings.state_dir, self.settings.application_id, sp)
+            if self._persistent
+            else None
+        )
+        return open_standby(spec, sp, topic, directory, self._watermarks)
 
     def _watermarks(self, tp: TopicPartitionId) -> tuple[int, int]:
         """Low and high watermark of ``tp`` ((-1, -1) when unknown: nothing lies within)."""
