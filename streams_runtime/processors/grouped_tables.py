@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streams_runtime.processors.base import AggregateProcessor, Processor, ProcessorContext
-from streams_runtime.processors.tables import TimestampedTableStore
+from streams_runtime.processors.base import Processor
+from streams_runtime.processors.tables import TableAggregateProcessor
 from streams_runtime.record import Record
 from streams_runtime.serdes import Change, Serde
 
@@ -55,7 +55,7 @@ class TableRepartitionMapProcessor(Processor):
             self.forward(Record(new[0], Change(new[1], None), ts, headers))
 
 
-class TableChangeAggregateProcessor(AggregateProcessor):
+class TableChangeAggregateProcessor(TableAggregateProcessor):
     """Aggregates a grouped table per key (Kafka Streams' ``KTableAggregate``; ``KTableReduce``
     is this with ``initializer() -> None`` and an aggregator taking a first value as it is).
 
@@ -83,11 +83,6 @@ class TableChangeAggregateProcessor(AggregateProcessor):
             store_name, key_serde, value_serde, initializer=initializer, aggregator=aggregator
         )
         self._subtractor = subtractor
-        self._table: TimestampedTableStore | None = None
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._table is not None
