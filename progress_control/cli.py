@@ -186,6 +186,9 @@ def _sidecar(args: argparse.Namespace) -> int:
         f"progress-control sidecar: http on port {sidecar.http.port}", file=sys.stderr, flush=True
     )
     stop.wait()
+    # A hard bound on the whole exit, librdkafka's teardown included: the clean stop below
+    # takes at most 80% of shutdown_timeout_s; should anything hang, SIGALRM ends the process.
+    signal.setitimer(signal.ITIMER_REAL, settings.shutdown_timeout_s)
     sidecar.stop()
     return 0
 

@@ -3,6 +3,7 @@ which topics exist, and the records at the tail of a partition (data, or ticks a
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -17,13 +18,18 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from progress_control.protocol import has_control_header
 from progress_control.ticks.activity import TopicPartition
 
-__all__ = ["BrokerWatch", "PartitionTail"]
+__all__ = ["BrokerWatch", "PartitionTail", "WatchStoppedError"]
 
 logger = logging.getLogger(__name__)
 
 _LATEST: Any = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 _MAX_TIMESTAMP: Any = OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
 _MIN_FORCED_REFRESH_S = 1.0  # bound on metadata requests that unknown topics in reports cause
+_WAIT_SLICE_S = 0.5  # a blocking broker call waits this long at most before it looks at stop()
+
+
+class WatchStoppedError(RuntimeError):
+    """A broker request abandoned because the watch is stopping."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +71,9 @@ class BrokerWatch:
         self._partitions: list[TopicPartition] = []
         self._topics: dict[str, int] = {}
         self._refreshed_at: float | None = None
+        self._forced_at: float | None = None
         self._truncation_logged = False
+        self._stopping = threading.Event()
 
     def partitions(self) -> list[TopicPartition]:
         """Watched partitions; metadata is re-read every ``metadata_refresh_s`` so new topics and
@@ -85,8 +93,11 @@ class BrokerWatch:
         reports but not known yet: created since the last periodic refresh, or made up, in
         which case a flood of names costs one request per second). Return whether it did."""
         now = time.monotonic()
-        if self._refreshed_at is not None and now - self._refreshed_at < _MIN_FORCED_REFRESH_S:
+        # Attempts count, not successes: with the broker down, every report would try again.
+        attempts = [at for at in (self._refreshed_at, self._forced_at) if at is not None]
+        if attempts and now - max(attempts) < _MIN_FORCED_REFRESH_S:
             return False
+        self._forced_at = now
         self._refresh(now)
         return True
 
@@ -94,7 +105,7 @@ class BrokerWatch:
         with self._lock:
             if self._refreshed_at is not None and now < self._refreshed_at:
                 return  # another thread refreshed while we waited for the lock
-            metadata = self._admin.list_topics(timeout=self._timeout_s)
+            metadata = self._list_topics()
             topics = {
                 name: len(topic.partitions)
                 for name, topic in metadata.topics.items()
@@ -118,6 +129,40 @@ class BrokerWatch:
                 watched = watched[:limit]
             self._topics, self._partitions = topics, watched  # each one atomic store
             self._refreshed_at = time.monotonic()
+
+    def _list_topics(self) -> Any:
+        """``list_topics`` within ``timeout_s``. The call blocks in librdkafka, so it runs in a
+        daemon thread of its own, and :meth:`stop` need not wait for an unreachable broker."""
+        result: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def request() -> None:
+            try:
+                result.set_result(self._admin.list_topics(timeout=self._timeout_s))
+            except BaseException as exc:  # handed to the waiting thread
+                result.set_exception(exc)
+
+        threading.Thread(target=request, name="metadata-request", daemon=True).start()
+        self._wait([result], time.monotonic() + self._timeout_s + _WAIT_SLICE_S)
+        return result.result()
+
+    def _wait(self, futures: Iterable[concurrent.futures.Future[Any]], deadline: float) -> None:
+        """Wait for ``futures`` until ``deadline``, in slices, looking at :meth:`stop`."""
+        pending = set(futures)
+        while pending:
+            self._raise_if_stopping()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no answer from the broker within {self._timeout_s} s")
+            _done, pending = concurrent.futures.wait(pending, timeout=min(_WAIT_SLICE_S, remaining))
+
+    def stop(self) -> None:
+        """Abandon requests in progress (they raise :class:`WatchStoppedError` within
+        half a second) and refuse new ones. Thread-safe; :meth:`close` releases the clients."""
+        self._stopping.set()
+
+    def _raise_if_stopping(self) -> None:
+        if self._stopping.is_set():
+            raise WatchStoppedError("the broker watch is stopping")
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Log end offset of each partition."""
@@ -174,7 +219,7 @@ class BrokerWatch:
         consumer.assign([KafkaTopicPartition(t, p, ranges[t, p][0]) for t, p in pending])
         deadline = time.monotonic() + self._timeout_s
         try:
-            while pending and time.monotonic() < deadline:
+            while pending and time.monotonic() < deadline and not self._stopping.is_set():
                 for msg in consumer.consume(500, timeout=0.2):
                     key = (msg.topic() or "", msg.partition() or 0)
                     error = msg.error()
@@ -214,11 +259,10 @@ class BrokerWatch:
         request = {KafkaTopicPartition(topic, partition): spec for topic, partition in partitions}
         if not request:
             return []
+        self._raise_if_stopping()
         futures = self._admin.list_offsets(request, request_timeout=self._timeout_s)
-        return [
-            ((tp.topic, tp.partition), future.result(timeout=self._timeout_s))
-            for tp, future in futures.items()
-        ]
+        self._wait(futures.values(), time.monotonic() + self._timeout_s)
+        return [((tp.topic, tp.partition), future.result()) for tp, future in futures.items()]
 
 
 def _tail(read: list[tuple[int, bool, int]]) -> PartitionTail | None:
