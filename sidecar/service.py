@@ -32,6 +32,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -44,7 +45,7 @@ from sidecar.admission import ActivityAdmission, ReportedAck
 from sidecar.http import HealthServer
 from sidecar.reports import ReportListener
 from sidecar.settings import SidecarSettings
-from sidecar.watch import BrokerWatch, PartitionTail
+from sidecar.watch import BrokerWatch, PartitionTail, WatchStoppedError
 
 __all__ = ["ProgressControlSidecar"]
 
@@ -55,6 +56,7 @@ _MAX_RETRY_S = 30.0
 _PEEK_LIMIT = 64  # more new records than this on a partition: data, no need to read them
 _Ranges = dict[TopicPartition, tuple[int, int]]
 _LAST_RECORDS = 2  # a restart reads this many first: the last record, or a transaction marker
+_STOP_SHARE = 0.8  # of shutdown_timeout_s for stop(); the rest is margin for the process's exit
 
 
 class ProgressControlSidecar:
@@ -108,8 +110,10 @@ class ProgressControlSidecar:
             "Partitions under broker watch.",
             registry=self.registry,
         )
-        self._ready_gauge = Gauge(
-            "progress_control_ready", "1 when connected to the cluster.", registry=self.registry
+        self._connected_gauge = Gauge(
+            "progress_control_broker_connected",
+            "1 while the broker answers the watch's metadata requests, else 0.",
+            registry=self.registry,
         )
         client_config: dict[str, Any] = {**settings.kafka, "logger": client_log}
         self._watch = BrokerWatch(
@@ -137,19 +141,30 @@ class ProgressControlSidecar:
         self._sender = TickSender(settings, settings.kafka, self._tick_metrics, eager=True)
         self._scheduler = IdlePartitionScheduler(self.activity, self._send_verified)
         self._scheduler.add_interval_job(self._sender.poll, _TICK_REPORT_POLL_S)
+        self._started = threading.Event()
         self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._watch_thread = threading.Thread(target=self._watch_loop, name="broker-watch")
+        self._connected = threading.Event()
+        # Daemon threads: one blocked in a broker call must not hold up the process's exit.
+        self._watch_thread = threading.Thread(
+            target=self._watch_loop, name="broker-watch", daemon=True
+        )
         self._listener = (
             ReportListener(
                 settings.report_listen,
                 self._on_report_ack,
                 self._malformed.inc,
                 self._retry_parked_reports,
+                socket_mode=settings.report_socket_mode,
             )
             if settings.report_listen
             else None
         )
+        if settings.report_listen_allow_network and self._listener is not None:
+            logger.warning(
+                "activity reports accepted from the network on %(report_listen)s "
+                "(report_listen_allow_network): anyone who can reach it can forge activity",
+                {"report_listen": settings.report_listen},
+            )
         self.http = HealthServer(
             settings.http_host, settings.http_port, self.registry, self.is_ready, self.is_healthy
         )
@@ -166,29 +181,46 @@ class ProgressControlSidecar:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> ProgressControlSidecar:
+        """Start the threads and the HTTP server."""
         self._scheduler.start()
         if self._listener is not None:
             self._listener.start()
         self._watch_thread.start()
         self.http.start()
+        self._started.set()
         return self
 
     def stop(self) -> None:
-        """Stop scheduling and watching, flush in-flight ticks, within ``shutdown_timeout_s``."""
-        deadline = time.monotonic() + self.settings.shutdown_timeout_s
+        """Stop scheduling, watching and listening, and give in-flight ticks what time is left,
+        within ``shutdown_timeout_s`` (less a margin for the process's exit) whatever the
+        broker's state: broker requests in progress are abandoned, not waited for."""
+        deadline = time.monotonic() + self.settings.shutdown_timeout_s * _STOP_SHARE
+
+        def remaining() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         self._stop.set()
-        self._scheduler.shutdown()
+        self._watch.stop()  # requests in progress raise within half a second
         if self._listener is not None:
-            self._listener.stop()
-        self._watch_thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._watch.close()
-        remaining = self._sender.flush(max(0.0, deadline - time.monotonic()))
-        if remaining:
+            self._listener.stop(remaining())
+        # The scheduler's shutdown waits for a wake-up in progress (a verification request):
+        # waited for in a daemon thread, up to the deadline.
+        _run_with_timeout(self._scheduler.shutdown, "scheduler-shutdown", remaining())
+        self._watch_thread.join(remaining())
+        undelivered = self._sender.flush(remaining())
+        if undelivered:
             logger.warning(
                 "%(undelivered)d ticks were not delivered before shutdown",
-                {"undelivered": remaining},
+                {"undelivered": undelivered},
             )
+        if not self._watch_thread.is_alive():  # its consumer must not close under it
+            self._watch.close()
         self.http.stop()
+        if time.monotonic() > deadline:
+            logger.warning(
+                "stop took longer than %(share).0f%% of shutdown_timeout_s",
+                {"share": _STOP_SHARE * 100},
+            )
 
     def __enter__(self) -> ProgressControlSidecar:
         return self.start()
@@ -197,14 +229,27 @@ class ProgressControlSidecar:
         self.stop()
 
     def is_ready(self) -> bool:
-        return self._ready.is_set()
+        """``/readyz``: the sidecar process only (started, its threads alive, not stopping).
+        The broker's state is not part of it: readiness of the sidecar container gates the
+        app's pod, which a broker outage or bad credentials must not take out of its Service
+        (they show in ``progress_control_broker_connected`` and the logs)."""
+        return self._started.is_set() and not self._stop.is_set() and self._threads_alive()
 
     def is_healthy(self) -> bool:
+        """``/healthz``: the threads are alive (or the sidecar is stopping)."""
+        return self._stop.is_set() or self._threads_alive()
+
+    def is_connected(self) -> bool:
+        """Whether the broker answered the watch's last metadata request."""
+        return self._connected.is_set()
+
+    def _threads_alive(self) -> bool:
         listener_ok = self._listener is None or self._listener.is_alive()
-        return self._stop.is_set() or (self._watch_thread.is_alive() and listener_ok)
+        return self._watch_thread.is_alive() and listener_ok
 
     @property
     def report_address(self) -> tuple[str, int] | None:
+        """The UDP ``(host, port)`` reports arrive on; ``None`` with a Unix socket or none."""
         return self._listener.address if self._listener is not None else None
 
     # -- activity -------------------------------------------------------------------------------
@@ -245,9 +290,11 @@ class ProgressControlSidecar:
         while not self._stop.is_set():
             try:
                 self._watch_once()
+            except WatchStoppedError:
+                return
             except Exception as exc:
                 self._watch_errors.inc()
-                self._set_ready(False)
+                self._set_connected(False)
                 logger.warning(
                     "broker unreachable (retrying in %(retry_s).0fs): %(error)s",
                     {"retry_s": retry_s, "error": str(exc)},
@@ -256,11 +303,11 @@ class ProgressControlSidecar:
                 retry_s = min(retry_s * 2, _MAX_RETRY_S)
                 continue
             retry_s = 1.0
-            self._set_ready(True)
+            self._set_connected(True)
             self._stop.wait(self.settings.watch_interval_ms / 1000)
 
     def _watch_once(self) -> None:
-        partitions = self._watch.partitions()  # also the readiness check: metadata was served
+        partitions = self._watch.partitions()  # also the connection check: metadata was served
         self._watched.set(len(partitions))
         if not self.settings.watch_enabled:
             return
@@ -342,11 +389,11 @@ class ProgressControlSidecar:
                 self._resumed.inc()
                 self._scheduler.arm(deadline)
 
-    def _set_ready(self, ready: bool) -> None:
-        if ready != self._ready.is_set():
-            logger.info("ready" if ready else "not ready")
-        (self._ready.set if ready else self._ready.clear)()
-        self._ready_gauge.set(1 if ready else 0)
+    def _set_connected(self, connected: bool) -> None:
+        if connected != self._connected.is_set():
+            logger.info("connected to the cluster" if connected else "broker unreachable")
+        (self._connected.set if connected else self._connected.clear)()
+        self._connected_gauge.set(1 if connected else 0)
 
     # -- ticks ----------------------------------------------------------------------------------
 
@@ -358,6 +405,8 @@ class ProgressControlSidecar:
         keys = [(tick.topic, tick.partition) for tick in due]
         try:
             ends = self._watch.end_offsets(keys)
+        except WatchStoppedError:
+            return
         except Exception as exc:
             self._watch_errors.inc()
             logger.warning(
@@ -390,3 +439,12 @@ def _idle_period(tail: PartitionTail) -> tuple[int, int, int]:
         return tail.data_timestamp_ms, tail.controls_after, tail.data_offset + 1
     timestamp_ms = tail.first_control_timestamp_ms
     return (-1 if timestamp_ms is None else timestamp_ms), tail.controls_after, tail.first_offset
+
+
+def _run_with_timeout(func: Callable[[], None], name: str, timeout_s: float) -> None:
+    """Run ``func`` in a daemon thread and wait for it up to ``timeout_s``."""
+    thread = threading.Thread(target=func, name=name, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        logger.warning("%(step)s did not finish in time; not waiting for it", {"step": name})

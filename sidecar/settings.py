@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, YamlConfigSettingsSource
 
 from progress_control.settings import KafkaProperties, read_secret_file
-from progress_control.ticks.activity_report import parse_address
+from progress_control.ticks.activity_report import UdpAddress, parse_report_address
 from progress_control.ticks.settings import TickSettings
 from progress_control.trust import DEFAULT_MAX_SKEW_MS
 
@@ -50,7 +50,17 @@ class SidecarSettings(TickSettings):
     watch_interval_ms: int = Field(5_000, ge=100, description="Broker watch period.")
     metadata_refresh_ms: int = Field(30_000, ge=100, description="New topics/partitions period.")
     report_listen: str | None = Field(
-        "127.0.0.1:7071", description="UDP host:port for interceptor reports; empty: off."
+        "127.0.0.1:7071",
+        description="Where interceptor reports arrive: unix:///path/to/socket (a Unix datagram "
+        "socket on a volume shared with the app), or UDP host:port; empty: off.",
+    )
+    report_listen_allow_network: bool = Field(
+        False,
+        description="Allow a UDP report_listen address that is not loopback: anyone who can reach "
+        "it can forge activity reports.",
+    )
+    report_socket_mode: int = Field(
+        0o660, ge=0, le=0o777, description="File mode of a unix:// report socket."
     )
     jitter_ms: int = Field(
         1_000,
@@ -81,8 +91,28 @@ class SidecarSettings(TickSettings):
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
         if isinstance(value, str):
-            parse_address(value, any_port=True)
+            parse_report_address(value, any_port=True)
         return value
+
+    @field_validator("report_socket_mode", mode="before")
+    @classmethod
+    def _octal_mode(cls, value: object) -> object:
+        """``"0660"`` or ``"660"`` (env, YAML strings) is octal, as chmod reads it."""
+        return int(value, 8) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _report_listen_on_loopback(self) -> Self:
+        address = self.report_listen and parse_report_address(self.report_listen, any_port=True)
+        network = isinstance(address, UdpAddress) and not address.is_loopback
+        if network and not self.report_listen_allow_network:
+            raise ValueError(
+                f"report_listen {self.report_listen!r} is not a loopback address: anyone "
+                "who can reach it could forge activity reports. Use a Unix socket "
+                "(unix:///var/run/progress-control/reports.sock), or set "
+                "report_listen_allow_network=true "
+                "(env PROGRESS_CONTROL_REPORT_LISTEN_ALLOW_NETWORK=true)"
+            )
+        return self
 
     def _signing_secret(self) -> bytes | None:
         secret = super()._signing_secret()

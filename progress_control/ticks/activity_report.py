@@ -10,12 +10,18 @@ Wire format (v1): one UDP datagram per report, a UTF-8 JSON object::
          "last_timestamp_ms": 1795355816000,  # timestamp of the partition's last acked record
          "last_ack_ms": 1795355816042}]}      # wall-clock time of that ack
 
-A report that would exceed :data:`MAX_DATAGRAM_BYTES` is split into several. UDP never blocks the
-host and needs no connection; a lost report only delays the sidecar's view until the next one.
+A report that would exceed :data:`MAX_DATAGRAM_BYTES` is split into several. Datagrams never block
+the host and need no connection; a lost report only delays the sidecar's view until the next one.
+
+Transport (:func:`parse_report_address`): a Unix datagram socket on a volume shared by the app and
+sidecar containers (``unix:///var/run/progress-control/reports.sock``), which only processes allowed
+to write the socket file can use, as DogStatsD does; or, for compatibility, UDP ``host:port``, which
+any process in the pod can send to.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 from typing import TypeVar
@@ -26,13 +32,18 @@ __all__ = [
     "ActivityReport",
     "MalformedReportError",
     "PartitionReport",
+    "ReportAddress",
+    "UdpAddress",
+    "UnixAddress",
     "decode_report",
     "encode_reports",
     "parse_address",
+    "parse_report_address",
 ]
 
 REPORT_VERSION = 1
 MAX_DATAGRAM_BYTES = 60_000
+_UNIX_PATH_MAX = 107  # sun_path is 108 bytes with its terminating NUL (Linux)
 
 T = TypeVar("T")
 
@@ -119,3 +130,54 @@ def parse_address(address: str, *, any_port: bool = False) -> tuple[str, int]:
     if not host or not port.isdigit() or not lowest <= int(port) < 65536:
         raise ValueError(f"expected host:port, got {address!r}")
     return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class UnixAddress:
+    """A Unix datagram socket's path."""
+
+    path: str
+
+    def __str__(self) -> str:
+        return f"unix://{self.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class UdpAddress:
+    """A UDP ``host:port``."""
+
+    host: str
+    port: int
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether only this host can reach it (``localhost`` or a loopback IP)."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # another host name: it may resolve to anything
+            return False
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+ReportAddress = UnixAddress | UdpAddress
+
+
+def parse_report_address(address: str, *, any_port: bool = False) -> ReportAddress:
+    """Where reports go: ``unix:///absolute/path`` or ``unix:path`` (a Unix datagram socket),
+    else UDP ``host:port`` as :func:`parse_address`; ``ValueError`` otherwise."""
+    if not address.startswith("unix:"):
+        host, port = parse_address(address, any_port=any_port)
+        return UdpAddress(host, port)
+    rest = address.removeprefix("unix:")
+    path = rest.removeprefix("//")
+    if rest.startswith("//") and not path.startswith("/"):
+        raise ValueError(f"expected unix:///absolute/path (three slashes), got {address!r}")
+    if not path or "\0" in path:
+        raise ValueError(f"expected unix:///path/to/socket, got {address!r}")
+    if len(path.encode()) > _UNIX_PATH_MAX:
+        raise ValueError(f"socket path longer than {_UNIX_PATH_MAX} bytes: {address!r}")
+    return UnixAddress(path)
