@@ -1,7 +1,8 @@
-"""Report mode: ship recorded acks to a sidecar on localhost instead of sending ticks.
+"""Report mode: ship recorded acks to a sidecar in the pod instead of sending ticks.
 
-The wire format is in :mod:`progress_control.ticks.activity_report`. UDP never blocks the host and
-needs no connection; a lost report only delays the sidecar's view until the next one.
+The wire format and addresses are in :mod:`progress_control.ticks.activity_report`: a Unix datagram
+socket (``unix:///path``) or UDP. Sends never block the host and need no connection; a lost report,
+or one the sidecar was not there for (no socket file yet), is sent again with the next one.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from progress_control.ticks.activity import PartitionActivity
 from progress_control.ticks.activity_report import (
     ActivityReport,
     PartitionReport,
+    UnixAddress,
     encode_reports,
-    parse_address,
+    parse_report_address,
 )
 from progress_control.ticks.metrics import ProgressControlMetrics
 
@@ -28,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 class ReportSender:
     """Sends the partitions acked since the last report to the sidecar."""
+
+    _address: Any
+    """``sendto``'s address: a socket path, or what getaddrinfo gave."""
 
     def __init__(
         self,
@@ -40,9 +45,14 @@ class ReportSender:
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        host, port = parse_address(address)
-        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-        self._address: Any = sockaddr
+        parsed = parse_report_address(address)
+        if isinstance(parsed, UnixAddress):
+            family, self._address = socket.AF_UNIX, parsed.path
+        else:
+            family, _, _, _, sockaddr = socket.getaddrinfo(
+                parsed.host, parsed.port, type=socket.SOCK_DGRAM
+            )[0]
+            self._address = sockaddr
         self._sidecar = address
         self._activity = activity
         self._source = source_id
@@ -52,7 +62,7 @@ class ReportSender:
         self._wall_clock = wall_clock
         self._reported: dict[tuple[str, int], object] = {}
         self._socket = socket.socket(family, socket.SOCK_DGRAM)
-        self._socket.setblocking(False)
+        self._socket.setblocking(False)  # a full receive queue: EAGAIN, never a wait
 
     def send(self) -> None:
         """Send one report (called periodically from the scheduler thread)."""
@@ -78,7 +88,7 @@ class ReportSender:
         for datagram in encode_reports(ActivityReport(self._source, wall_ms, tuple(changed))):
             try:
                 self._socket.sendto(datagram, self._address)
-            except OSError as exc:  # no sidecar listening, buffer full: resend next time
+            except OSError as exc:  # no sidecar (no socket file), buffer full: resend next time
                 logger.debug(
                     "activity report to %(sidecar)s not sent: %(error)s",
                     {"sidecar": self._sidecar, "error": str(exc)},

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from progress_control.ticks.activity_report import parse_address
+from progress_control.ticks.activity_report import parse_report_address
 from progress_control.ticks.settings import CONFIG_PREFIX, TickSettings
 
 __all__ = ["InterceptorSettings", "Mode", "split_config"]
@@ -25,7 +25,7 @@ class Mode(enum.StrEnum):
     TICKS = "ticks"
     """Send control records to idle partitions itself."""
     REPORT = "report"
-    """Only ship acks to a sidecar on localhost (:mod:`interceptor.report`)."""
+    """Only ship acks to a sidecar in the pod (:mod:`interceptor.report`)."""
 
 
 class InterceptorSettings(TickSettings):
@@ -34,14 +34,16 @@ class InterceptorSettings(TickSettings):
     enabled: bool = Field(True, description="Turn progress control off without removing it.")
     mode: Mode = Field(Mode.TICKS, description="ticks: send control records; report: sidecar.")
     report_address: str = Field(
-        "127.0.0.1:7071", description="Report mode: the sidecar's UDP host:port."
+        "127.0.0.1:7071",
+        description="Report mode: the sidecar's report socket, unix:///path/to/socket, or UDP "
+        "host:port.",
     )
     report_interval_ms: int = Field(1_000, ge=10, description="Report mode: send period.")
 
     @field_validator("report_address")
     @classmethod
-    def _host_port(cls, value: str) -> str:
-        parse_address(value)
+    def _report_address(cls, value: str) -> str:
+        parse_report_address(value)
         return value
 
 

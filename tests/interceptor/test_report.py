@@ -1,10 +1,11 @@
-"""Report mode's sender (interceptor/report.py) over a real UDP socket standing in for the
-sidecar (no broker)."""
+"""Report mode's sender (interceptor/report.py) over a real UDP or Unix socket standing in for
+the sidecar (no broker)."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -141,5 +142,36 @@ def test_report_sender_without_a_listener_does_not_raise() -> None:
             activity.record_data_ack("clicks", 0, n)
             monotonic.now += 1.0
             sender.send()
+    finally:
+        sender.close()
+
+
+def test_report_sender_over_a_unix_socket_resends_once_the_sidecar_is_there(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "reports.sock"
+    monotonic = _Clock(1.0)
+    activity = PartitionActivity(TickSchedule(10_000, 1_000, max_records=3), clock=monotonic)
+    metrics = ProgressControlMetrics(lambda: 0)
+    sender = ReportSender(activity, f"unix://{path}", "src", metrics, monotonic=monotonic)
+    try:
+        activity.record_data_ack("clicks", 0, 7)
+        sender.send()  # no socket file yet: like no sidecar listening, never raised
+        assert metrics.snapshot().reports_sent == 0
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sidecar:
+            sidecar.bind(str(path))
+            sidecar.settimeout(5.0)
+            monotonic.now += 1.0
+            sender.send()  # the same ack again: it was not delivered
+            (reported,) = _receive(sidecar).partitions
+            assert (reported.topic, reported.partition, reported.last_timestamp_ms) == (
+                "clicks",
+                0,
+                7,
+            )
+            assert metrics.snapshot().reports_sent == 1
+            for n in range(50):  # far beyond the socket's queue: EAGAIN, never a wait
+                activity.record_data_ack("clicks", 0, 100 + n)
+                sender.send()
     finally:
         sender.close()

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -36,6 +37,7 @@ from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
 from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
 from tests.interceptor.test_producer import APP, CLI
+from tests.sidecar.process import dead_port, report_flood, sidecar_process
 
 FAST = {
     "start.ms": 600,
@@ -102,7 +104,7 @@ def test_broker_watch_ticks_exactly_the_idle_partitions(
         )
         with ProgressControlSidecar(settings) as sidecar:
             # Data after the sidecar's first look: a new idle period, seen as it starts.
-            wait_for(sidecar.is_ready, message="the sidecar's first look at the broker")
+            wait_for(sidecar.is_connected, message="the sidecar's first look at the broker")
             first = PlainProducer({"bootstrap.servers": kafka_bootstrap})
             for partition in (2, 3):
                 first.produce(topic, b"first", b"k", partition=partition)
@@ -115,6 +117,7 @@ def test_broker_watch_ticks_exactly_the_idle_partitions(
             reader.read(quiet_s=1.0)
             assert ticks_by_partition(reader.ticks()) == {2: 3, 3: 3}
             assert sidecar.is_ready()
+            assert sidecar.is_connected()
     finally:
         stop_writing()
     markers = [parse_control_headers(t.headers()) for t in reader.ticks()]
@@ -122,22 +125,30 @@ def test_broker_watch_ticks_exactly_the_idle_partitions(
     assert {(m.version, m.key_id) for m in markers if m} == {(1, None)}  # no key: unsigned, v1
 
 
+@pytest.mark.parametrize("transport", ["unix", "udp"])
 def test_report_mode_app_gets_ticks_from_the_sidecar_only(
+    transport: str,
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
     reader_for: Callable[[str, int], TopicReader],
+    tmp_path: Path,
 ) -> None:
     topic = create_topic("reported", partitions=2)
     reader = reader_for(topic, 2)
+    # The chart's setting, in a tmp dir: the same value for the sidecar and the app.
+    listen = f"unix://{tmp_path}/reports.sock" if transport == "unix" else "127.0.0.1:0"
     settings = sidecar_settings(
-        kafka_bootstrap, **{"watch.enabled": False, "source.id": "sidecar-1"}
+        kafka_bootstrap,
+        **{"watch.enabled": False, "source.id": "sidecar-1", "report.listen": listen},
     )
     with ProgressControlSidecar(settings) as sidecar:
-        host, port = sidecar.report_address or ("", 0)
+        if sidecar.report_address is not None:
+            host, port = sidecar.report_address
+            listen = f"{host}:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PROGRESS_CONTROL_")}
         env |= {
             "PROGRESS_CONTROL_MODE": "report",
-            "PROGRESS_CONTROL_REPORT_ADDRESS": f"{host}:{port}",
+            "PROGRESS_CONTROL_REPORT_ADDRESS": listen,
             "PROGRESS_CONTROL_REPORT_INTERVAL_MS": "100",
             "PROGRESS_CONTROL_START_MS": "300",
             "PYTHONPATH": os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")]),
@@ -181,7 +192,7 @@ def test_three_replicas_send_about_as_many_ticks_as_one(
                 )
                 sidecars.append(stack.enter_context(ProgressControlSidecar(settings)))
             # The data comes once every replica has looked: all see its idle period start.
-            wait_for(lambda: all(s.is_ready() for s in sidecars), message="replicas ready")
+            wait_for(lambda: all(s.is_connected() for s in sidecars), message="replicas connected")
             producer = PlainProducer({"bootstrap.servers": kafka_bootstrap})
             for partition in range(4):
                 producer.produce(topic, b"v", b"k", partition=partition)
@@ -195,65 +206,120 @@ def test_three_replicas_send_about_as_many_ticks_as_one(
     assert three <= 1.1 * one
 
 
-def test_http_endpoints_readiness_and_sigterm(tmp_path: Path) -> None:
-    with socket.socket() as sock:  # a port with no broker behind it yet
-        sock.bind(("127.0.0.1", 0))
-        broker_port = int(sock.getsockname()[1])
+def test_readiness_is_the_sidecars_own_and_sigterm_after_the_broker_went_away(
+    tmp_path: Path,
+) -> None:
+    socket_path = tmp_path / "reports.sock"
+    broker_port = dead_port()  # no broker behind it yet
     dead = f"127.0.0.1:{broker_port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROGRESS_CONTROL_")}
-    env |= {
-        "PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS": dead,
-        "PROGRESS_CONTROL_HTTP_PORT": "0",
-        "PROGRESS_CONTROL_REPORT_LISTEN": "127.0.0.1:0",
-        "PROGRESS_CONTROL_LOG_FORMAT": "json",
-    }
-    process = subprocess.Popen(
-        [*CLI, "sidecar"], stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL
-    )
-    try:
-        assert process.stderr is not None
-        port = 0
-        while not port:
-            line = process.stderr.readline()
-            assert line, "sidecar exited before serving HTTP"
-            if "http on port" in line:
-                port = int(line.rsplit(" ", 1)[1])
+    with sidecar_process(dead, REPORT_LISTEN=f"unix://{socket_path}") as (process, port):
         assert get(port, "/healthz") == (200, "ok\n")
-        assert get(port, "/readyz") == (503, "not ready\n")  # broker unreachable: not ready
+        # Broker unreachable: still ready (readiness gates the app's pod), and it shows.
+        assert get(port, "/readyz") == (200, "ready\n")
         status, metrics = get(port, "/metrics")
         assert status == 200
-        assert "progress_control_ready 0.0" in metrics
+        assert "progress_control_broker_connected 0.0" in metrics
         assert "progress_control_ticks_sent_total" in metrics
         assert process.poll() is None  # retrying, not crash-looping
-        # The broker comes up on that port: the sidecar connects and becomes ready.
+        # The broker comes up on that port: the sidecar connects.
         with EmbeddedKafkaBroker(BrokerSettings(port=broker_port)) as broker:
             assert broker.bootstrap_servers == dead
             wait_for(
-                lambda: get(port, "/readyz") == (200, "ready\n"), timeout_s=60, message="ready"
+                lambda: "progress_control_broker_connected 1.0" in get(port, "/metrics")[1],
+                timeout_s=60,
+                message="connected",
             )
-            assert "progress_control_ready 1.0" in get(port, "/metrics")[1]
+            assert get(port, "/readyz") == (200, "ready\n")
+        # ... and goes away again; reports keep coming; SIGTERM.
+        with report_flood(str(socket_path)):
+            wait_for(
+                lambda: "progress_control_broker_connected 0.0" in get(port, "/metrics")[1],
+                timeout_s=60,
+                message="the broker seen gone",
+            )
+            started = time.monotonic()
             process.send_signal(signal.SIGTERM)
-            assert process.wait(timeout=20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+            assert process.wait(timeout=30) == 0
+            assert time.monotonic() - started < 10.0
 
 
-def test_readyz_once_connected_and_malformed_reports_counted(kafka_bootstrap: str) -> None:
-    settings = sidecar_settings(kafka_bootstrap)
+def test_forged_reports_on_the_unix_socket_are_counted(
+    kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = create_topic("forged", partitions=1)
+    socket_path = tmp_path / "run" / "reports.sock"
+    settings = sidecar_settings(
+        kafka_bootstrap, **{"report.listen": f"unix://{socket_path}", "watch.enabled": False}
+    )
     with ProgressControlSidecar(settings) as sidecar:
+        assert stat.S_IMODE(socket_path.stat().st_mode) == 0o660
+        assert sidecar.report_address is None
         port = sidecar.http.port
-        wait_for(lambda: get(port, "/readyz") == (200, "ready\n"), message="ready")
-        host, report_port = sidecar.report_address or ("", 0)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        wait_for(sidecar.is_connected, message="connected")
+        assert get(port, "/readyz") == (200, "ready\n")
+        now_ms = int(time.time() * 1000)
+        ahead = PartitionReport(topic, 0, now_ms + 3_600_000, now_ms)  # dated an hour ahead
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as forger:
             for garbage in (b"not json", b'{"v": 1}', b"[" * 5000):
-                sender.sendto(garbage, (host, report_port))
-        wait_for(
-            lambda: "progress_control_reports_malformed_total 3.0" in get(port, "/metrics")[1],
-            message="three malformed reports counted",
-        )
+                forger.sendto(garbage, str(socket_path))
+            for datagram in encode_reports(ActivityReport("forger", now_ms, (ahead,))):
+                forger.sendto(datagram, str(socket_path))
+
+        def counted() -> bool:
+            metrics = get(port, "/metrics")[1]
+            return (
+                "progress_control_reports_malformed_total 3.0" in metrics
+                and 'progress_control_activity_dropped_total{origin="report",'
+                'reason="future-timestamp"} 1.0'
+                in metrics
+            )
+
+        wait_for(counted, message="three malformed reports and one dated ahead counted")
+        assert not sidecar.activity.latest  # nothing tracked: no tick will come of them
         assert sidecar.is_healthy()
+    assert not socket_path.exists()
+
+
+def test_a_stale_socket_file_is_replaced_and_other_files_are_kept(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as previous:
+        previous.bind(str(stale))  # a previous run's socket file, left behind
+    mode = {"report.socket.mode": "600"}
+    with ProgressControlSidecar(
+        sidecar_settings(kafka_bootstrap, **{"report.listen": f"unix:{stale}"} | mode)
+    ):
+        assert stat.S_IMODE(stale.stat().st_mode) == 0o600
+    regular = tmp_path / "not-a-socket"
+    regular.write_text("keep me")
+    with pytest.raises(FileExistsError, match="not a socket"):
+        ProgressControlSidecar(
+            sidecar_settings(kafka_bootstrap, **{"report.listen": f"unix://{regular}"})
+        )
+    assert regular.read_text() == "keep me"
+
+
+def test_a_network_report_address_needs_the_opt_in(kafka_bootstrap: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROGRESS_CONTROL_")}
+    env |= {
+        "PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS": "x:1",
+        "PROGRESS_CONTROL_REPORT_LISTEN": "0.0.0.0:7071",
+    }
+    started = time.monotonic()
+    result = subprocess.run(
+        [*CLI, "sidecar"], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert result.returncode == 2
+    assert time.monotonic() - started < 10  # fails fast, before any broker request
+    assert "PROGRESS_CONTROL_REPORT_LISTEN_ALLOW_NETWORK" in result.stderr
+    # With the opt-in: accepted (and warned about).
+    settings = sidecar_settings(
+        kafka_bootstrap,
+        **{"report.listen": "0.0.0.0:0", "report.listen.allow.network": True},
+    )
+    with ProgressControlSidecar(settings) as sidecar:
+        assert sidecar.report_address is not None
 
 
 def test_invalid_env_config_names_the_variable() -> None:
@@ -308,7 +374,7 @@ def test_sidecar_signs_ticks_with_the_mounted_secret(
     assert settings.kafka == {"bootstrap.servers": kafka_bootstrap}  # not a Kafka property
     assert secret not in repr(settings)
     with ProgressControlSidecar(settings) as sidecar:
-        wait_for(sidecar.is_ready, message="ready")
+        wait_for(sidecar.is_connected, message="connected")
         produce_one(kafka_bootstrap, topic, range(1))
         wait_for(lambda: len(reader.ticks()) == 3, message="three ticks")
     ticks = reader.ticks()
@@ -362,7 +428,7 @@ def test_internal_and_system_topics_get_no_ticks_by_default(
     readers = {t: reader_for(t, 1) for t in (data, *internal)}
     settings = sidecar_settings(kafka_bootstrap, **{"topics.include": f".*{tag}.*"})
     with ProgressControlSidecar(settings) as sidecar:
-        wait_for(sidecar.is_ready, message="ready")
+        wait_for(sidecar.is_connected, message="connected")
         for topic in (data, *internal):
             produce_one(kafka_bootstrap, topic, range(1))
         wait_for(lambda: len(readers[data].ticks()) == 3, message="ticks on the data topic")
@@ -393,7 +459,7 @@ def test_spoofed_reports_are_dropped_counted_and_bounded(
         ProgressControlSidecar(settings) as sidecar,
         socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
     ):
-        wait_for(sidecar.is_ready, message="ready")
+        wait_for(sidecar.is_connected, message="connected")
 
         def report(*partitions: tuple[str, int, int], source: str = "spoofer") -> None:
             send_report(sidecar, udp, partitions, source)
@@ -470,7 +536,9 @@ def test_a_report_for_a_topic_newer_than_the_sidecars_metadata_counts(
         ProgressControlSidecar(settings) as sidecar,
         socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
     ):
-        wait_for(sidecar.is_ready, message="ready")  # its metadata is read: before the topic
+        wait_for(
+            sidecar.is_connected, message="connected"
+        )  # its metadata is read: before the topic
         topic = create_topic("brand-new", partitions=1)
         reader = reader_for(topic, 1)
         send_report(sidecar, udp, [(topic, 0, int(time.time() * 1000))], "app")
@@ -498,7 +566,7 @@ def test_a_restarted_sidecar_sends_nothing_to_long_idle_partitions(
     with ProgressControlSidecar(
         sidecar_settings(kafka_bootstrap, **include, **{"source.id": "before"})
     ) as first:
-        wait_for(first.is_ready, message="ready")
+        wait_for(first.is_connected, message="connected")
         produce_one(kafka_bootstrap, done, range(20))
         wait_for(lambda: len(readers[done].ticks()) == 60, message="the first sidecar's ticks")
     assert sidecar_ticks(readers[old], "before") == []  # 2 h idle at first sight: no tick
@@ -507,7 +575,7 @@ def test_a_restarted_sidecar_sends_nothing_to_long_idle_partitions(
     with ProgressControlSidecar(
         sidecar_settings(kafka_bootstrap, **include, **{"source.id": "after"})
     ) as second:
-        wait_for(second.is_ready, message="ready")  # its first look resumed every partition
+        wait_for(second.is_connected, message="connected")  # its first look resumed every partition
         resumed = second.registry.get_sample_value("progress_control_partitions_resumed_total")
         assert resumed == 120
         produce_one(kafka_bootstrap, fresh, range(1))
@@ -529,7 +597,7 @@ def test_a_restarted_sidecar_continues_a_schedule_mid_way(
     with ProgressControlSidecar(
         sidecar_settings(kafka_bootstrap, **schedule, **{"source.id": "before"})
     ) as first:
-        wait_for(first.is_ready, message="ready")
+        wait_for(first.is_connected, message="connected")
         produce_one(kafka_bootstrap, topic, range(1))
         wait_for(lambda: len(reader.ticks()) >= 2, message="the first ticks")
     before = len(sidecar_ticks(reader, "before"))

@@ -20,9 +20,12 @@ from progress_control.ticks.activity_report import (
     ActivityReport,
     MalformedReportError,
     PartitionReport,
+    UdpAddress,
+    UnixAddress,
     decode_report,
     encode_reports,
     parse_address,
+    parse_report_address,
 )
 
 # --- report wire format --------------------------------------------------------------------------
@@ -296,3 +299,48 @@ def test_parse_address(address: str, expected: tuple[str, int]) -> None:
 def test_parse_address_rejects(address: str) -> None:
     with pytest.raises(ValueError, match="host:port"):
         parse_address(address)
+
+
+# --- parse_report_address ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        (
+            "unix:///var/run/progress-control/reports.sock",
+            UnixAddress("/var/run/progress-control/reports.sock"),
+        ),
+        ("unix:/run/r.sock", UnixAddress("/run/r.sock")),
+        ("unix:relative.sock", UnixAddress("relative.sock")),
+        ("127.0.0.1:7071", UdpAddress("127.0.0.1", 7071)),
+        ("[::1]:7071", UdpAddress("::1", 7071)),
+    ],
+)
+def test_parse_report_address(address: str, expected: object) -> None:
+    assert parse_report_address(address) == expected
+
+
+@pytest.mark.parametrize(
+    "address", ["unix:", "unix://", "unix://host/path.sock", "unix:///" + "x" * 200, "nohost"]
+)
+def test_parse_report_address_rejects(address: str) -> None:
+    with pytest.raises(ValueError, match=r"expected|longer"):
+        parse_report_address(address)
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        ("127.0.0.1:1", True),
+        ("localhost:1", True),
+        ("[::1]:1", True),
+        ("0.0.0.0:1", False),
+        ("10.0.0.5:1", False),
+        ("sidecar.example:1", False),
+    ],
+)
+def test_udp_loopback(address: str, loopback: bool) -> None:
+    parsed = parse_report_address(address)
+    assert isinstance(parsed, UdpAddress)
+    assert parsed.is_loopback is loopback
