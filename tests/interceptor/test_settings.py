@@ -410,6 +410,16 @@ def test_ipv6_report_address_is_accepted_by_the_settings() -> None:
     assert s.report_address == "[::1]:7071"
 
 
+def test_the_charts_unix_report_address_is_accepted_from_env(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    address = "unix:///var/run/progress-control/reports.sock"
+    monkeypatch.setenv("PROGRESS_CONTROL_REPORT_ADDRESS", address)
+    assert InterceptorSettings.from_config({}).report_address == address
+    with pytest.raises(ConfigurationError, match="three slashes"):
+        InterceptorSettings.from_config({"progress.control.report.address": "unix://x/r.sock"})
+
+
 # --- signing key ---------------------------------------------------------------------------------
 
 SECRET = "s3cret-of-at-least-16-bytes"  # noqa: S105 - a test value
