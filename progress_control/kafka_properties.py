@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-__all__ = ["MASK", "KafkaProperties", "is_secret_property", "masked"]
+__all__ = ["MASK", "KafkaProperties", "MaskedProperties", "is_secret_property", "masked"]
 
 MASK = "**********"
 """What a secret value shows as (as pydantic's ``SecretStr``)."""
@@ -60,32 +60,38 @@ def _dotted_keys(value: Any) -> Any:
     return value
 
 
-def _serialize(value: KafkaProperties, info: core_schema.SerializationInfo) -> Any:
+def _serialize(value: dict[str, str], info: core_schema.SerializationInfo) -> Any:
     # JSON is for showing and shipping elsewhere: masked, as pydantic masks a SecretStr. A Python
     # dump keeps the dict itself (real values, masked repr), so settings rebuilt from it work.
     return masked(value) if info.mode_is_json() else value
 
 
-class KafkaProperties(dict[str, str]):
-    """Kafka client (or broker) properties: passed through untouched apart from env-style keys
-    (``bootstrap_servers`` is ``bootstrap.servers``); secret values masked in ``repr``/``str``.
-
-    A real ``dict``: ``{**settings.kafka}`` and ``Producer(settings.kafka)`` see every value.
-    """
+class MaskedProperties(dict[str, str]):
+    """A real ``dict`` of Kafka properties whose ``repr``/``str`` mask secret values:
+    ``{**properties}`` and ``Producer(properties)`` see every value."""
 
     def __repr__(self) -> str:
         return repr(masked(self))
 
     __str__ = __repr__
 
-    @classmethod
+
+class _KafkaPropertiesSchema:
+    """Validates a mapping into :class:`MaskedProperties` (env-style keys dotted)."""
+
     def __get_pydantic_core_schema__(
-        cls, _source: Any, handler: GetCoreSchemaHandler
+        self, _source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
         return core_schema.no_info_before_validator_function(
             _dotted_keys,
-            core_schema.no_info_after_validator_function(cls, handler(dict[str, str])),
+            core_schema.no_info_after_validator_function(MaskedProperties, handler(dict[str, str])),
             serialization=core_schema.plain_serializer_function_ser_schema(
                 _serialize, info_arg=True
             ),
         )
+
+
+KafkaProperties = Annotated[dict[str, str], _KafkaPropertiesSchema()]
+"""The type of a settings field of Kafka client (or broker) properties: passed through untouched
+apart from env-style keys (``bootstrap_servers`` is ``bootstrap.servers``), held as a
+:class:`MaskedProperties`, so secret values show masked in ``repr``/``str`` and JSON dumps."""

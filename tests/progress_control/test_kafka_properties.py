@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from pydantic_settings import BaseSettings
 
-from progress_control.kafka_properties import MASK, KafkaProperties, is_secret_property, masked
+from progress_control.kafka_properties import (
+    MASK,
+    KafkaProperties,
+    MaskedProperties,
+    is_secret_property,
+    masked,
+)
 from progress_control.settings import component_config
 
 
@@ -53,13 +59,13 @@ def test_other_properties_stay_readable(name: str) -> None:
 class _Settings(BaseSettings):
     model_config = component_config("PROGRESS_CONTROL_TESTPROPS_")
 
-    kafka: KafkaProperties = {}  # type: ignore[assignment]  # validated into KafkaProperties
+    kafka: KafkaProperties = {}
 
 
 def test_values_reach_the_client_untouched_and_show_masked() -> None:
     settings = _Settings(kafka={"sasl_password": "hunter2", "bootstrap.servers": "b:9092"})
     assert isinstance(settings.kafka, dict)
-    assert type(settings.kafka) is KafkaProperties
+    assert type(settings.kafka) is MaskedProperties
     assert {**settings.kafka} == {"sasl.password": "hunter2", "bootstrap.servers": "b:9092"}
     assert dict(settings.kafka)["sasl.password"] == "hunter2"
     assert settings.model_dump()["kafka"]["sasl.password"] == "hunter2"
