@@ -1,7 +1,7 @@
 """Configuration conventions shared by every component.
 
 Each component has its own settings class with an env prefix (``PROGRESS_CONTROL_<COMPONENT>_``),
-nested values use ``__`` (``PROGRESS_CONTROL_SIDECAR_KAFKA__BOOTSTRAP_SERVERS``), and Kafka client
+nested values use ``__`` (``PROGRESS_CONTROL_RUNTIME_KAFKA__BOOTSTRAP_SERVERS``), and Kafka client
 settings are carried as a plain ``dict`` passed to librdkafka untouched.
 """
 
@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from progress_control.env_names import unknown_variables
 from progress_control.kafka_properties import KafkaProperties, is_secret_property, masked
 from progress_control.trust import (
     DEFAULT_MAX_SKEW_MS,
@@ -37,6 +38,7 @@ __all__ = [
     "ControlTrustSettings",
     "KafkaProperties",
     "SigningSettings",
+    "check_environment",
     "component_config",
     "default_cache_dir",
     "load_settings",
@@ -81,9 +83,20 @@ def shown_input(cls: type[BaseModel], error: ErrorDetails) -> str:
     return f" [got {masked(error.get('input'))!r}]"
 
 
+def check_environment(cls: type[BaseSettings]) -> None:
+    """Fail on a ``PROGRESS_CONTROL_*`` variable no component reads (a typo would otherwise be
+    ignored), naming the closest valid one (:mod:`progress_control.env_names`); ``cls``'s own
+    fields count as known. Called wherever settings load from the environment."""
+    problems = unknown_variables(os.environ, cls)
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+
+
 def load_settings(cls: type[S], **values: Any) -> S:
     """Build ``cls`` from ``values`` and the environment, failing fast with the settings' names
-    (and the offending values, except those that may be secret: :func:`shown_input`)."""
+    (and the offending values, except those that may be secret: :func:`shown_input`), or on an
+    unknown ``PROGRESS_CONTROL_*`` variable (:func:`check_environment`)."""
+    check_environment(cls)
     try:
         return cls(**values)
     except ValidationError as exc:

@@ -24,6 +24,7 @@ from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
 from progress_control.settings import (
     ConfigurationError,
     SigningSettings,
+    check_environment,
     component_config,
     read_secret_file,
     shown_input,
@@ -158,7 +159,10 @@ class TickSettings(SigningSettings):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
-        """Settings from ``progress.control.*`` keys (others ignored) over env and defaults."""
+        """Settings from ``progress.control.*`` keys (others ignored) over env and defaults;
+        :class:`ConfigurationError` for an invalid value or an unknown ``PROGRESS_CONTROL_*``
+        variable (:func:`~progress_control.settings.check_environment`)."""
+        check_environment(cls)
         values = {
             key[len(CONFIG_PREFIX) :].replace(".", "_"): value
             for key, value in config.items()
