@@ -70,8 +70,17 @@ class TickSettings(SigningSettings):
     key: bytes | None = Field(
         DEFAULT_SENTINEL_KEY, description="Control-record key; empty or null for a null key."
     )
-    timestamp_mode: TimestampMode = Field(TimestampMode.EXTRAPOLATED)
-    source_id: str = Field(default_factory=_default_source_id, min_length=1, max_length=255)
+    timestamp_mode: TimestampMode = Field(
+        TimestampMode.EXTRAPOLATED,
+        description="extrapolated: the last data timestamp advanced by the time since its ack, "
+        "capped at wall-clock now; wall-clock: wall-clock now.",
+    )
+    source_id: str = Field(
+        default_factory=_default_source_id,
+        min_length=1,
+        max_length=255,
+        description="This writer's id in its control records (default: host:pid:random).",
+    )
     queue_max_messages: int = Field(
         10_000, ge=1, description="Local queue bound of the tick producer; full means skip."
     )
