@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+import textwrap
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,7 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo, configures_logging=True)
 
     broker = commands.add_parser(
-        "broker", help="run a single-node Kafka broker from Maven Central jars (foreground)"
+        "broker",
+        help="run a single-node Kafka broker from Maven Central jars (foreground)",
+        epilog=_broker_settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     broker.add_argument("--port", type=int, help="client port (busy or unset: a free one)")
     broker.add_argument("--data-dir", type=Path, help="keep broker data here (default: temp)")
@@ -90,15 +94,26 @@ def _parser() -> argparse.ArgumentParser:
     sidecar = commands.add_parser(
         "sidecar",
         help="run progress control as a standalone process (Kubernetes sidecar)",
-        description="Configured by PROGRESS_CONTROL_* env variables; see the README.",
+        description=textwrap.fill(
+            "Configured by PROGRESS_CONTROL_* env variables (listed below; `__` "
+            "nests, e.g. PROGRESS_CONTROL_KAFKA__SASL_MECHANISM), then the YAML file named by "
+            "PROGRESS_CONTROL_CONFIG_FILE (keys as the field names), then defaults; see the README."
+        ),
+        epilog=_sidecar_settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sidecar.set_defaults(handler=_sidecar, configures_logging=True)
 
     run = commands.add_parser(
         "run",
         help="run a command with progress control attached to its confluent-kafka producers",
-        description="Zero-code attach: `progress-control run -- python app.py`. Settings come "
-        "from PROGRESS_CONTROL_* env variables.",
+        description=textwrap.fill(
+            "Zero-code attach: `progress-control run -- python app.py`. Settings come "
+            "from PROGRESS_CONTROL_* env variables (listed below), or progress.control.* keys in "
+            "a producer's config (PROGRESS_CONTROL_START_MS is progress.control.start.ms)."
+        ),
+        epilog=_run_settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     run.set_defaults(handler=_run)
@@ -112,6 +127,30 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("which", choices=["kafka", "spark"], nargs="+")
     fetch.set_defaults(handler=_fetch_jars)
     return parser
+
+
+# Each command's settings, listed by its --help from the settings classes themselves.
+
+
+def _sidecar_settings_help() -> str:
+    from progress_control.settings_help import settings_help
+    from sidecar.settings import SidecarSettings
+
+    return settings_help(SidecarSettings, "settings (env variable, default, description):")
+
+
+def _run_settings_help() -> str:
+    from interceptor.settings import InterceptorSettings
+    from progress_control.settings_help import settings_help
+
+    return settings_help(InterceptorSettings, "settings (env variable, default, description):")
+
+
+def _broker_settings_help() -> str:
+    from progress_control.dev.broker import BrokerSettings
+    from progress_control.settings_help import settings_help
+
+    return settings_help(BrokerSettings, "settings (env variable, default, description):")
 
 
 def _demo(args: argparse.Namespace) -> int:

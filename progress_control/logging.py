@@ -33,7 +33,14 @@ from typing import Any, TextIO
 
 import structlog
 
-__all__ = ["LOG_LEVELS", "OncePerKey", "configure_logging", "log_formatter", "parse_log_level"]
+__all__ = [
+    "LOG_LEVELS",
+    "OncePerKey",
+    "client_logger",
+    "configure_logging",
+    "log_formatter",
+    "parse_log_level",
+]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 """The level names ``--log-level`` and the ``*_LOG_LEVEL`` settings accept (any case)."""
@@ -162,3 +169,28 @@ class OncePerKey:
     def __len__(self) -> int:
         with self._lock:
             return len(self._seen)
+
+
+# librdkafka's log facilities whose warning-or-worse lines are the same events it hands to
+# error_cb: a broker connection's failure (FAIL) and the fatal error (FATAL).
+_ERROR_CB_FACILITIES = frozenset({"FAIL", "FATAL"})
+
+
+class _ErrorCallbackEchoes(logging.Filter):
+    """Drops the librdkafka log lines that ``error_cb`` reports too, so each error is logged
+    once, by ``error_cb`` (with its code and whether it is fatal)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # confluent-kafka logs ``"%s [%s] %s", facility, client name, message``.
+        facility = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not (record.levelno >= logging.WARNING and facility in _ERROR_CB_FACILITIES)
+
+
+def client_logger(name: str) -> logging.Logger:
+    """The stdlib logger ``name`` for a librdkafka client's ``logger`` property, where the client
+    also has an ``error_cb`` that logs: the log lines repeating an error ``error_cb`` reports are
+    dropped. Lower-level lines (a FAIL at debug) and every other facility pass."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, _ErrorCallbackEchoes) for f in logger.filters):
+        logger.addFilter(_ErrorCallbackEchoes())
+    return logger

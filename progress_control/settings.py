@@ -1,7 +1,7 @@
 """Configuration conventions shared by every component.
 
 Each component has its own settings class with an env prefix (``PROGRESS_CONTROL_<COMPONENT>_``),
-nested values use ``__`` (``PROGRESS_CONTROL_SIDECAR_KAFKA__BOOTSTRAP_SERVERS``), and Kafka client
+nested values use ``__`` (``PROGRESS_CONTROL_RUNTIME_KAFKA__BOOTSTRAP_SERVERS``), and Kafka client
 settings are carried as a plain ``dict`` passed to librdkafka untouched.
 """
 
@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     Field,
     PrivateAttr,
     SecretStr,
@@ -24,6 +23,8 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from progress_control.env_names import unknown_variables
+from progress_control.kafka_properties import KafkaProperties, is_secret_property, masked
 from progress_control.trust import (
     DEFAULT_MAX_SKEW_MS,
     SigningKey,
@@ -37,6 +38,7 @@ __all__ = [
     "ControlTrustSettings",
     "KafkaProperties",
     "SigningSettings",
+    "check_environment",
     "component_config",
     "default_cache_dir",
     "load_settings",
@@ -54,21 +56,10 @@ def component_config(prefix: str) -> SettingsConfigDict:
         env_nested_delimiter="__",
         extra="forbid",
         validate_default=True,
+        # A ValidationError's text would echo every input, secrets included; load_settings
+        # builds the message itself, showing only values that cannot be secret (shown_input).
+        hide_input_in_errors=True,
     )
-
-
-def _dotted_keys(value: Any) -> Any:
-    # Env nesting cannot spell dots: PREFIX_KAFKA__BOOTSTRAP_SERVERS arrives as "bootstrap_servers".
-    # Kafka property names are dotted and never use underscores, so map env-style keys back.
-    if isinstance(value, dict):
-        return {
-            (key if "." in key else key.replace("_", ".")): str(item) for key, item in value.items()
-        }
-    return value
-
-
-KafkaProperties = Annotated[dict[str, str], BeforeValidator(_dotted_keys)]
-"""Kafka client (or broker) properties, passed through untouched apart from env-style keys."""
 
 
 class ConfigurationError(ValueError):
@@ -77,7 +68,9 @@ class ConfigurationError(ValueError):
 
 def shown_input(cls: type[BaseModel], error: ErrorDetails) -> str:
     """`` [got <value>]`` for a validation error of ``cls``, or nothing where the value may be a
-    secret: a ``SecretStr`` setting's, or a whole-model error's (its input is every value)."""
+    secret: a ``SecretStr`` setting's, a secret Kafka property's
+    (:func:`~progress_control.kafka_properties.is_secret_property`), or a whole-model error's
+    (its input is every value). A mapping shows with its secret values masked."""
     if not error["loc"]:
         return ""
     field = cls.model_fields.get(str(error["loc"][0]))
@@ -85,12 +78,25 @@ def shown_input(cls: type[BaseModel], error: ErrorDetails) -> str:
         field.annotation is SecretStr or SecretStr in getattr(field.annotation, "__args__", ())
     ):
         return ""
-    return f" [got {error.get('input')!r}]"
+    if any(isinstance(part, str) and is_secret_property(part) for part in error["loc"][1:]):
+        return ""
+    return f" [got {masked(error.get('input'))!r}]"
+
+
+def check_environment(cls: type[BaseSettings]) -> None:
+    """Fail on a ``PROGRESS_CONTROL_*`` variable no component reads (a typo would otherwise be
+    ignored), naming the closest valid one (:mod:`progress_control.env_names`); ``cls``'s own
+    fields count as known. Called wherever settings load from the environment."""
+    problems = unknown_variables(os.environ, cls)
+    if problems:
+        raise ConfigurationError("\n".join(problems))
 
 
 def load_settings(cls: type[S], **values: Any) -> S:
     """Build ``cls`` from ``values`` and the environment, failing fast with the settings' names
-    (and the offending values, except those that may be secret: :func:`shown_input`)."""
+    (and the offending values, except those that may be secret: :func:`shown_input`), or on an
+    unknown ``PROGRESS_CONTROL_*`` variable (:func:`check_environment`)."""
+    check_environment(cls)
     try:
         return cls(**values)
     except ValidationError as exc:

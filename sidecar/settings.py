@@ -82,8 +82,14 @@ class SidecarSettings(TickSettings):
     )
     admin_timeout_s: float = Field(10.0, gt=0, description="Timeout of one admin request.")
     shutdown_timeout_s: float = Field(10.0, gt=0, description="Bound on a clean stop.")
-    log_level: str = Field("INFO", pattern=r"(?i)^(debug|info|warning|error|critical)$")
-    log_format: LogFormat = Field(LogFormat.AUTO)
+    log_level: str = Field(
+        "INFO",
+        pattern=r"(?i)^(debug|info|warning|error|critical)$",
+        description="debug, info, warning, error or critical (--log-level wins).",
+    )
+    log_format: LogFormat = Field(
+        LogFormat.AUTO, description="json, console, or auto: JSON when stderr is not a terminal."
+    )
 
     @field_validator("report_listen", mode="before")
     @classmethod

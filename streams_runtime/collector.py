@@ -17,6 +17,7 @@ from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from progress_control.logging import client_logger
 from streams_runtime.errors import StreamsError, TaskMigratedError
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.murmur2 import partition_for_key
@@ -99,6 +100,9 @@ class RecordCollector:
             # Keeps a fatal error's cause (a fence), which produce() later reports only as
             # _FATAL (see _fenced_or).
             "error_cb": self._on_client_error,
+            # librdkafka's log lines into our logs (not raw to stderr), minus those repeating an
+            # error error_cb logs: each error once.
+            "logger": client_logger("streams_runtime.librdkafka"),
         }
         if self._eos:
             config.setdefault("transactional.id", f"{settings.application_id}-{instance_id}")

@@ -77,7 +77,11 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     producer: KafkaProperties = Field(
         default_factory=dict, description="Properties for the producer only (over kafka)."
     )
-    processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE
+    processing_guarantee: ProcessingGuarantee = Field(
+        ProcessingGuarantee.AT_LEAST_ONCE,
+        description="at_least_once, or exactly_once (also spelt exactly_once_v2): one producer "
+        "transaction per commit interval.",
+    )
     commit_interval_ms: int | None = Field(
         None, ge=1, description="Commit period; default 30000, or 100 with exactly_once."
     )
@@ -94,14 +98,23 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         Path(tempfile.gettempdir()) / "progress-control-streams",
         description="Local state directory (one subdirectory per application and task).",
     )
-    state_engine: StateEngine = StateEngine.MEMORY
+    state_engine: StateEngine = Field(
+        StateEngine.MEMORY,
+        description="memory: restored from the changelog on every start; sqlite: files in "
+        "state_dir, reused after a clean commit.",
+    )
     num_repartition_partitions: int | None = Field(
         None, ge=1, description="Partitions of repartition topics (default: the source's)."
     )
     replication_factor: int = Field(
         -1, description="Replication factor of internal topics (-1: the broker's default)."
     )
-    bad_record_policy: BadRecordPolicy = BadRecordPolicy.FAIL
+    bad_record_policy: BadRecordPolicy = Field(
+        BadRecordPolicy.FAIL,
+        description="A record that cannot be deserialized, has a negative timestamp or makes "
+        "user code raise: fail (stop the app), log-and-skip, or dead-letter (its bytes to "
+        "dead_letter_topic, then skip).",
+    )
     dead_letter_topic: str | None = Field(
         None, description="Dead-letter topic (default '<application_id>-dlq')."
     )
@@ -121,7 +134,7 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Serve Prometheus /metrics on this port (0: any)."
     )
-    metrics_host: str = "127.0.0.1"
+    metrics_host: str = Field("127.0.0.1", description="Bind address of /metrics.")
     restore_timeout_s: float = Field(300.0, gt=0, description="Bound on restoring one task.")
     liveness_deadline_ms: int | None = Field(
         None,

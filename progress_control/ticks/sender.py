@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 from confluent_kafka.cimpl import Producer as KafkaProducer  # the C type, never a rebound name
 
+from progress_control.logging import client_logger
 from progress_control.protocol import ControlRecord, TimestampMode, extrapolated_timestamp_ms
 from progress_control.ticks.activity import DueTick
 from progress_control.ticks.metrics import ProgressControlMetrics
@@ -74,7 +75,8 @@ def tick_producer_config(host_config: Mapping[str, Any], settings: TickSettings)
             "message.timeout.ms": 30_000,
             "queue.buffering.max.messages": settings.queue_max_messages,
             "error_cb": _log_client_error,
-            "logger": logging.getLogger("interceptor.librdkafka"),
+            # Its log lines, minus those repeating an error _log_client_error reports.
+            "logger": client_logger("interceptor.librdkafka"),
         }
     )
     return config

@@ -24,6 +24,7 @@ from progress_control.protocol import DEFAULT_SENTINEL_KEY, TimestampMode
 from progress_control.settings import (
     ConfigurationError,
     SigningSettings,
+    check_environment,
     component_config,
     read_secret_file,
     shown_input,
@@ -69,8 +70,17 @@ class TickSettings(SigningSettings):
     key: bytes | None = Field(
         DEFAULT_SENTINEL_KEY, description="Control-record key; empty or null for a null key."
     )
-    timestamp_mode: TimestampMode = Field(TimestampMode.EXTRAPOLATED)
-    source_id: str = Field(default_factory=_default_source_id, min_length=1, max_length=255)
+    timestamp_mode: TimestampMode = Field(
+        TimestampMode.EXTRAPOLATED,
+        description="extrapolated: the last data timestamp advanced by the time since its ack, "
+        "capped at wall-clock now; wall-clock: wall-clock now.",
+    )
+    source_id: str = Field(
+        default_factory=_default_source_id,
+        min_length=1,
+        max_length=255,
+        description="This writer's id in its control records (default: host:pid:random).",
+    )
     queue_max_messages: int = Field(
         10_000, ge=1, description="Local queue bound of the tick producer; full means skip."
     )
@@ -158,7 +168,10 @@ class TickSettings(SigningSettings):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
-        """Settings from ``progress.control.*`` keys (others ignored) over env and defaults."""
+        """Settings from ``progress.control.*`` keys (others ignored) over env and defaults;
+        :class:`ConfigurationError` for an invalid value or an unknown ``PROGRESS_CONTROL_*``
+        variable (:func:`~progress_control.settings.check_environment`)."""
+        check_environment(cls)
         values = {
             key[len(CONFIG_PREFIX) :].replace(".", "_"): value
             for key, value in config.items()
