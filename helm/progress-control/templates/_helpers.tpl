@@ -46,9 +46,20 @@ app.kubernetes.io/part-of: kafka-progress-control
 {{- end }}
 {{- end -}}
 
-{{/* The sidecar's image reference. */}}
+{{/* An image reference from (dict "repository" "tag" "digest"): repository@digest when a
+digest is set (the tag is then ignored: a digest names exactly one image), else repository:tag. */}}
+{{- define "progress-control.imageRef" -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The chart's image reference (sidecar, ticker, helm test): image.digest, else image.tag, else
+the chart's appVersion. */}}
 {{- define "progress-control.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- include "progress-control.imageRef" (dict "repository" .Values.image.repository "tag" (.Values.image.tag | default .Chart.AppVersion) "digest" .Values.image.digest) -}}
 {{- end -}}
 
 {{/* Name of the ConfigMap holding the sidecar's non-secret settings. */}}

@@ -43,10 +43,11 @@ entry script. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* The driver and executor image; its tag defaults to the sidecar's (the same release). */}}
+{{/* The driver and executor image; its tag defaults to the sidecar's (the same release); its
+own digest when set (a different repository: image.digest does not apply). */}}
 {{- define "progress-control.spark.image" -}}
 {{- $image := .Values.sparkSessionization.image -}}
-{{- printf "%s:%s" $image.repository ($image.tag | default (.Values.image.tag | default .Chart.AppVersion)) -}}
+{{- include "progress-control.imageRef" (dict "repository" $image.repository "tag" ($image.tag | default (.Values.image.tag | default .Chart.AppVersion)) "digest" $image.digest) -}}
 {{- end -}}
 
 {{/* Labels of the Spark resources. */}}
