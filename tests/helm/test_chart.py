@@ -368,7 +368,9 @@ def test_config_map_carries_kafka_and_schedule_settings(
     assert "PROGRESS_CONTROL_TOPICS_INCLUDE" not in default
     assert default["PROGRESS_CONTROL_WATCH_ENABLED"] == "true"
     assert default["PROGRESS_CONTROL_WATCH_INTERVAL_MS"] == "5000"
-    assert default["PROGRESS_CONTROL_REPORT_LISTEN"] == "127.0.0.1:7071"
+    assert default["PROGRESS_CONTROL_REPORT_LISTEN"] == (
+        "unix:///var/run/progress-control/reports.sock"
+    )
     assert default["PROGRESS_CONTROL_LOG_FORMAT"] == "json"
     assert all(isinstance(v, str) for v in default.values())
 
@@ -386,6 +388,7 @@ def test_config_map_carries_kafka_and_schedule_settings(
     assert full["PROGRESS_CONTROL_TOPICS_INCLUDE"] == r"orders,payments\..*"
     assert full["PROGRESS_CONTROL_TOPICS_EXCLUDE"] == "_.*"
     assert full["PROGRESS_CONTROL_WATCH_ENABLED"] == "false"
+    assert full["PROGRESS_CONTROL_REPORT_LISTEN"] == "127.0.0.1:7072"  # transport udp
     assert not any("PASSWORD" in key or "USERNAME" in key for key in full)
 
 
@@ -454,11 +457,17 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     monkeypatch.setenv("PROGRESS_CONTROL_KAFKA_SECRETS_DIR", str(tmp_path / "no-secrets"))
     for name, value in _container_env(sidecar_of(spec), manifests).items():
         monkeypatch.setenv(name, value)
+    if variant == "default" and not _reads_unix_addresses(SidecarSettings):
+        pytest.skip("the sidecar's settings do not read unix:// report addresses yet")
     settings = SidecarSettings.from_config({})
     assert settings.http_host == "0.0.0.0"  # noqa: S104
     assert settings.http_port == 8081
     assert settings.log_format is LogFormat.JSON
-    assert settings.report_listen == "127.0.0.1:7071"
+    assert settings.report_listen == (
+        "unix:///var/run/progress-control/reports.sock"
+        if variant == "default"
+        else "127.0.0.1:7072"
+    )
     if variant == "default":
         assert settings.kafka == {"bootstrap.servers": "kafka:9092"}
         assert (settings.start_ms, settings.max_records, settings.end_ms) == (10_000, 10, None)
@@ -489,6 +498,21 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     assert app_settings.report_address == settings.report_listen
 
 
+def _reads_unix_addresses(settings_class: Any) -> bool:
+    """Whether the sidecar's settings accept a unix:// report address (issue 27: the Python
+    side of the chart's default transport, landing separately)."""
+    try:
+        settings_class.from_config(
+            {
+                "progress.control.kafka": {"bootstrap.servers": "kafka:9092"},
+                "progress.control.report.listen": "unix:///tmp/pc-probe.sock",
+            }
+        )
+    except ValueError:
+        return False
+    return True
+
+
 def test_secret_mount(example_manifests: list[Manifest], full_manifests: list[Manifest]) -> None:
     spec = pod_spec(full_manifests)
     mounts = {m["name"]: m for m in sidecar_of(spec)["volumeMounts"]}
@@ -501,17 +525,87 @@ def test_secret_mount(example_manifests: list[Manifest], full_manifests: list[Ma
     assert volumes["progress-control-secrets"]["secret"]["secretName"] == "kafka-credentials"
     assert volumes["progress-control-secrets"]["secret"]["defaultMode"] == 0o444
     default_spec = pod_spec(example_manifests)
-    assert [m["name"] for m in sidecar_of(default_spec)["volumeMounts"]] == ["progress-control-tmp"]
+    assert [m["name"] for m in sidecar_of(default_spec)["volumeMounts"]] == [
+        "progress-control-tmp",
+        "progress-control-reports",
+    ]
     assert "progress-control-secrets" not in {v["name"] for v in default_spec["volumes"]}
 
 
+SOCKET_DIR = "/var/run/progress-control"
+SOCKET_ADDRESS = f"unix://{SOCKET_DIR}/reports.sock"
+
+
 def test_app_container_reports_to_the_sidecar(example_manifests: list[Manifest]) -> None:
-    [app] = pod_spec(example_manifests)["containers"]
+    spec = pod_spec(example_manifests)
+    [app] = spec["containers"]
     env = env_of(app)
     assert env["PROGRESS_CONTROL_MODE"]["value"] == "report"
-    assert env["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == "127.0.0.1:7071"
+    assert env["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == SOCKET_ADDRESS
     assert app["command"] == ["progress-control", "run", "--"]
     assert app["args"] == ["python", "-m", "shop.producer"]
+    # Over a Unix datagram socket on an in-memory emptyDir both containers mount.
+    mount = {"name": "progress-control-reports", "mountPath": SOCKET_DIR}
+    assert mount in app["volumeMounts"]
+    assert mount in sidecar_of(spec)["volumeMounts"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "progress-control-reports"]
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+    config = one(example_manifests, "ConfigMap")["data"]
+    assert config["PROGRESS_CONTROL_REPORT_LISTEN"] == SOCKET_ADDRESS
+
+
+@pytest.mark.parametrize(
+    ("args", "listen"),
+    [
+        (["--set", "sidecar.report.transport=udp"], "127.0.0.1:7071"),
+        (["--set", "sidecar.report.transport=udp,sidecar.report.port=7100"], "127.0.0.1:7100"),
+        (["--set", "sidecar.report.enabled=false"], ""),
+    ],
+    ids=["udp", "udp-port", "reports-off"],
+)
+def test_report_transport_variants(helm: Helm, args: list[str], listen: str) -> None:
+    manifests = helm.render(*EXAMPLE, *args)
+    validate_strictly(manifests, KUBE_VERSION)
+    spec = pod_spec(manifests)
+    [app] = spec["containers"]
+    assert one(manifests, "ConfigMap")["data"]["PROGRESS_CONTROL_REPORT_LISTEN"] == listen
+    env = env_of(app)
+    if listen:
+        assert env["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == listen
+    else:
+        assert "PROGRESS_CONTROL_REPORT_ADDRESS" not in env
+        assert "PROGRESS_CONTROL_MODE" not in env
+    # No socket: no shared volume, in either container.
+    assert "progress-control-reports" not in {v["name"] for v in spec["volumes"]}
+    for container in (app, sidecar_of(spec)):
+        assert "progress-control-reports" not in {m["name"] for m in container["volumeMounts"]}
+
+
+def test_reports_socket_templates_one_include_each(helm: Helm, tmp_path: Path) -> None:
+    # The named templates a user's pod needs for the socket, rendered on their own.
+    chart = tmp_path / "progress-control"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "probe.yaml").write_text(
+        "volumes:\n"
+        '{{- include "progress-control.reports.volume" . | nindent 2 }}\n'
+        "mounts:\n"
+        '{{- include "progress-control.app.volumeMounts" . | nindent 2 }}\n'
+    )
+    result = helm.template("--show-only", "templates/probe.yaml", chart=chart)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout) == {
+        "volumes": [
+            {
+                "name": "progress-control-reports",
+                "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"},
+            }
+        ],
+        "mounts": [{"name": "progress-control-reports", "mountPath": SOCKET_DIR}],
+    }
+    udp = helm.template(
+        "--show-only", "templates/probe.yaml", "--set", "sidecar.report.transport=udp", chart=chart
+    )
+    assert yaml.safe_load(udp.stdout) == {"volumes": None, "mounts": None}
 
 
 def test_probes(example_manifests: list[Manifest]) -> None:
@@ -521,6 +615,36 @@ def test_probes(example_manifests: list[Manifest]) -> None:
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
     assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8081}
     assert sidecar["startupProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
+
+
+@pytest.mark.parametrize("variant", ["default", "full", "full-native"])
+def test_nothing_ties_the_apps_readiness_to_the_broker(
+    variant: str,
+    example_manifests: list[Manifest],
+    full_manifests: list[Manifest],
+    full_native_manifests: list[Manifest],
+) -> None:
+    # /readyz and /healthz mean "the sidecar process is up" (the broker's state is in metrics
+    # and logs): the chart's only probes in the app's pod are those, on the sidecar's own port.
+    manifests = {
+        "default": example_manifests,
+        "full": full_manifests,
+        "full-native": full_native_manifests,
+    }[variant]
+    spec = pod_spec(manifests)
+    sidecar = sidecar_of(spec)
+    for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        probes = {k: v for k, v in container.items() if k.endswith("Probe")}
+        if container is not sidecar:
+            assert probes == {}, container["name"]
+            continue
+        assert {k: v["httpGet"]["path"] for k, v in probes.items()} == {
+            "startupProbe": "/healthz",
+            "livenessProbe": "/healthz",
+            "readinessProbe": "/readyz",
+        }
+        assert {v["httpGet"]["port"] for v in probes.values()} == {8081}
+        assert all(set(v) != {"exec"} for v in probes.values())  # no exec probe asks Kafka
 
 
 def test_probes_follow_the_http_port(helm: Helm) -> None:
@@ -635,6 +759,7 @@ def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manife
         (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
         (["--set", "kafka.bootstrapServers="], "bootstrapServers"),
         (["--set-json", 'sidecar.extraEnv=[{"name":"X"}]'], "extraEnv"),
+        (["--set", "sidecar.report.transport=tcp"], "transport"),
     ],
     ids=[
         "unknown-sidecar-key",
@@ -648,6 +773,7 @@ def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manife
         "pull-policy-enum",
         "empty-bootstrap",
         "env-without-value",
+        "transport-enum",
     ],
 )
 def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
@@ -665,7 +791,7 @@ def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
         (["--set", "kafka.config.bootstrap\\.servers=x:9092"], "set kafka.bootstrapServers"),
         (["--set", "schedule.maxRecords=null"], "set schedule.maxRecords or schedule.endMs"),
         (["--set", "schedule.endMs=5"], "schedule.endMs must be >= schedule.startMs"),
-        (["--set", "sidecar.report.port=8081"], "must differ"),
+        (["--set", "sidecar.report.transport=udp,sidecar.report.port=8081"], "must differ"),
         (["--set", "example.enabled=false,metrics.service.enabled=true"], "metrics.service"),
     ],
     ids=[
@@ -753,7 +879,13 @@ def test_readme_snippet_in_a_parent_chart(helm: Helm, parent_chart: Path) -> Non
         assert sidecar["image"] == "registry.example.com/progress-control:0.1.0"
         [app] = [c for c in spec["containers"] if c["name"] == "producer"]
         assert env_of(app)["PROGRESS_CONTROL_MODE"]["value"] == "report"
-        assert {v["name"] for v in spec["volumes"]} == {"progress-control-tmp"}
+        assert {v["name"] for v in spec["volumes"]} == {
+            "progress-control-tmp",
+            "progress-control-reports",
+        }
+        # The socket: the README's app container mounts it, and reports to it.
+        assert {"name": "progress-control-reports", "mountPath": SOCKET_DIR} in app["volumeMounts"]
+        assert env_of(app)["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == SOCKET_ADDRESS
 
 
 # ---------------------------------------------------------------------------------------------

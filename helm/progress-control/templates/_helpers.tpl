@@ -82,9 +82,26 @@ floats, and 1000000 would print as 1e+06). */}}
 {{- end -}}
 {{- end -}}
 
-{{/* The UDP address interceptors in the pod report to. */}}
+{{/* Directory of the reports socket: an emptyDir shared by the sidecar and the app containers. */}}
+{{- define "progress-control.reportSocketDir" -}}
+/var/run/progress-control
+{{- end -}}
+
+{{/* Where interceptors in the pod report to and the sidecar listens: a Unix datagram socket on
+the shared volume (sidecar.report.transport unix), or UDP on the pod's loopback (udp). */}}
 {{- define "progress-control.reportAddress" -}}
+{{- if eq .Values.sidecar.report.transport "unix" -}}
+{{- printf "unix://%s/reports.sock" (include "progress-control.reportSocketDir" .) -}}
+{{- else -}}
 {{- printf "127.0.0.1:%d" (int .Values.sidecar.report.port) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether reports go over the shared socket volume: "true" or "". */}}
+{{- define "progress-control.reportSocket" -}}
+{{- if and .Values.sidecar.report.enabled (eq .Values.sidecar.report.transport "unix") -}}
+true
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -120,7 +137,7 @@ values to change.
 {{- if and (not (kindIs "invalid" $endMs)) (lt (int64 $endMs) (int64 $schedule.startMs)) -}}
 {{- fail "progress-control: schedule.endMs must be >= schedule.startMs" -}}
 {{- end -}}
-{{- if and .Values.sidecar.report.enabled (eq (int .Values.sidecar.report.port) (int .Values.sidecar.http.port)) -}}
+{{- if and .Values.sidecar.report.enabled (eq .Values.sidecar.report.transport "udp") (eq (int .Values.sidecar.report.port) (int .Values.sidecar.http.port)) -}}
 {{- fail "progress-control: sidecar.report.port and sidecar.http.port must differ" -}}
 {{- end -}}
 {{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}

@@ -13,6 +13,8 @@ sidecar reads this chart's values and names the ConfigMap this chart renders:
       - name: app
         env:
           {{- include "progress-control.app.env" $pc | nindent 10 }}
+        volumeMounts:
+          {{- include "progress-control.app.volumeMounts" $pc | nindent 10 }}
       {{- include "progress-control.sidecar.containers" $pc | nindent 6 }}
     volumes:
       {{- include "progress-control.sidecar.volumes" $pc | nindent 6 }}
@@ -23,9 +25,14 @@ progress-control.sidecar.containers      the sidecar as a plain container unless
                                          (list item for containers), else nothing
 progress-control.sidecar.initContainer   always the native sidecar (restartPolicy: Always)
 progress-control.sidecar.container       always the plain container
-progress-control.sidecar.volumes         the volumes the sidecar mounts (list items)
+progress-control.sidecar.volumes         the volumes the sidecar mounts, the reports socket's
+                                         included (list items)
+progress-control.reports.volume          only the reports socket's emptyDir (list item; nothing
+                                         unless reports go over the Unix socket)
 progress-control.app.env                 env of an app container whose interceptor reports to
                                          the sidecar (list items; nothing when reports are off)
+progress-control.app.volumeMounts        the reports socket's mount of an app container (list
+                                         item; nothing unless reports go over the Unix socket)
 progress-control.podAnnotations          a checksum of the sidecar's settings, so pods restart
                                          when they change (mapping entries)
 */}}
@@ -101,6 +108,10 @@ readinessProbe:
 volumeMounts:
   - name: progress-control-tmp
     mountPath: /tmp
+  {{- if include "progress-control.reportSocket" . }}
+  - name: progress-control-reports
+    mountPath: {{ include "progress-control.reportSocketDir" . }}
+  {{- end }}
   {{- if .Values.kafka.mountSecret }}
   - name: progress-control-secrets
     mountPath: /var/run/secrets/progress-control
@@ -143,6 +154,9 @@ terminationMessagePolicy: FallbackToLogsOnError
 - name: progress-control-tmp
   emptyDir:
     sizeLimit: {{ .Values.sidecar.tmpSizeLimit }}
+{{- with include "progress-control.reports.volume" . }}
+{{ . }}
+{{- end }}
 {{- if .Values.kafka.mountSecret }}
 - name: progress-control-secrets
   secret:
@@ -150,6 +164,25 @@ terminationMessagePolicy: FallbackToLogsOnError
     # 0444: readable by the sidecar's non-root user without an fsGroup.
     defaultMode: 292
 {{- end }}
+{{- end -}}
+
+{{/* The reports socket's volume, a list item for the pod's `volumes` (already in
+progress-control.sidecar.volumes): an emptyDir in memory that holds only the socket. */}}
+{{- define "progress-control.reports.volume" -}}
+{{- if include "progress-control.reportSocket" . -}}
+- name: progress-control-reports
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.sidecar.report.sizeLimit }}
+{{- end -}}
+{{- end -}}
+
+{{/* The reports socket's mount of an app container: a list item for its `volumeMounts`. */}}
+{{- define "progress-control.app.volumeMounts" -}}
+{{- if include "progress-control.reportSocket" . -}}
+- name: progress-control-reports
+  mountPath: {{ include "progress-control.reportSocketDir" . }}
+{{- end -}}
 {{- end -}}
 
 {{/* Env of an app container whose interceptor runs in report mode: list items for `env`. */}}
