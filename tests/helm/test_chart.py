@@ -305,7 +305,7 @@ def test_full_render_validates_strictly(full_manifests: list[Manifest]) -> None:
         "Service",
         "StatefulSet",
     ]
-    assert [m["kind"] for m in full_manifests].count("ServiceMonitor") == 1
+    assert [m["kind"] for m in full_manifests].count("ServiceMonitor") == 2
 
 
 def test_full_native_render_validates_strictly(full_native_manifests: list[Manifest]) -> None:
@@ -719,9 +719,16 @@ def test_metrics_service_and_service_monitor(
     assert port["targetPort"] == 8081
 
 
+def service_monitor(manifests: list[Manifest], name: str) -> Manifest:
+    [monitor] = [
+        m for m in manifests if m["kind"] == "ServiceMonitor" and m["metadata"]["name"] == name
+    ]
+    return monitor
+
+
 def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manifest]) -> None:
     # Not in the Kubernetes schemas: checked against the ServiceMonitor fields we rely on.
-    monitor = one(full_manifests, "ServiceMonitor")
+    monitor = service_monitor(full_manifests, f"{RELEASE}-progress-control")
     service = metrics_service(full_manifests)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
@@ -2122,3 +2129,118 @@ def test_schema_rejects_a_malformed_digest(helm: Helm, value: str) -> None:
     stderr = helm.rejected("--set", value)
     assert SCHEMA_ERROR in stderr
     assert "digest" in stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# runtime placement and metrics
+
+
+def runtime_pod_spec(manifests: list[Manifest]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(manifests, "StatefulSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def test_runtime_instances_repel_each_other_by_default(runtime_manifests: list[Manifest]) -> None:
+    spec = runtime_pod_spec(runtime_manifests)
+    selector = one(runtime_manifests, "StatefulSet")["spec"]["selector"]["matchLabels"]
+    # A standby does not land on the node of its active (preferred: scheduling never blocks).
+    [term] = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["weight"] == 100
+    assert term["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
+    assert spec["topologySpreadConstraints"] == [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        }
+    ]
+    assert not {"priorityClassName", "nodeSelector", "tolerations"} & set(spec)
+
+
+def test_runtime_placement_from_values(full_manifests: list[Manifest], helm: Helm) -> None:
+    spec = runtime_pod_spec(full_manifests)
+    [term] = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "streams-runtime"
+    [spread] = spec["topologySpreadConstraints"]
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"  # replaces the preset's
+    assert spec["priorityClassName"] == "streaming-critical"
+    assert spec["nodeSelector"] == {"workload": "streaming"}
+    assert spec["tolerations"][0]["key"] == "dedicated"
+    # Your affinity replaces the preset; none and none render nothing.
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    manifests = helm.render(*RUNTIME, "--set-json", f"runtime.affinity={json.dumps(affinity)}")
+    validate_strictly(manifests, KUBE_VERSION)
+    assert runtime_pod_spec(manifests)["affinity"] == affinity
+    manifests = helm.render(
+        *RUNTIME, "--set", "runtime.podAntiAffinityPreset=none,runtime.topologySpreadPreset=none"
+    )
+    assert not {"affinity", "topologySpreadConstraints"} & set(runtime_pod_spec(manifests))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "runtime.podAntiAffinityPreset=sometimes"], "podAntiAffinityPreset"),
+        (["--set", "runtime.topologySpreadPreset=region"], "topologySpreadPreset"),
+        (["--set", "runtime.priorityClassName=Not_A_Name"], "priorityClassName"),
+        (["--set-json", 'runtime.tolerations={"key":"a"}'], "tolerations"),
+        (["--set", "runtime.metrics.serviceMonitor.enabled=yes"], "serviceMonitor"),
+    ],
+    ids=["anti-affinity-enum", "spread-enum", "priority-class-name", "tolerations-list", "bool"],
+)
+def test_runtime_placement_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
+    stderr = helm.rejected(*args)
+    assert SCHEMA_ERROR in stderr
+    assert message in stderr
+
+
+def test_runtime_service_monitor_scrapes_every_instance(
+    full_manifests: list[Manifest], runtime_manifests: list[Manifest], helm: Helm
+) -> None:
+    monitor = service_monitor(full_manifests, RUNTIME_NAME)
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"  # metrics.serviceMonitor's
+    service = headless_service(full_manifests)
+    spec = monitor["spec"]
+    assert set(spec) == {"selector", "namespaceSelector", "endpoints"}
+    assert spec["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    # Only the runtime's Service: not the sidecars' metrics Service.
+    assert not spec["selector"]["matchLabels"].items() <= (
+        metrics_service(full_manifests)["metadata"]["labels"].items()
+    )
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    [endpoint] = spec["endpoints"]
+    assert endpoint == {
+        "port": "http-metrics",
+        "path": "/metrics",
+        "scheme": "http",
+        "interval": "15s",
+        "scrapeTimeout": "10s",
+    }
+    [port] = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    assert port["port"] == 9464  # runtime.metrics.port
+    assert service["spec"]["publishNotReadyAddresses"] is True  # restoring instances too
+    # Its own switch: null follows metrics.serviceMonitor.enabled.
+    assert "ServiceMonitor" not in {m["kind"] for m in runtime_manifests}
+    on = helm.render(*RUNTIME, "--set", "runtime.metrics.serviceMonitor.enabled=true")
+    assert service_monitor(on, RUNTIME_NAME)["spec"]["endpoints"][0]["interval"] == "30s"
+    assert [m["kind"] for m in on].count("ServiceMonitor") == 1  # no sidecar Service needed
+    off = helm.render(
+        "-f", str(FULL_VALUES), "--set", "runtime.metrics.serviceMonitor.enabled=false"
+    )
+    assert [m["metadata"]["name"] for m in off if m["kind"] == "ServiceMonitor"] == [
+        f"{RELEASE}-progress-control"
+    ]

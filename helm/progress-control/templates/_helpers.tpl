@@ -144,3 +144,108 @@ values to change.
 {{- fail (printf "progress-control: sidecar.native=true needs Kubernetes >= 1.29 (native sidecar containers), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Scheduling fields of a pod spec (mapping entries) for the runtime and the ticker: takes
+(dict "values" <runtime or ticker values> "selector" <the pods' selector labels, YAML>).
+affinity, when set, replaces the podAntiAffinityPreset's (soft: preferred, hard: required, none:
+nothing; one pod per node, topologyKey kubernetes.io/hostname); topologySpreadConstraints, when
+set, replace the topologySpreadPreset's (zone: spread over topology.kubernetes.io/zone,
+ScheduleAnyway; none: nothing).
+*/}}
+{{- define "progress-control.placement" -}}
+{{- $values := .values -}}
+{{- $selector := .selector -}}
+{{- if $values.affinity }}
+affinity:
+  {{- toYaml $values.affinity | nindent 2 }}
+{{- else if eq $values.podAntiAffinityPreset "hard" }}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- $selector | nindent 12 }}
+{{- else if eq $values.podAntiAffinityPreset "soft" }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- $selector | nindent 14 }}
+{{- end }}
+{{- if $values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml $values.topologySpreadConstraints | nindent 2 }}
+{{- else if eq $values.topologySpreadPreset "zone" }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- $selector | nindent 8 }}
+{{- end }}
+{{- with $values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with $values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A Prometheus Operator ServiceMonitor scraping the http-metrics port of the Services it selects:
+(dict "root" $ "name" <name> "component" <component label> "selector" <Service labels, YAML>).
+Interval, timeout and extra labels from metrics.serviceMonitor.
+*/}}
+{{- define "progress-control.serviceMonitor" -}}
+{{- $root := .root -}}
+{{- $monitor := $root.Values.metrics.serviceMonitor -}}
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ .name }}
+  labels:
+    {{- include "progress-control.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+    {{- with $monitor.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels:
+      {{- .selector | nindent 6 }}
+  namespaceSelector:
+    matchNames:
+      - {{ $root.Release.Namespace }}
+  endpoints:
+    - port: http-metrics
+      path: /metrics
+      scheme: http
+      interval: {{ $monitor.interval }}
+      {{- with $monitor.scrapeTimeout }}
+      scrapeTimeout: {{ . }}
+      {{- end }}
+{{- end -}}
+
+{{/* Whether a workload's ServiceMonitor renders ("true" or ""): its own
+<workload>.metrics.serviceMonitor.enabled, null meaning metrics.serviceMonitor.enabled. Takes
+(dict "root" $ "workload" <runtime or ticker values>). */}}
+{{- define "progress-control.serviceMonitorEnabled" -}}
+{{- $own := index .workload.metrics.serviceMonitor "enabled" -}}
+{{- if kindIs "invalid" $own -}}
+{{- if .root.Values.metrics.serviceMonitor.enabled }}true{{ end -}}
+{{- else if $own -}}
+true
+{{- end -}}
+{{- end -}}
