@@ -114,8 +114,16 @@ def metrics_service(manifests: list[Manifest]) -> Manifest:
     return service
 
 
+def app_deployment(manifests: list[Manifest]) -> Manifest:
+    """The one Deployment with the sidecar in it (the example's, or a parent chart's): not the
+    ticker's."""
+    return one(
+        [m for m in manifests if not m["metadata"]["name"].endswith("-ticker")], "Deployment"
+    )
+
+
 def pod_spec(manifests: list[Manifest]) -> dict[str, Any]:
-    spec: dict[str, Any] = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    spec: dict[str, Any] = app_deployment(manifests)["spec"]["template"]["spec"]
     return spec
 
 
@@ -298,14 +306,20 @@ def test_full_render_validates_strictly(full_manifests: list[Manifest]) -> None:
     kinds = validate_strictly(full_manifests, KUBE_VERSION)
     assert sorted(kinds) == [
         "ConfigMap",
-        "Deployment",
+        "Deployment",  # the example
+        "Deployment",  # the ticker
+        "NetworkPolicy",  # the runtime's
+        "NetworkPolicy",  # the ticker's
         "Pod",
         "PodDisruptionBudget",
-        "Service",
-        "Service",
+        "PodDisruptionBudget",
+        "Service",  # the sidecars' metrics
+        "Service",  # the runtime's, headless
+        "Service",  # the ticker's
         "StatefulSet",
     ]
-    assert [m["kind"] for m in full_manifests].count("ServiceMonitor") == 2
+    # The sidecars', the runtime's and the ticker's.
+    assert [m["kind"] for m in full_manifests].count("ServiceMonitor") == 3
 
 
 def test_full_native_render_validates_strictly(full_native_manifests: list[Manifest]) -> None:
@@ -695,7 +709,7 @@ def test_grace_period_exceeds_the_sidecar_shutdown_timeout(
 
 def test_config_changes_roll_the_pods(helm: Helm, example_manifests: list[Manifest]) -> None:
     def checksum(manifests: list[Manifest]) -> str:
-        deployment = one(manifests, "Deployment")
+        deployment = app_deployment(manifests)
         value: str = deployment["spec"]["template"]["metadata"]["annotations"][
             "checksum/progress-control-config"
         ]
@@ -711,7 +725,7 @@ def test_metrics_service_and_service_monitor(
 ) -> None:
     assert "Service" not in {m["kind"] for m in default_manifests}
     service = metrics_service(full_manifests)
-    deployment = one(full_manifests, "Deployment")
+    deployment = app_deployment(full_manifests)
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     [port] = service["spec"]["ports"]
@@ -864,7 +878,7 @@ def test_readme_snippet_in_a_parent_chart(helm: Helm, parent_chart: Path) -> Non
         )
         validate_strictly(manifests, KUBE_VERSION)
         # The example is off: the only Deployment is the parent's, with our sidecar in it.
-        deployment = one(manifests, "Deployment")
+        deployment = app_deployment(manifests)
         assert deployment["metadata"]["name"] == f"{RELEASE}-producer"
         spec = deployment["spec"]["template"]["spec"]
         sidecar = sidecar_of(spec)
@@ -1709,7 +1723,12 @@ def test_runtime_from_every_value(full_manifests: list[Manifest]) -> None:
     assert claim["spec"]["accessModes"] == ["ReadWriteOncePod"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
     assert env["PROGRESS_CONTROL_RUNTIME_STATE_DIR"]["value"] == "/state"
-    assert one(full_manifests, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 2
+    [budget] = [
+        m
+        for m in full_manifests
+        if m["kind"] == "PodDisruptionBudget" and m["metadata"]["name"] == RUNTIME_NAME
+    ]
+    assert budget["spec"]["maxUnavailable"] == 2
 
 
 def _runtime_env(
@@ -1942,9 +1961,10 @@ def test_helm_test_checks_the_sidecars_readiness(full_manifests: list[Manifest])
     [check] = test_pod(full_manifests)["spec"]["containers"]
     env = env_of(check)
     service = metrics_service(full_manifests)
-    assert env["PC_TEST_SIDECAR_URLS"]["value"] == (
-        f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/readyz"
-    )
+    assert env["PC_TEST_SIDECAR_URLS"]["value"].split() == [
+        f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/readyz",
+        f"http://{RELEASE}-progress-control-ticker:8081/readyz",  # the ticker's Service
+    ]
     assert env["PC_TEST_TIMEOUT_S"]["value"] == "300"
     # The runtime serves HTTPS (query_tls_* settings): the test trusts the runtime's CA file,
     # mounted from the same Secret at the same path.
@@ -2242,5 +2262,186 @@ def test_runtime_service_monitor_scrapes_every_instance(
         "-f", str(FULL_VALUES), "--set", "runtime.metrics.serviceMonitor.enabled=false"
     )
     assert [m["metadata"]["name"] for m in off if m["kind"] == "ServiceMonitor"] == [
-        f"{RELEASE}-progress-control"
+        f"{RELEASE}-progress-control",
+        f"{RELEASE}-progress-control-ticker",
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the ticker Deployment (ticker.*)
+
+TICKER_NAME = f"{RELEASE}-progress-control-ticker"
+
+
+def named(manifests: list[Manifest], kind: str, name: str) -> Manifest:
+    [found] = [m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name]
+    return found
+
+
+def test_ticker_is_off_by_default(default_manifests: list[Manifest]) -> None:
+    assert not [m for m in default_manifests if m["metadata"]["name"] == TICKER_NAME]
+
+
+def test_ticker_watches_the_broker_and_takes_no_reports(
+    full_manifests: list[Manifest], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from sidecar.settings import SidecarSettings
+
+    deployment = named(full_manifests, "Deployment", TICKER_NAME)
+    assert deployment["spec"]["replicas"] == 3
+    spec = deployment["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    assert container["name"] == "ticker"
+    assert (container["command"], container["args"]) == (["progress-control"], ["sidecar"])
+    # The sidecar's image, probes and security context.
+    sidecar = sidecar_of(pod_spec(full_manifests))
+    for field in ("image", "securityContext", "livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[field] == sidecar[field], field
+    assert container["resources"] == {
+        "requests": {"cpu": "200m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    assert "progress-control-reports" not in {m["name"] for m in container["volumeMounts"]}
+    assert "progress-control-reports" not in {v["name"] for v in spec["volumes"]}
+    # What it runs with: the ConfigMap (watch.enabled=false there, for the app pods), then env.
+    for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PROGRESS_CONTROL_KAFKA_SECRETS_DIR", str(tmp_path / "no-secrets"))
+    for name, value in _container_env(container, full_manifests).items():
+        monkeypatch.setenv(name, value)
+    settings = SidecarSettings.from_config({})
+    assert settings.watch_enabled is True
+    assert settings.report_listen is None
+    assert settings.topics_include == (r"legacy\..*",)
+    assert settings.topics_exclude == ("legacy.internal",)
+    assert settings.kafka["sasl.password"] == "secret:sasl.password"
+    assert settings.jitter_ms == 500  # sidecar.extraEnv applies too
+    assert settings.http_host == "0.0.0.0"  # noqa: S104
+
+
+def test_ticker_replicas_go_on_different_nodes(helm: Helm, full_manifests: list[Manifest]) -> None:
+    deployment = named(full_manifests, "Deployment", TICKER_NAME)
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    spec = deployment["spec"]["template"]["spec"]
+    [term] = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
+    assert "topologySpreadConstraints" not in spec  # topologySpreadPreset: none
+    assert spec["priorityClassName"] == "streaming-critical"
+    assert spec["nodeSelector"] == {"workload": "streaming"}
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["terminationGracePeriodSeconds"] == 40
+    budget = named(full_manifests, "PodDisruptionBudget", TICKER_NAME)
+    assert budget["spec"] == {"maxUnavailable": 2, "selector": {"matchLabels": selector}}
+    # Defaults: preferred anti-affinity and a zone spread.
+    manifests = helm.render("--set", "ticker.enabled=true")
+    validate_strictly(manifests, KUBE_VERSION)
+    validate_strictly(
+        helm.render(
+            "--set", "ticker.enabled=true,sidecar.native=false", kube_version=OLDEST_KUBE_VERSION
+        ),
+        OLDEST_KUBE_VERSION,
+    )
+    spec = named(manifests, "Deployment", TICKER_NAME)["spec"]["template"]["spec"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in spec["affinity"]["podAntiAffinity"]
+    assert spec["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert named(manifests, "Deployment", TICKER_NAME)["spec"]["replicas"] == 2
+
+
+def test_ticker_metrics_service_and_monitor(full_manifests: list[Manifest], helm: Helm) -> None:
+    deployment = named(full_manifests, "Deployment", TICKER_NAME)
+    service = named(full_manifests, "Service", TICKER_NAME)
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [
+        {"name": "http-metrics", "port": 8081, "targetPort": "pc-http", "protocol": "TCP"}
+    ]
+    monitor = service_monitor(full_manifests, TICKER_NAME)
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+        service["metadata"]["labels"].items()
+    )
+    for other in (metrics_service(full_manifests), headless_service(full_manifests)):
+        assert not monitor["spec"]["selector"]["matchLabels"].items() <= (
+            other["metadata"]["labels"].items()
+        )
+    assert monitor["spec"]["endpoints"][0]["port"] == "http-metrics"
+    off = helm.render("--set", "ticker.enabled=true")
+    assert "ServiceMonitor" not in {m["kind"] for m in off}
+    on = helm.render("--set", "ticker.enabled=true,ticker.metrics.serviceMonitor.enabled=true")
+    assert service_monitor(on, TICKER_NAME)
+
+
+def test_ticker_checks_reject(helm: Helm) -> None:
+    stderr = helm.rejected("--set", "ticker.enabled=true,ticker.terminationGracePeriodSeconds=5")
+    assert "ticker.terminationGracePeriodSeconds must exceed" in stderr
+    for value, message in [
+        ("ticker.replicas=0", "replicas"),
+        ("ticker.bogus=1", "bogus"),
+        ("ticker.podDisruptionBudget.maxUnavailable=0", "maxUnavailable"),
+    ]:
+        stderr = helm.rejected("--set", value)
+        assert SCHEMA_ERROR in stderr
+        assert message in stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# NetworkPolicies (networkPolicy.*)
+
+
+def test_network_policies_are_off_by_default(runtime_manifests: list[Manifest]) -> None:
+    assert "NetworkPolicy" not in {m["kind"] for m in runtime_manifests}
+
+
+def test_runtime_network_policy(full_manifests: list[Manifest]) -> None:
+    policy = named(full_manifests, "NetworkPolicy", RUNTIME_NAME)
+    runtime = one(full_manifests, "StatefulSet")
+    pods = runtime["spec"]["selector"]["matchLabels"]
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": pods}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    queries, metrics = spec["ingress"]
+    assert queries["ports"] == [{"port": 8443, "protocol": "TCP"}]
+    test_pod_labels = test_pod(full_manifests)["metadata"]["labels"]
+    peers = queries["from"]
+    assert peers[0] == {"podSelector": {"matchLabels": pods}}  # the other instances
+    assert peers[1]["podSelector"]["matchLabels"].items() <= test_pod_labels.items()
+    assert peers[2]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "shop"}
+    assert metrics["ports"] == [{"port": 9464, "protocol": "TCP"}]
+    assert metrics["from"][1]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "prometheus"
+    }
+    dns, broker, routing = spec["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert broker["to"] == [{"ipBlock": {"cidr": "10.20.0.0/16"}}]
+    assert routing == {
+        "to": [{"podSelector": {"matchLabels": pods}}],
+        "ports": [{"port": 8443, "protocol": "TCP"}],
+    }
+
+
+def test_ticker_network_policy_admits_only_metrics(full_manifests: list[Manifest]) -> None:
+    spec = named(full_manifests, "NetworkPolicy", TICKER_NAME)["spec"]
+    [ingress] = spec["ingress"]
+    assert ingress["ports"] == [{"port": 8081, "protocol": "TCP"}]
+    assert len(ingress["from"]) == 2  # the helm test Pod and networkPolicy.metricsFrom
+    assert [rule.get("to") for rule in spec["egress"]] == [
+        None,
+        [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
+    ]
+
+
+def test_network_policy_without_egress_rules_allows_all_egress(helm: Helm) -> None:
+    manifests = helm.render(
+        *RUNTIME,
+        "--set",
+        "networkPolicy.enabled=true,ticker.enabled=true,runtime.queries.enabled=false",
+    )
+    validate_strictly(manifests, KUBE_VERSION)
+    for name in (RUNTIME_NAME, TICKER_NAME):
+        spec = named(manifests, "NetworkPolicy", name)["spec"]
+        assert spec["policyTypes"] == ["Ingress"]
+        assert "egress" not in spec
+    [metrics] = named(manifests, "NetworkPolicy", RUNTIME_NAME)["spec"]["ingress"]
+    assert metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]

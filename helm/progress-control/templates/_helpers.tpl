@@ -249,3 +249,15 @@ spec:
 true
 {{- end -}}
 {{- end -}}
+
+{{/* Egress rules of a NetworkPolicy with networkPolicy.egress set (list items): DNS, then yours
+(the brokers' addresses and ports). */}}
+{{- define "progress-control.networkPolicy.egress" -}}
+# DNS, to resolve the brokers' names.
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+{{ toYaml .Values.networkPolicy.egress }}
+{{- end -}}

@@ -39,18 +39,26 @@ progress-control.podAnnotations          a checksum of the sidecar's settings, s
 
 {{/* The sidecar container's fields, without the list dash and restartPolicy. */}}
 {{- define "progress-control.sidecar.spec" -}}
-{{- include "progress-control.validate" . -}}
-{{- $sidecar := .Values.sidecar -}}
-name: {{ $sidecar.name }}
-image: {{ include "progress-control.image" . | quote }}
-imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- include "progress-control.sidecar.fields" (dict "root" . "ticker" false) -}}
+{{- end -}}
+
+{{/* The fields of the sidecar's container, or of the ticker's (`progress-control sidecar` with
+the broker watch on and reports off, resources from ticker.*): (dict "root" $ "ticker" bool). */}}
+{{- define "progress-control.sidecar.fields" -}}
+{{- $root := .root -}}
+{{- $ticker := .ticker -}}
+{{- include "progress-control.validate" $root -}}
+{{- $sidecar := $root.Values.sidecar -}}
+name: {{ ternary "ticker" $sidecar.name $ticker }}
+image: {{ include "progress-control.image" $root | quote }}
+imagePullPolicy: {{ $root.Values.image.pullPolicy }}
 command:
   - progress-control
 args:
   - sidecar
 envFrom:
   - configMapRef:
-      name: {{ include "progress-control.configMapName" . }}
+      name: {{ include "progress-control.configMapName" $root }}
 env:
   - name: PROGRESS_CONTROL_HTTP_HOST
     value: {{ $sidecar.http.host | quote }}
@@ -58,11 +66,26 @@ env:
     value: {{ $sidecar.http.port | int | quote }}
   - name: PROGRESS_CONTROL_SHUTDOWN_TIMEOUT_S
     value: {{ $sidecar.shutdownTimeoutSeconds | int | quote }}
-  {{- range $name, $key := .Values.kafka.secretEnv }}
+  {{- if $ticker }}
+  {{- /* Over the ConfigMap's (env wins over envFrom): watch the broker, take no reports. */}}
+  - name: PROGRESS_CONTROL_WATCH_ENABLED
+    value: "true"
+  - name: PROGRESS_CONTROL_REPORT_LISTEN
+    value: ""
+  {{- with $root.Values.ticker.topicsInclude }}
+  - name: PROGRESS_CONTROL_TOPICS_INCLUDE
+    value: {{ join "," . | quote }}
+  {{- end }}
+  {{- with $root.Values.ticker.topicsExclude }}
+  - name: PROGRESS_CONTROL_TOPICS_EXCLUDE
+    value: {{ join "," . | quote }}
+  {{- end }}
+  {{- end }}
+  {{- range $name, $key := $root.Values.kafka.secretEnv }}
   - name: PROGRESS_CONTROL_KAFKA__{{ include "progress-control.envSuffix" $name }}
     valueFrom:
       secretKeyRef:
-        name: {{ $.Values.kafka.existingSecret | quote }}
+        name: {{ $root.Values.kafka.existingSecret | quote }}
         key: {{ $key | quote }}
   {{- end }}
   {{- with $sidecar.extraEnv }}
@@ -108,17 +131,17 @@ readinessProbe:
 volumeMounts:
   - name: progress-control-tmp
     mountPath: /tmp
-  {{- if include "progress-control.reportSocket" . }}
+  {{- if and (not $ticker) (include "progress-control.reportSocket" $root) }}
   - name: progress-control-reports
     mountPath: {{ include "progress-control.reportSocketDir" . }}
   {{- end }}
-  {{- if .Values.kafka.mountSecret }}
+  {{- if $root.Values.kafka.mountSecret }}
   - name: progress-control-secrets
     mountPath: /var/run/secrets/progress-control
     readOnly: true
   {{- end }}
 resources:
-  {{- toYaml $sidecar.resources | nindent 2 }}
+  {{- toYaml (ternary $root.Values.ticker.resources $sidecar.resources $ticker) | nindent 2 }}
 securityContext:
   {{- toYaml $sidecar.securityContext | nindent 2 }}
 terminationMessagePolicy: FallbackToLogsOnError
