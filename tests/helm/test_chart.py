@@ -1041,6 +1041,7 @@ def check_spark_application(app: Manifest) -> None:
                         "imagePullPolicy": spec["imagePullPolicy"],
                         "securityContext": pod["securityContext"],
                         "volumeMounts": mounts,
+                        "envFrom": pod.get("envFrom", []),
                         "resources": resources,
                     }
                 ],
@@ -2445,3 +2446,76 @@ def test_network_policy_without_egress_rules_allows_all_egress(helm: Helm) -> No
         assert "egress" not in spec
     [metrics] = named(manifests, "NetworkPolicy", RUNTIME_NAME)["spec"]["ingress"]
     assert metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets of the SparkApplication (sparkSessionization.envFrom, .secretMounts)
+
+
+def test_spark_driver_and_executors_take_secrets(spark_manifests: list[Manifest]) -> None:
+    # check_spark_application validates envFrom, the mounts and the Secret volumes strictly,
+    # inside the driver's and the executors' Pods.
+    spec = spark_application(spark_manifests)["spec"]
+    env_from = [
+        {"secretRef": {"name": "spark-kafka-sasl"}},
+        {"configMapRef": {"name": "spark-settings"}, "prefix": "APP_"},
+    ]
+    mount = {"name": "control-keys", "mountPath": "/etc/progress-control/keys", "readOnly": True}
+    for role in ("driver", "executor"):
+        assert spec[role]["envFrom"] == env_from, role
+        assert mount in spec[role]["volumeMounts"], role
+    [volume] = [v for v in spec["volumes"] if v["name"] == "control-keys"]
+    assert volume["secret"] == {"secretName": "control-verification-keys", "defaultMode": 0o444}
+
+
+def test_spark_secret_mounts_without_storage(helm: Helm) -> None:
+    manifests = helm.render(
+        *ENABLE_SPARK,
+        "--set",
+        "sparkSessionization.storage.type=none,sparkSessionization.output=s3a://b/s,"
+        "sparkSessionization.checkpoint=s3a://b/c,"
+        "sparkSessionization.mainApplicationFile=local:///app/stream.py",
+        "--set-json",
+        'sparkSessionization.secretMounts=[{"name":"keys","secret":"k","mountPath":"/keys"}]',
+    )
+    spec = spark_application(manifests)["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["keys"]
+    for role in ("driver", "executor"):
+        assert spec[role]["volumeMounts"] == [
+            {"name": "keys", "mountPath": "/keys", "readOnly": True}
+        ]
+        assert "envFrom" not in spec[role]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            '[{"name":"data","secret":"s","mountPath":"/keys"}]',
+            "names a volume data, which is taken",
+        ),
+        ('[{"name":"k","secret":"s","mountPath":"/data"}]', "mounts k at /data, which is taken"),
+    ],
+    ids=["volume-name-clash", "mount-path-clash"],
+)
+def test_spark_secret_mount_checks_reject(helm: Helm, value: str, message: str) -> None:
+    stderr = helm.rejected(*ENABLE_SPARK, "--set-json", f"sparkSessionization.secretMounts={value}")
+    assert message in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set-json", 'sparkSessionization.envFrom=[{"secretRef":{}}]'], "envFrom"),
+        (["--set-json", 'sparkSessionization.envFrom=[{"prefix":"A_"}]'], "envFrom"),
+        (
+            ["--set-json", 'sparkSessionization.secretMounts=[{"name":"k","secret":"s"}]'],
+            "mountPath",
+        ),
+    ],
+    ids=["ref-without-name", "no-source", "mount-without-path"],
+)
+def test_spark_secret_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
+    stderr = helm.rejected(*args)
+    assert SCHEMA_ERROR in stderr
+    assert message in stderr
