@@ -114,8 +114,16 @@ def metrics_service(manifests: list[Manifest]) -> Manifest:
     return service
 
 
+def app_deployment(manifests: list[Manifest]) -> Manifest:
+    """The one Deployment with the sidecar in it (the example's, or a parent chart's): not the
+    ticker's."""
+    return one(
+        [m for m in manifests if not m["metadata"]["name"].endswith("-ticker")], "Deployment"
+    )
+
+
 def pod_spec(manifests: list[Manifest]) -> dict[str, Any]:
-    spec: dict[str, Any] = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    spec: dict[str, Any] = app_deployment(manifests)["spec"]["template"]["spec"]
     return spec
 
 
@@ -298,14 +306,20 @@ def test_full_render_validates_strictly(full_manifests: list[Manifest]) -> None:
     kinds = validate_strictly(full_manifests, KUBE_VERSION)
     assert sorted(kinds) == [
         "ConfigMap",
-        "Deployment",
+        "Deployment",  # the example
+        "Deployment",  # the ticker
+        "NetworkPolicy",  # the runtime's
+        "NetworkPolicy",  # the ticker's
         "Pod",
         "PodDisruptionBudget",
-        "Service",
-        "Service",
+        "PodDisruptionBudget",
+        "Service",  # the sidecars' metrics
+        "Service",  # the runtime's, headless
+        "Service",  # the ticker's
         "StatefulSet",
     ]
-    assert [m["kind"] for m in full_manifests].count("ServiceMonitor") == 1
+    # The sidecars', the runtime's and the ticker's.
+    assert [m["kind"] for m in full_manifests].count("ServiceMonitor") == 3
 
 
 def test_full_native_render_validates_strictly(full_native_manifests: list[Manifest]) -> None:
@@ -368,7 +382,9 @@ def test_config_map_carries_kafka_and_schedule_settings(
     assert "PROGRESS_CONTROL_TOPICS_INCLUDE" not in default
     assert default["PROGRESS_CONTROL_WATCH_ENABLED"] == "true"
     assert default["PROGRESS_CONTROL_WATCH_INTERVAL_MS"] == "5000"
-    assert default["PROGRESS_CONTROL_REPORT_LISTEN"] == "127.0.0.1:7071"
+    assert default["PROGRESS_CONTROL_REPORT_LISTEN"] == (
+        "unix:///var/run/progress-control/reports.sock"
+    )
     assert default["PROGRESS_CONTROL_LOG_FORMAT"] == "json"
     assert all(isinstance(v, str) for v in default.values())
 
@@ -386,6 +402,7 @@ def test_config_map_carries_kafka_and_schedule_settings(
     assert full["PROGRESS_CONTROL_TOPICS_INCLUDE"] == r"orders,payments\..*"
     assert full["PROGRESS_CONTROL_TOPICS_EXCLUDE"] == "_.*"
     assert full["PROGRESS_CONTROL_WATCH_ENABLED"] == "false"
+    assert full["PROGRESS_CONTROL_REPORT_LISTEN"] == "127.0.0.1:7072"  # transport udp
     assert not any("PASSWORD" in key or "USERNAME" in key for key in full)
 
 
@@ -454,11 +471,17 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     monkeypatch.setenv("PROGRESS_CONTROL_KAFKA_SECRETS_DIR", str(tmp_path / "no-secrets"))
     for name, value in _container_env(sidecar_of(spec), manifests).items():
         monkeypatch.setenv(name, value)
+    if variant == "default" and not _reads_unix_addresses(SidecarSettings):
+        pytest.skip("the sidecar's settings do not read unix:// report addresses yet")
     settings = SidecarSettings.from_config({})
     assert settings.http_host == "0.0.0.0"  # noqa: S104
     assert settings.http_port == 8081
     assert settings.log_format is LogFormat.JSON
-    assert settings.report_listen == "127.0.0.1:7071"
+    assert settings.report_listen == (
+        "unix:///var/run/progress-control/reports.sock"
+        if variant == "default"
+        else "127.0.0.1:7072"
+    )
     if variant == "default":
         assert settings.kafka == {"bootstrap.servers": "kafka:9092"}
         assert (settings.start_ms, settings.max_records, settings.end_ms) == (10_000, 10, None)
@@ -489,6 +512,21 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     assert app_settings.report_address == settings.report_listen
 
 
+def _reads_unix_addresses(settings_class: Any) -> bool:
+    """Whether the sidecar's settings accept a unix:// report address (issue 27: the Python
+    side of the chart's default transport, landing separately)."""
+    try:
+        settings_class.from_config(
+            {
+                "progress.control.kafka": {"bootstrap.servers": "kafka:9092"},
+                "progress.control.report.listen": "unix:///tmp/pc-probe.sock",
+            }
+        )
+    except ValueError:
+        return False
+    return True
+
+
 def test_secret_mount(example_manifests: list[Manifest], full_manifests: list[Manifest]) -> None:
     spec = pod_spec(full_manifests)
     mounts = {m["name"]: m for m in sidecar_of(spec)["volumeMounts"]}
@@ -501,17 +539,87 @@ def test_secret_mount(example_manifests: list[Manifest], full_manifests: list[Ma
     assert volumes["progress-control-secrets"]["secret"]["secretName"] == "kafka-credentials"
     assert volumes["progress-control-secrets"]["secret"]["defaultMode"] == 0o444
     default_spec = pod_spec(example_manifests)
-    assert [m["name"] for m in sidecar_of(default_spec)["volumeMounts"]] == ["progress-control-tmp"]
+    assert [m["name"] for m in sidecar_of(default_spec)["volumeMounts"]] == [
+        "progress-control-tmp",
+        "progress-control-reports",
+    ]
     assert "progress-control-secrets" not in {v["name"] for v in default_spec["volumes"]}
 
 
+SOCKET_DIR = "/var/run/progress-control"
+SOCKET_ADDRESS = f"unix://{SOCKET_DIR}/reports.sock"
+
+
 def test_app_container_reports_to_the_sidecar(example_manifests: list[Manifest]) -> None:
-    [app] = pod_spec(example_manifests)["containers"]
+    spec = pod_spec(example_manifests)
+    [app] = spec["containers"]
     env = env_of(app)
     assert env["PROGRESS_CONTROL_MODE"]["value"] == "report"
-    assert env["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == "127.0.0.1:7071"
+    assert env["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == SOCKET_ADDRESS
     assert app["command"] == ["progress-control", "run", "--"]
     assert app["args"] == ["python", "-m", "shop.producer"]
+    # Over a Unix datagram socket on an in-memory emptyDir both containers mount.
+    mount = {"name": "progress-control-reports", "mountPath": SOCKET_DIR}
+    assert mount in app["volumeMounts"]
+    assert mount in sidecar_of(spec)["volumeMounts"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == "progress-control-reports"]
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+    config = one(example_manifests, "ConfigMap")["data"]
+    assert config["PROGRESS_CONTROL_REPORT_LISTEN"] == SOCKET_ADDRESS
+
+
+@pytest.mark.parametrize(
+    ("args", "listen"),
+    [
+        (["--set", "sidecar.report.transport=udp"], "127.0.0.1:7071"),
+        (["--set", "sidecar.report.transport=udp,sidecar.report.port=7100"], "127.0.0.1:7100"),
+        (["--set", "sidecar.report.enabled=false"], ""),
+    ],
+    ids=["udp", "udp-port", "reports-off"],
+)
+def test_report_transport_variants(helm: Helm, args: list[str], listen: str) -> None:
+    manifests = helm.render(*EXAMPLE, *args)
+    validate_strictly(manifests, KUBE_VERSION)
+    spec = pod_spec(manifests)
+    [app] = spec["containers"]
+    assert one(manifests, "ConfigMap")["data"]["PROGRESS_CONTROL_REPORT_LISTEN"] == listen
+    env = env_of(app)
+    if listen:
+        assert env["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == listen
+    else:
+        assert "PROGRESS_CONTROL_REPORT_ADDRESS" not in env
+        assert "PROGRESS_CONTROL_MODE" not in env
+    # No socket: no shared volume, in either container.
+    assert "progress-control-reports" not in {v["name"] for v in spec["volumes"]}
+    for container in (app, sidecar_of(spec)):
+        assert "progress-control-reports" not in {m["name"] for m in container["volumeMounts"]}
+
+
+def test_reports_socket_templates_one_include_each(helm: Helm, tmp_path: Path) -> None:
+    # The named templates a user's pod needs for the socket, rendered on their own.
+    chart = tmp_path / "progress-control"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "probe.yaml").write_text(
+        "volumes:\n"
+        '{{- include "progress-control.reports.volume" . | nindent 2 }}\n'
+        "mounts:\n"
+        '{{- include "progress-control.app.volumeMounts" . | nindent 2 }}\n'
+    )
+    result = helm.template("--show-only", "templates/probe.yaml", chart=chart)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout) == {
+        "volumes": [
+            {
+                "name": "progress-control-reports",
+                "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"},
+            }
+        ],
+        "mounts": [{"name": "progress-control-reports", "mountPath": SOCKET_DIR}],
+    }
+    udp = helm.template(
+        "--show-only", "templates/probe.yaml", "--set", "sidecar.report.transport=udp", chart=chart
+    )
+    assert yaml.safe_load(udp.stdout) == {"volumes": None, "mounts": None}
 
 
 def test_probes(example_manifests: list[Manifest]) -> None:
@@ -521,6 +629,36 @@ def test_probes(example_manifests: list[Manifest]) -> None:
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
     assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8081}
     assert sidecar["startupProbe"]["httpGet"] == {"path": "/healthz", "port": 8081}
+
+
+@pytest.mark.parametrize("variant", ["default", "full", "full-native"])
+def test_nothing_ties_the_apps_readiness_to_the_broker(
+    variant: str,
+    example_manifests: list[Manifest],
+    full_manifests: list[Manifest],
+    full_native_manifests: list[Manifest],
+) -> None:
+    # /readyz and /healthz mean "the sidecar process is up" (the broker's state is in metrics
+    # and logs): the chart's only probes in the app's pod are those, on the sidecar's own port.
+    manifests = {
+        "default": example_manifests,
+        "full": full_manifests,
+        "full-native": full_native_manifests,
+    }[variant]
+    spec = pod_spec(manifests)
+    sidecar = sidecar_of(spec)
+    for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        probes = {k: v for k, v in container.items() if k.endswith("Probe")}
+        if container is not sidecar:
+            assert probes == {}, container["name"]
+            continue
+        assert {k: v["httpGet"]["path"] for k, v in probes.items()} == {
+            "startupProbe": "/healthz",
+            "livenessProbe": "/healthz",
+            "readinessProbe": "/readyz",
+        }
+        assert {v["httpGet"]["port"] for v in probes.values()} == {8081}
+        assert all(set(v) != {"exec"} for v in probes.values())  # no exec probe asks Kafka
 
 
 def test_probes_follow_the_http_port(helm: Helm) -> None:
@@ -571,7 +709,7 @@ def test_grace_period_exceeds_the_sidecar_shutdown_timeout(
 
 def test_config_changes_roll_the_pods(helm: Helm, example_manifests: list[Manifest]) -> None:
     def checksum(manifests: list[Manifest]) -> str:
-        deployment = one(manifests, "Deployment")
+        deployment = app_deployment(manifests)
         value: str = deployment["spec"]["template"]["metadata"]["annotations"][
             "checksum/progress-control-config"
         ]
@@ -587,7 +725,7 @@ def test_metrics_service_and_service_monitor(
 ) -> None:
     assert "Service" not in {m["kind"] for m in default_manifests}
     service = metrics_service(full_manifests)
-    deployment = one(full_manifests, "Deployment")
+    deployment = app_deployment(full_manifests)
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     [port] = service["spec"]["ports"]
@@ -595,9 +733,16 @@ def test_metrics_service_and_service_monitor(
     assert port["targetPort"] == 8081
 
 
+def service_monitor(manifests: list[Manifest], name: str) -> Manifest:
+    [monitor] = [
+        m for m in manifests if m["kind"] == "ServiceMonitor" and m["metadata"]["name"] == name
+    ]
+    return monitor
+
+
 def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manifest]) -> None:
     # Not in the Kubernetes schemas: checked against the ServiceMonitor fields we rely on.
-    monitor = one(full_manifests, "ServiceMonitor")
+    monitor = service_monitor(full_manifests, f"{RELEASE}-progress-control")
     service = metrics_service(full_manifests)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
@@ -635,6 +780,7 @@ def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manife
         (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
         (["--set", "kafka.bootstrapServers="], "bootstrapServers"),
         (["--set-json", 'sidecar.extraEnv=[{"name":"X"}]'], "extraEnv"),
+        (["--set", "sidecar.report.transport=tcp"], "transport"),
     ],
     ids=[
         "unknown-sidecar-key",
@@ -648,6 +794,7 @@ def test_service_monitor_selects_the_metrics_service(full_manifests: list[Manife
         "pull-policy-enum",
         "empty-bootstrap",
         "env-without-value",
+        "transport-enum",
     ],
 )
 def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
@@ -665,7 +812,7 @@ def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
         (["--set", "kafka.config.bootstrap\\.servers=x:9092"], "set kafka.bootstrapServers"),
         (["--set", "schedule.maxRecords=null"], "set schedule.maxRecords or schedule.endMs"),
         (["--set", "schedule.endMs=5"], "schedule.endMs must be >= schedule.startMs"),
-        (["--set", "sidecar.report.port=8081"], "must differ"),
+        (["--set", "sidecar.report.transport=udp,sidecar.report.port=8081"], "must differ"),
         (["--set", "example.enabled=false,metrics.service.enabled=true"], "metrics.service"),
     ],
     ids=[
@@ -731,7 +878,7 @@ def test_readme_snippet_in_a_parent_chart(helm: Helm, parent_chart: Path) -> Non
         )
         validate_strictly(manifests, KUBE_VERSION)
         # The example is off: the only Deployment is the parent's, with our sidecar in it.
-        deployment = one(manifests, "Deployment")
+        deployment = app_deployment(manifests)
         assert deployment["metadata"]["name"] == f"{RELEASE}-producer"
         spec = deployment["spec"]["template"]["spec"]
         sidecar = sidecar_of(spec)
@@ -753,7 +900,13 @@ def test_readme_snippet_in_a_parent_chart(helm: Helm, parent_chart: Path) -> Non
         assert sidecar["image"] == "registry.example.com/progress-control:0.1.0"
         [app] = [c for c in spec["containers"] if c["name"] == "producer"]
         assert env_of(app)["PROGRESS_CONTROL_MODE"]["value"] == "report"
-        assert {v["name"] for v in spec["volumes"]} == {"progress-control-tmp"}
+        assert {v["name"] for v in spec["volumes"]} == {
+            "progress-control-tmp",
+            "progress-control-reports",
+        }
+        # The socket: the README's app container mounts it, and reports to it.
+        assert {"name": "progress-control-reports", "mountPath": SOCKET_DIR} in app["volumeMounts"]
+        assert env_of(app)["PROGRESS_CONTROL_REPORT_ADDRESS"]["value"] == SOCKET_ADDRESS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -888,6 +1041,7 @@ def check_spark_application(app: Manifest) -> None:
                         "imagePullPolicy": spec["imagePullPolicy"],
                         "securityContext": pod["securityContext"],
                         "volumeMounts": mounts,
+                        "envFrom": pod.get("envFrom", []),
                         "resources": resources,
                     }
                 ],
@@ -1570,7 +1724,12 @@ def test_runtime_from_every_value(full_manifests: list[Manifest]) -> None:
     assert claim["spec"]["accessModes"] == ["ReadWriteOncePod"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
     assert env["PROGRESS_CONTROL_RUNTIME_STATE_DIR"]["value"] == "/state"
-    assert one(full_manifests, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 2
+    [budget] = [
+        m
+        for m in full_manifests
+        if m["kind"] == "PodDisruptionBudget" and m["metadata"]["name"] == RUNTIME_NAME
+    ]
+    assert budget["spec"]["maxUnavailable"] == 2
 
 
 def _runtime_env(
@@ -1803,9 +1962,10 @@ def test_helm_test_checks_the_sidecars_readiness(full_manifests: list[Manifest])
     [check] = test_pod(full_manifests)["spec"]["containers"]
     env = env_of(check)
     service = metrics_service(full_manifests)
-    assert env["PC_TEST_SIDECAR_URLS"]["value"] == (
-        f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/readyz"
-    )
+    assert env["PC_TEST_SIDECAR_URLS"]["value"].split() == [
+        f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/readyz",
+        f"http://{RELEASE}-progress-control-ticker:8081/readyz",  # the ticker's Service
+    ]
     assert env["PC_TEST_TIMEOUT_S"]["value"] == "300"
     # The runtime serves HTTPS (query_tls_* settings): the test trusts the runtime's CA file,
     # mounted from the same Secret at the same path.
@@ -1926,3 +2086,436 @@ def test_helm_test_script_against_a_real_runtime_and_sidecar(
         )
         assert down.returncode == 1
         assert "FAILED http://127.0.0.1:9/readyz" in down.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# image digests (image.digest and each image's own digest)
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+OTHER_DIGEST = "sha256:" + "f" * 64
+
+
+def _images(manifests: list[Manifest]) -> dict[str, str]:
+    """Every container image rendered, by '<kind>/<container>'."""
+    images = {}
+    for manifest in manifests:
+        if manifest["kind"] == "SparkApplication":
+            images["SparkApplication/spark"] = manifest["spec"]["image"]
+            continue
+        spec = manifest.get("spec", {})
+        pod = spec["template"]["spec"] if "template" in spec else spec
+        for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+            images[f"{manifest['kind']}/{container['name']}"] = container["image"]
+    return images
+
+
+def test_image_digest_replaces_the_tag_of_the_charts_image(helm: Helm) -> None:
+    manifests = helm.render(
+        "-f", str(FULL_VALUES), "--set", f"image.digest={DIGEST},runtime.image.repository=,"
+        "runtime.image.tag=,example.app.image.tag="
+    )  # fmt: skip
+    validate_strictly(manifests, KUBE_VERSION)
+    chart_image = f"ghcr.io/kafka-progress-control/progress-control@{DIGEST}"
+    images = _images(manifests)
+    assert images["Deployment/progress-control"] == chart_image  # the sidecar
+    assert images["Pod/check"] == chart_image  # the helm test
+    assert images["StatefulSet/runtime"] == chart_image  # the runtime on the chart's image
+    # The example's producer is another repository: image.digest does not apply to it.
+    assert images["Deployment/producer"] == "registry.example.com/shop/producer:0.1.0"
+
+
+def test_each_image_takes_its_own_digest(helm: Helm) -> None:
+    manifests = helm.render(
+        "-f", str(FULL_VALUES), "--set", f"image.digest={DIGEST},"
+        f"runtime.image.digest={OTHER_DIGEST},example.app.image.digest={OTHER_DIGEST}"
+    )  # fmt: skip
+    images = _images(manifests)
+    assert images["StatefulSet/runtime"] == f"registry.example.com/shop/sessions@{OTHER_DIGEST}"
+    assert images["Deployment/producer"] == f"registry.example.com/shop/producer@{OTHER_DIGEST}"
+    # runtime.image.repository set, no runtime digest: its tag, never the chart's digest.
+    manifests = helm.render("-f", str(FULL_VALUES), "--set", f"image.digest={DIGEST}")
+    assert _images(manifests)["StatefulSet/runtime"] == "registry.example.com/shop/sessions:2.0.1"
+    spark = helm.render(*ENABLE_SPARK, "--set", f"sparkSessionization.image.digest={DIGEST}")
+    assert spark_application(spark)["spec"]["image"] == f"registry.example.com/spark@{DIGEST}"
+    spark = helm.render(*ENABLE_SPARK, "--set", f"image.digest={DIGEST}")
+    assert spark_application(spark)["spec"]["image"] == "registry.example.com/spark:0.1.0"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["image.digest=sha256:abc", "image.digest=0123", f"runtime.image.digest={DIGEST.upper()}"],
+    ids=["short", "no-algorithm", "upper-case"],
+)
+def test_schema_rejects_a_malformed_digest(helm: Helm, value: str) -> None:
+    stderr = helm.rejected("--set", value)
+    assert SCHEMA_ERROR in stderr
+    assert "digest" in stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# runtime placement and metrics
+
+
+def runtime_pod_spec(manifests: list[Manifest]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(manifests, "StatefulSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def test_runtime_instances_repel_each_other_by_default(runtime_manifests: list[Manifest]) -> None:
+    spec = runtime_pod_spec(runtime_manifests)
+    selector = one(runtime_manifests, "StatefulSet")["spec"]["selector"]["matchLabels"]
+    # A standby does not land on the node of its active (preferred: scheduling never blocks).
+    [term] = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["weight"] == 100
+    assert term["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
+    assert spec["topologySpreadConstraints"] == [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        }
+    ]
+    assert not {"priorityClassName", "nodeSelector", "tolerations"} & set(spec)
+
+
+def test_runtime_placement_from_values(full_manifests: list[Manifest], helm: Helm) -> None:
+    spec = runtime_pod_spec(full_manifests)
+    [term] = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "streams-runtime"
+    [spread] = spec["topologySpreadConstraints"]
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"  # replaces the preset's
+    assert spec["priorityClassName"] == "streaming-critical"
+    assert spec["nodeSelector"] == {"workload": "streaming"}
+    assert spec["tolerations"][0]["key"] == "dedicated"
+    # Your affinity replaces the preset; none and none render nothing.
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    manifests = helm.render(*RUNTIME, "--set-json", f"runtime.affinity={json.dumps(affinity)}")
+    validate_strictly(manifests, KUBE_VERSION)
+    assert runtime_pod_spec(manifests)["affinity"] == affinity
+    manifests = helm.render(
+        *RUNTIME, "--set", "runtime.podAntiAffinityPreset=none,runtime.topologySpreadPreset=none"
+    )
+    assert not {"affinity", "topologySpreadConstraints"} & set(runtime_pod_spec(manifests))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "runtime.podAntiAffinityPreset=sometimes"], "podAntiAffinityPreset"),
+        (["--set", "runtime.topologySpreadPreset=region"], "topologySpreadPreset"),
+        (["--set", "runtime.priorityClassName=Not_A_Name"], "priorityClassName"),
+        (["--set-json", 'runtime.tolerations={"key":"a"}'], "tolerations"),
+        (["--set", "runtime.metrics.serviceMonitor.enabled=yes"], "serviceMonitor"),
+    ],
+    ids=["anti-affinity-enum", "spread-enum", "priority-class-name", "tolerations-list", "bool"],
+)
+def test_runtime_placement_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
+    stderr = helm.rejected(*args)
+    assert SCHEMA_ERROR in stderr
+    assert message in stderr
+
+
+def test_runtime_service_monitor_scrapes_every_instance(
+    full_manifests: list[Manifest], runtime_manifests: list[Manifest], helm: Helm
+) -> None:
+    monitor = service_monitor(full_manifests, RUNTIME_NAME)
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"  # metrics.serviceMonitor's
+    service = headless_service(full_manifests)
+    spec = monitor["spec"]
+    assert set(spec) == {"selector", "namespaceSelector", "endpoints"}
+    assert spec["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    # Only the runtime's Service: not the sidecars' metrics Service.
+    assert not spec["selector"]["matchLabels"].items() <= (
+        metrics_service(full_manifests)["metadata"]["labels"].items()
+    )
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    [endpoint] = spec["endpoints"]
+    assert endpoint == {
+        "port": "http-metrics",
+        "path": "/metrics",
+        "scheme": "http",
+        "interval": "15s",
+        "scrapeTimeout": "10s",
+    }
+    [port] = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    assert port["port"] == 9464  # runtime.metrics.port
+    assert service["spec"]["publishNotReadyAddresses"] is True  # restoring instances too
+    # Its own switch: null follows metrics.serviceMonitor.enabled.
+    assert "ServiceMonitor" not in {m["kind"] for m in runtime_manifests}
+    on = helm.render(*RUNTIME, "--set", "runtime.metrics.serviceMonitor.enabled=true")
+    assert service_monitor(on, RUNTIME_NAME)["spec"]["endpoints"][0]["interval"] == "30s"
+    assert [m["kind"] for m in on].count("ServiceMonitor") == 1  # no sidecar Service needed
+    off = helm.render(
+        "-f", str(FULL_VALUES), "--set", "runtime.metrics.serviceMonitor.enabled=false"
+    )
+    assert [m["metadata"]["name"] for m in off if m["kind"] == "ServiceMonitor"] == [
+        f"{RELEASE}-progress-control",
+        f"{RELEASE}-progress-control-ticker",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the ticker Deployment (ticker.*)
+
+TICKER_NAME = f"{RELEASE}-progress-control-ticker"
+
+
+def named(manifests: list[Manifest], kind: str, name: str) -> Manifest:
+    [found] = [m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name]
+    return found
+
+
+def test_ticker_is_off_by_default(default_manifests: list[Manifest]) -> None:
+    assert not [m for m in default_manifests if m["metadata"]["name"] == TICKER_NAME]
+
+
+def test_ticker_watches_the_broker_and_takes_no_reports(
+    full_manifests: list[Manifest], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from sidecar.settings import SidecarSettings
+
+    deployment = named(full_manifests, "Deployment", TICKER_NAME)
+    assert deployment["spec"]["replicas"] == 3
+    spec = deployment["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    assert container["name"] == "ticker"
+    assert (container["command"], container["args"]) == (["progress-control"], ["sidecar"])
+    # The sidecar's image, probes and security context.
+    sidecar = sidecar_of(pod_spec(full_manifests))
+    for field in ("image", "securityContext", "livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[field] == sidecar[field], field
+    assert container["resources"] == {
+        "requests": {"cpu": "200m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    assert "progress-control-reports" not in {m["name"] for m in container["volumeMounts"]}
+    assert "progress-control-reports" not in {v["name"] for v in spec["volumes"]}
+    # What it runs with: the ConfigMap (watch.enabled=false there, for the app pods), then env.
+    for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PROGRESS_CONTROL_KAFKA_SECRETS_DIR", str(tmp_path / "no-secrets"))
+    for name, value in _container_env(container, full_manifests).items():
+        monkeypatch.setenv(name, value)
+    settings = SidecarSettings.from_config({})
+    assert settings.watch_enabled is True
+    assert settings.report_listen is None
+    assert settings.topics_include == (r"legacy\..*",)
+    assert settings.topics_exclude == ("legacy.internal",)
+    assert settings.kafka["sasl.password"] == "secret:sasl.password"
+    assert settings.jitter_ms == 500  # sidecar.extraEnv applies too
+    assert settings.http_host == "0.0.0.0"  # noqa: S104
+
+
+def test_ticker_replicas_go_on_different_nodes(helm: Helm, full_manifests: list[Manifest]) -> None:
+    deployment = named(full_manifests, "Deployment", TICKER_NAME)
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    spec = deployment["spec"]["template"]["spec"]
+    [term] = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
+    assert "topologySpreadConstraints" not in spec  # topologySpreadPreset: none
+    assert spec["priorityClassName"] == "streaming-critical"
+    assert spec["nodeSelector"] == {"workload": "streaming"}
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["terminationGracePeriodSeconds"] == 40
+    budget = named(full_manifests, "PodDisruptionBudget", TICKER_NAME)
+    assert budget["spec"] == {"maxUnavailable": 2, "selector": {"matchLabels": selector}}
+    # Defaults: preferred anti-affinity and a zone spread.
+    manifests = helm.render("--set", "ticker.enabled=true")
+    validate_strictly(manifests, KUBE_VERSION)
+    validate_strictly(
+        helm.render(
+            "--set", "ticker.enabled=true,sidecar.native=false", kube_version=OLDEST_KUBE_VERSION
+        ),
+        OLDEST_KUBE_VERSION,
+    )
+    spec = named(manifests, "Deployment", TICKER_NAME)["spec"]["template"]["spec"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in spec["affinity"]["podAntiAffinity"]
+    assert spec["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert named(manifests, "Deployment", TICKER_NAME)["spec"]["replicas"] == 2
+
+
+def test_ticker_metrics_service_and_monitor(full_manifests: list[Manifest], helm: Helm) -> None:
+    deployment = named(full_manifests, "Deployment", TICKER_NAME)
+    service = named(full_manifests, "Service", TICKER_NAME)
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [
+        {"name": "http-metrics", "port": 8081, "targetPort": "pc-http", "protocol": "TCP"}
+    ]
+    monitor = service_monitor(full_manifests, TICKER_NAME)
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+        service["metadata"]["labels"].items()
+    )
+    for other in (metrics_service(full_manifests), headless_service(full_manifests)):
+        assert not monitor["spec"]["selector"]["matchLabels"].items() <= (
+            other["metadata"]["labels"].items()
+        )
+    assert monitor["spec"]["endpoints"][0]["port"] == "http-metrics"
+    off = helm.render("--set", "ticker.enabled=true")
+    assert "ServiceMonitor" not in {m["kind"] for m in off}
+    on = helm.render("--set", "ticker.enabled=true,ticker.metrics.serviceMonitor.enabled=true")
+    assert service_monitor(on, TICKER_NAME)
+
+
+def test_ticker_checks_reject(helm: Helm) -> None:
+    stderr = helm.rejected("--set", "ticker.enabled=true,ticker.terminationGracePeriodSeconds=5")
+    assert "ticker.terminationGracePeriodSeconds must exceed" in stderr
+    for value, message in [
+        ("ticker.replicas=0", "replicas"),
+        ("ticker.bogus=1", "bogus"),
+        ("ticker.podDisruptionBudget.maxUnavailable=0", "maxUnavailable"),
+    ]:
+        stderr = helm.rejected("--set", value)
+        assert SCHEMA_ERROR in stderr
+        assert message in stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# NetworkPolicies (networkPolicy.*)
+
+
+def test_network_policies_are_off_by_default(runtime_manifests: list[Manifest]) -> None:
+    assert "NetworkPolicy" not in {m["kind"] for m in runtime_manifests}
+
+
+def test_runtime_network_policy(full_manifests: list[Manifest]) -> None:
+    policy = named(full_manifests, "NetworkPolicy", RUNTIME_NAME)
+    runtime = one(full_manifests, "StatefulSet")
+    pods = runtime["spec"]["selector"]["matchLabels"]
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": pods}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    queries, metrics = spec["ingress"]
+    assert queries["ports"] == [{"port": 8443, "protocol": "TCP"}]
+    test_pod_labels = test_pod(full_manifests)["metadata"]["labels"]
+    peers = queries["from"]
+    assert peers[0] == {"podSelector": {"matchLabels": pods}}  # the other instances
+    assert peers[1]["podSelector"]["matchLabels"].items() <= test_pod_labels.items()
+    assert peers[2]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "shop"}
+    assert metrics["ports"] == [{"port": 9464, "protocol": "TCP"}]
+    assert metrics["from"][1]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "prometheus"
+    }
+    dns, broker, routing = spec["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert broker["to"] == [{"ipBlock": {"cidr": "10.20.0.0/16"}}]
+    assert routing == {
+        "to": [{"podSelector": {"matchLabels": pods}}],
+        "ports": [{"port": 8443, "protocol": "TCP"}],
+    }
+
+
+def test_ticker_network_policy_admits_only_metrics(full_manifests: list[Manifest]) -> None:
+    spec = named(full_manifests, "NetworkPolicy", TICKER_NAME)["spec"]
+    [ingress] = spec["ingress"]
+    assert ingress["ports"] == [{"port": 8081, "protocol": "TCP"}]
+    assert len(ingress["from"]) == 2  # the helm test Pod and networkPolicy.metricsFrom
+    assert [rule.get("to") for rule in spec["egress"]] == [
+        None,
+        [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
+    ]
+
+
+def test_network_policy_without_egress_rules_allows_all_egress(helm: Helm) -> None:
+    manifests = helm.render(
+        *RUNTIME,
+        "--set",
+        "networkPolicy.enabled=true,ticker.enabled=true,runtime.queries.enabled=false",
+    )
+    validate_strictly(manifests, KUBE_VERSION)
+    for name in (RUNTIME_NAME, TICKER_NAME):
+        spec = named(manifests, "NetworkPolicy", name)["spec"]
+        assert spec["policyTypes"] == ["Ingress"]
+        assert "egress" not in spec
+    [metrics] = named(manifests, "NetworkPolicy", RUNTIME_NAME)["spec"]["ingress"]
+    assert metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets of the SparkApplication (sparkSessionization.envFrom, .secretMounts)
+
+
+def test_spark_driver_and_executors_take_secrets(spark_manifests: list[Manifest]) -> None:
+    # check_spark_application validates envFrom, the mounts and the Secret volumes strictly,
+    # inside the driver's and the executors' Pods.
+    spec = spark_application(spark_manifests)["spec"]
+    env_from = [
+        {"secretRef": {"name": "spark-kafka-sasl"}},
+        {"configMapRef": {"name": "spark-settings"}, "prefix": "APP_"},
+    ]
+    mount = {"name": "control-keys", "mountPath": "/etc/progress-control/keys", "readOnly": True}
+    for role in ("driver", "executor"):
+        assert spec[role]["envFrom"] == env_from, role
+        assert mount in spec[role]["volumeMounts"], role
+    [volume] = [v for v in spec["volumes"] if v["name"] == "control-keys"]
+    assert volume["secret"] == {"secretName": "control-verification-keys", "defaultMode": 0o444}
+
+
+def test_spark_secret_mounts_without_storage(helm: Helm) -> None:
+    manifests = helm.render(
+        *ENABLE_SPARK,
+        "--set",
+        "sparkSessionization.storage.type=none,sparkSessionization.output=s3a://b/s,"
+        "sparkSessionization.checkpoint=s3a://b/c,"
+        "sparkSessionization.mainApplicationFile=local:///app/stream.py",
+        "--set-json",
+        'sparkSessionization.secretMounts=[{"name":"keys","secret":"k","mountPath":"/keys"}]',
+    )
+    spec = spark_application(manifests)["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["keys"]
+    for role in ("driver", "executor"):
+        assert spec[role]["volumeMounts"] == [
+            {"name": "keys", "mountPath": "/keys", "readOnly": True}
+        ]
+        assert "envFrom" not in spec[role]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            '[{"name":"data","secret":"s","mountPath":"/keys"}]',
+            "names a volume data, which is taken",
+        ),
+        ('[{"name":"k","secret":"s","mountPath":"/data"}]', "mounts k at /data, which is taken"),
+    ],
+    ids=["volume-name-clash", "mount-path-clash"],
+)
+def test_spark_secret_mount_checks_reject(helm: Helm, value: str, message: str) -> None:
+    stderr = helm.rejected(*ENABLE_SPARK, "--set-json", f"sparkSessionization.secretMounts={value}")
+    assert message in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set-json", 'sparkSessionization.envFrom=[{"secretRef":{}}]'], "envFrom"),
+        (["--set-json", 'sparkSessionization.envFrom=[{"prefix":"A_"}]'], "envFrom"),
+        (
+            ["--set-json", 'sparkSessionization.secretMounts=[{"name":"k","secret":"s"}]'],
+            "mountPath",
+        ),
+    ],
+    ids=["ref-without-name", "no-source", "mount-without-path"],
+)
+def test_spark_secret_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
+    stderr = helm.rejected(*args)
+    assert SCHEMA_ERROR in stderr
+    assert message in stderr

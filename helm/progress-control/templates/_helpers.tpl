@@ -46,9 +46,20 @@ app.kubernetes.io/part-of: kafka-progress-control
 {{- end }}
 {{- end -}}
 
-{{/* The sidecar's image reference. */}}
+{{/* An image reference from (dict "repository" "tag" "digest"): repository@digest when a
+digest is set (the tag is then ignored: a digest names exactly one image), else repository:tag. */}}
+{{- define "progress-control.imageRef" -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The chart's image reference (sidecar, ticker, helm test): image.digest, else image.tag, else
+the chart's appVersion. */}}
 {{- define "progress-control.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- include "progress-control.imageRef" (dict "repository" .Values.image.repository "tag" (.Values.image.tag | default .Chart.AppVersion) "digest" .Values.image.digest) -}}
 {{- end -}}
 
 {{/* Name of the ConfigMap holding the sidecar's non-secret settings. */}}
@@ -71,9 +82,26 @@ floats, and 1000000 would print as 1e+06). */}}
 {{- end -}}
 {{- end -}}
 
-{{/* The UDP address interceptors in the pod report to. */}}
+{{/* Directory of the reports socket: an emptyDir shared by the sidecar and the app containers. */}}
+{{- define "progress-control.reportSocketDir" -}}
+/var/run/progress-control
+{{- end -}}
+
+{{/* Where interceptors in the pod report to and the sidecar listens: a Unix datagram socket on
+the shared volume (sidecar.report.transport unix), or UDP on the pod's loopback (udp). */}}
 {{- define "progress-control.reportAddress" -}}
+{{- if eq .Values.sidecar.report.transport "unix" -}}
+{{- printf "unix://%s/reports.sock" (include "progress-control.reportSocketDir" .) -}}
+{{- else -}}
 {{- printf "127.0.0.1:%d" (int .Values.sidecar.report.port) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether reports go over the shared socket volume: "true" or "". */}}
+{{- define "progress-control.reportSocket" -}}
+{{- if and .Values.sidecar.report.enabled (eq .Values.sidecar.report.transport "unix") -}}
+true
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -109,10 +137,127 @@ values to change.
 {{- if and (not (kindIs "invalid" $endMs)) (lt (int64 $endMs) (int64 $schedule.startMs)) -}}
 {{- fail "progress-control: schedule.endMs must be >= schedule.startMs" -}}
 {{- end -}}
-{{- if and .Values.sidecar.report.enabled (eq (int .Values.sidecar.report.port) (int .Values.sidecar.http.port)) -}}
+{{- if and .Values.sidecar.report.enabled (eq .Values.sidecar.report.transport "udp") (eq (int .Values.sidecar.report.port) (int .Values.sidecar.http.port)) -}}
 {{- fail "progress-control: sidecar.report.port and sidecar.http.port must differ" -}}
 {{- end -}}
 {{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "progress-control: sidecar.native=true needs Kubernetes >= 1.29 (native sidecar containers), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+Scheduling fields of a pod spec (mapping entries) for the runtime and the ticker: takes
+(dict "values" <runtime or ticker values> "selector" <the pods' selector labels, YAML>).
+affinity, when set, replaces the podAntiAffinityPreset's (soft: preferred, hard: required, none:
+nothing; one pod per node, topologyKey kubernetes.io/hostname); topologySpreadConstraints, when
+set, replace the topologySpreadPreset's (zone: spread over topology.kubernetes.io/zone,
+ScheduleAnyway; none: nothing).
+*/}}
+{{- define "progress-control.placement" -}}
+{{- $values := .values -}}
+{{- $selector := .selector -}}
+{{- if $values.affinity }}
+affinity:
+  {{- toYaml $values.affinity | nindent 2 }}
+{{- else if eq $values.podAntiAffinityPreset "hard" }}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- $selector | nindent 12 }}
+{{- else if eq $values.podAntiAffinityPreset "soft" }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- $selector | nindent 14 }}
+{{- end }}
+{{- if $values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml $values.topologySpreadConstraints | nindent 2 }}
+{{- else if eq $values.topologySpreadPreset "zone" }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- $selector | nindent 8 }}
+{{- end }}
+{{- with $values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with $values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A Prometheus Operator ServiceMonitor scraping the http-metrics port of the Services it selects:
+(dict "root" $ "name" <name> "component" <component label> "selector" <Service labels, YAML>).
+Interval, timeout and extra labels from metrics.serviceMonitor.
+*/}}
+{{- define "progress-control.serviceMonitor" -}}
+{{- $root := .root -}}
+{{- $monitor := $root.Values.metrics.serviceMonitor -}}
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ .name }}
+  labels:
+    {{- include "progress-control.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+    {{- with $monitor.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels:
+      {{- .selector | nindent 6 }}
+  namespaceSelector:
+    matchNames:
+      - {{ $root.Release.Namespace }}
+  endpoints:
+    - port: http-metrics
+      path: /metrics
+      scheme: http
+      interval: {{ $monitor.interval }}
+      {{- with $monitor.scrapeTimeout }}
+      scrapeTimeout: {{ . }}
+      {{- end }}
+{{- end -}}
+
+{{/* Whether a workload's ServiceMonitor renders ("true" or ""): its own
+<workload>.metrics.serviceMonitor.enabled, null meaning metrics.serviceMonitor.enabled. Takes
+(dict "root" $ "workload" <runtime or ticker values>). */}}
+{{- define "progress-control.serviceMonitorEnabled" -}}
+{{- $own := index .workload.metrics.serviceMonitor "enabled" -}}
+{{- if kindIs "invalid" $own -}}
+{{- if .root.Values.metrics.serviceMonitor.enabled }}true{{ end -}}
+{{- else if $own -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Egress rules of a NetworkPolicy with networkPolicy.egress set (list items): DNS, then yours
+(the brokers' addresses and ports). */}}
+{{- define "progress-control.networkPolicy.egress" -}}
+# DNS, to resolve the brokers' names.
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+{{ toYaml .Values.networkPolicy.egress }}
 {{- end -}}

@@ -13,10 +13,12 @@ has 63. */}}
 app.kubernetes.io/component: streams-runtime
 {{- end -}}
 
-{{/* The runtime's image reference: runtime.image, else the chart's image. */}}
+{{/* The runtime's image reference: runtime.image, else the chart's image (with image.digest
+when neither runtime.image.repository nor runtime.image.tag is set). */}}
 {{- define "progress-control.runtime.image" -}}
 {{- $image := .Values.runtime.image -}}
-{{- printf "%s:%s" ($image.repository | default .Values.image.repository) ($image.tag | default (.Values.image.tag | default .Chart.AppVersion)) -}}
+{{- $digest := $image.digest | default (ternary .Values.image.digest "" (not (or $image.repository $image.tag))) -}}
+{{- include "progress-control.imageRef" (dict "repository" ($image.repository | default .Values.image.repository) "tag" ($image.tag | default (.Values.image.tag | default .Chart.AppVersion)) "digest" $digest) -}}
 {{- end -}}
 
 {{/* DNS name of pod $(POD_NAME) behind the headless Service: what the instance advertises. */}}

@@ -43,10 +43,11 @@ entry script. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* The driver and executor image; its tag defaults to the sidecar's (the same release). */}}
+{{/* The driver and executor image; its tag defaults to the sidecar's (the same release); its
+own digest when set (a different repository: image.digest does not apply). */}}
 {{- define "progress-control.spark.image" -}}
 {{- $image := .Values.sparkSessionization.image -}}
-{{- printf "%s:%s" $image.repository ($image.tag | default (.Values.image.tag | default .Chart.AppVersion)) -}}
+{{- include "progress-control.imageRef" (dict "repository" $image.repository "tag" ($image.tag | default (.Values.image.tag | default .Chart.AppVersion)) "digest" $image.digest) -}}
 {{- end -}}
 
 {{/* Labels of the Spark resources. */}}
@@ -121,19 +122,29 @@ memoryOverhead: {{ . | quote }}
 {{- end }}
 labels:
   {{- include "progress-control.spark.podLabels" $root | nindent 2 }}
+{{- with $job.envFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 podSecurityContext:
   {{- toYaml $job.podSecurityContext | nindent 2 }}
 securityContext:
   {{- toYaml $job.securityContext | nindent 2 }}
 {{- end -}}
 
-{{/* The storage volume's mount (list items; nothing with storage.type none). */}}
+{{/* The mounts of the driver and every executor (list items): the storage volume (nothing with
+storage.type none) and sparkSessionization.secretMounts. */}}
 {{- define "progress-control.spark.storageMounts" -}}
 {{- $storage := .Values.sparkSessionization.storage -}}
-{{- if ne $storage.type "none" -}}
+{{- if ne $storage.type "none" }}
 - name: data
   mountPath: {{ $storage.mountPath | quote }}
-{{- end -}}
+{{- end }}
+{{- range .Values.sparkSessionization.secretMounts }}
+- name: {{ .name }}
+  mountPath: {{ .mountPath | quote }}
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -144,6 +155,18 @@ filesystem, lost on restart.
 {{- define "progress-control.spark.validate" -}}
 {{- $job := .Values.sparkSessionization -}}
 {{- $storage := $job.storage -}}
+{{- $names := list "data" "entrypoint" -}}
+{{- $paths := list $storage.mountPath (include "progress-control.spark.entrypointDir" .) -}}
+{{- range $job.secretMounts -}}
+{{- if has .name $names -}}
+{{- fail (printf "progress-control: sparkSessionization.secretMounts names a volume %s, which is taken" .name) -}}
+{{- end -}}
+{{- if has .mountPath $paths -}}
+{{- fail (printf "progress-control: sparkSessionization.secretMounts mounts %s at %s, which is taken" .name .mountPath) -}}
+{{- end -}}
+{{- $names = append $names .name -}}
+{{- $paths = append $paths .mountPath -}}
+{{- end -}}
 {{- range $name := list "output" "checkpoint" -}}
 {{- $path := index $job $name -}}
 {{- if not (regexMatch "^[A-Za-z][A-Za-z0-9+.-]*://" $path) -}}
