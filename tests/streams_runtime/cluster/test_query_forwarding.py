@@ -14,6 +14,7 @@ import hmac
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -142,7 +143,14 @@ def fake_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
             monkeypatch.setenv(name, f"http://{proxy.endpoint}")
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        yield proxy
+        # urllib.request reads the variables when it builds its shared opener, on the first
+        # plain-HTTP urlopen: drop that opener, so any urllib use here sees them, as in a
+        # process started with them (and rebuild it from the restored environment after).
+        urllib.request.install_opener(None)
+        try:
+            yield proxy
+        finally:
+            urllib.request.install_opener(None)
 
 
 def _forwarder(**overrides: Any) -> QueryForwarder:
@@ -309,16 +317,21 @@ def test_forwarded_queries_bypass_proxy_variables(
     assert [app.metrics.total("streams_query_routing_failures") for app in apps] == failures
 
 
-def _tcp_connections_to(port: int) -> set[tuple[str, str]]:
-    """Every TCP connection on this host whose remote port is ``port``, TIME_WAIT included (a
-    closed connection stays listed for a minute): (local address, remote address) in hex."""
+def _tcp_connections_to(port: int) -> set[str]:
+    """Every TCP connection on this host to ``port``, as its client side's address (hex, as
+    listed). Seen from either end, so a closed one stays counted for a minute: TIME_WAIT holds
+    the end that closed first."""
     found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(FileNotFoundError), open(table) as lines:
             for line in list(lines)[1:]:
-                local, remote = line.split()[1:3]
+                local, remote, state = line.split()[1:4]
+                if state == "0A":  # LISTEN
+                    continue
                 if int(remote.rsplit(":", 1)[1], 16) == port:
-                    found.add((local, remote))
+                    found.add(local)
+                elif int(local.rsplit(":", 1)[1], 16) == port:
+                    found.add(remote)
     return found
 
 
@@ -364,7 +377,7 @@ def test_a_redirecting_member_gets_a_failed_forward_and_no_token_leaves(
             hashlib.sha256,
         ).digest()
         now = int(time.time() * 1000)
-        every = {"strings": (0, 1), "ints": (0, 1)}
+        every: dict[str, tuple[int, ...]] = {"strings": (0, 1), "ints": (0, 1)}
         record = MemberInfo(
             owner.instance_id, redirecting.endpoint, now + 600_000, 3_600_000, active=every
         ).to_json()
