@@ -14,7 +14,12 @@ and fresh processes and state dirs:
    connection per query: *local* queries (the client asks the instance holding the key's active
    copy) vs *routed* queries (the client asks the third instance, neither active nor standby,
    which forwards to the active); queries/s and p50/p99 latency of the answers from that active,
-   and routed/local (measured again, up to 3 times, if the key's placement moved meanwhile);
+   and routed/local (measured again, up to 3 times, if the key's placement moved meanwhile).
+   The forwarding instance keeps its connections to the active alive
+   (:class:`~streams_runtime.query_client.QueryForwarder`); the hop alone is measured too: the
+   same closed loop to the active with ``local=true``, as forwards ask, through a
+   ``QueryForwarder`` (pooled, kept alive) vs with a new connection per query (as forwards
+   were made before);
 3. the client queries the third instance in a loop (``allow_stale=true&max_lag=2``, a pause of
    ``BENCH_QUERY_INTERVAL_S``, default 0.02 s, between queries) while the active's process gets
    SIGKILL; the loop stops after 20 answers in a row from a new active (at most 180 s after the
@@ -49,6 +54,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from bench._kafka import create_topic, unique_name
 from progress_control.dev.broker import EmbeddedKafkaBroker
 from streams_runtime.murmur2 import partition_for_key
+from streams_runtime.query_client import ForwardError, QueryForwarder
 from tests.apps.table_cluster import (
     KEY,
     MAX_LAG,
@@ -56,6 +62,7 @@ from tests.apps.table_cluster import (
     ROWS,
     SESSION_TIMEOUT_MS,
     STORE,
+    TOKEN,
     Failover,
     TableCluster,
     http_get,
@@ -206,6 +213,40 @@ def _closed_loop(url: str, seconds: float, active_id: str) -> dict[str, Any]:
     }
 
 
+def _pooled_loop(endpoint: str, seconds: float, active_id: str) -> dict[str, Any]:
+    """:func:`_closed_loop` of the forward hop alone: ``local=true`` queries to ``endpoint``
+    through one :class:`QueryForwarder` (one connection, kept alive)."""
+    forwarder = QueryForwarder(
+        ssl_context=None, token=TOKEN, timeout_s=5.0, connections_per_member=1
+    )
+    latencies: list[float] = []
+    errors: list[tuple[int, dict[str, Any]]] = []
+    started = time.perf_counter()
+    end = started + seconds
+    try:
+        while (now := time.perf_counter()) < end:
+            try:
+                answer = forwarder.forward(endpoint, STORE, KEY, False, None)
+            except ForwardError as exc:
+                errors.append((599, {"message": str(exc)}))
+                continue
+            if answer.value == ROWS[KEY] and answer.instance_id == active_id:
+                latencies.append(time.perf_counter() - now)
+            else:
+                errors.append((200, answer.to_json()))
+    finally:
+        forwarder.close()
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "rate": len(latencies) / elapsed,
+        "p50": _percentile(latencies, 0.50) * 1000,
+        "p99": _percentile(latencies, 0.99) * 1000,
+        "ok": len(latencies),
+        "errors": errors,
+    }
+
+
 def _summary(run: Failover, partition: int) -> dict[str, Any]:
     latencies = sorted(took for _, took, _, _ in run.after)
     stale, new = run.stale, run.from_new_active
@@ -271,6 +312,8 @@ def _run(n: int, bootstrap: str, tmp: Path) -> dict[str, Any]:
             active, _standby, client = cluster.roles(meta)
             local = _closed_loop(active.url(path), MEASURE_S, active.instance_id)
             routed = _closed_loop(client.url(path), MEASURE_S, active.instance_id)
+            hop = _closed_loop(active.url(f"{path}?local=true"), MEASURE_S, active.instance_id)
+            pooled = _pooled_loop(active.endpoint, MEASURE_S, active.instance_id)
             after = cluster.placement()
             if after is not None and cluster.roles(after)[:2] == cluster.roles(meta)[:2]:
                 break
@@ -304,6 +347,8 @@ def _run(n: int, bootstrap: str, tmp: Path) -> dict[str, Any]:
             "placed_s": placed_s,
             "local": local,
             "routed": routed,
+            "hop": hop,
+            "pooled": pooled,
             **_summary(run, meta["partition"]),
             "output_s": output_s,
         }
@@ -315,10 +360,13 @@ def _run(n: int, bootstrap: str, tmp: Path) -> dict[str, Any]:
 
 def _report(n: int, result: dict[str, Any]) -> None:
     local, routed = result["local"], result["routed"]
+    hop, pooled = result["hop"], result["pooled"]
     print(f"run {n}/{REPEATS}: placement agreed after {result['placed_s']:.1f} s")
     for name, label, m in (
         ("local ", "asks the active's instance", local),
         ("routed", "asks an instance that forwards", routed),
+        ("hop   ", "local=true, new connection", hop),
+        ("pooled", "local=true, kept alive", pooled),
     ):
         line = (
             f"  {name} ({label:<30}) {m['rate']:>7,.0f} queries/s  "
@@ -332,6 +380,10 @@ def _report(n: int, result: dict[str, Any]) -> None:
         f"  routed/local: throughput {_ratio(routed['rate'], local['rate']):.3f}, "
         f"p50 latency {_ratio(routed['p50'], local['p50']):.2f}x, "
         f"p99 latency {_ratio(routed['p99'], local['p99']):.2f}x"
+    )
+    print(
+        f"  forward hop (local=true to the active), kept alive / new connection per query: "
+        f"throughput {_ratio(pooled['rate'], hop['rate']):.3f}"
     )
     queries, ok = result["queries"], result["ok"]
     ratio = ok / queries if queries else float("nan")
@@ -427,6 +479,8 @@ def main() -> None:
         f"routed/local (median over runs): throughput {median_ratio('rate'):.3f}, "
         f"p50 latency {median_ratio('p50'):.2f}x, p99 latency {median_ratio('p99'):.2f}x"
     )
+    hop = median(_ratio(r["pooled"]["rate"], r["hop"]["rate"]) for r in results)
+    print(f"forward hop kept alive / new connection (median over runs): throughput {hop:.3f}")
 
 
 if __name__ == "__main__":

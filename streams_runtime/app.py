@@ -147,6 +147,8 @@ class App:
                 self.replicator.stop()
             if query_server is not None:
                 query_server.stop()
+            if self.queries is not None:
+                self.queries.close()  # after the server: its workers may still be forwarding
             if server is not None:
                 server.shutdown()
             if self.state != AppState.ERROR:

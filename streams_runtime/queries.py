@@ -2,7 +2,8 @@
 
 ``InteractiveQueries.get(store, key, allow_stale, max_lag)`` answers any key on any instance:
 
-1. the live active copy (this instance's, or forwarded over HTTP to the instance that owns it);
+1. the live active copy (this instance's, or forwarded over HTTP to the instance that owns it,
+   by :class:`~streams_runtime.query_client.QueryForwarder`);
 2. with ``allow_stale``: otherwise the most caught-up live standby (or restoring active) whose
    offset lag is within ``max_lag`` (lags from the membership records, checked again by the
    instance that serves);
@@ -15,12 +16,8 @@ offset and time lag.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 
 from streams_runtime.cluster.membership import LagInfo, MemberInfo, StorePartition, epoch_ms
@@ -28,6 +25,7 @@ from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.store_provider import LocalStoreProvider
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.murmur2 import partition_for_key
+from streams_runtime.query_client import ForwardError, QueryForwarder
 from streams_runtime.query_results import (
     InvalidKeyError,
     KeyQueryMetadata,
@@ -84,10 +82,6 @@ def _jsonable(value: object) -> object:
     return value
 
 
-class _ForwardError(Exception):
-    pass
-
-
 class InteractiveQueries:
     """The query side of one running instance (owned by :class:`~streams_runtime.App`)."""
 
@@ -109,11 +103,18 @@ class InteractiveQueries:
         self.stores = stores
         self.replicator = replicator
         self.metrics = metrics
-        self._token = query_token(settings)
         # With TLS on, every instance serves HTTPS: forwarded queries verify the peer.
-        self._ssl = client_ssl_context(settings)
-        self._scheme = "https" if self._ssl is not None else "http"
-        self.forward: Callable[[str, str, str, bool, int | None], QueryResult] = self._forward
+        # Forwards run on the query server's workers: one kept-alive connection per worker
+        # and member.
+        self._forwarder = QueryForwarder(
+            ssl_context=client_ssl_context(settings),
+            token=query_token(settings),
+            timeout_s=settings.query_timeout_ms / 1000,
+            connections_per_member=settings.query_workers,
+        )
+        self.forward: Callable[[str, str, str, bool, int | None], QueryResult] = (
+            self._forwarder.forward
+        )
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -365,7 +366,7 @@ class InteractiveQueries:
         does not answer, so routing moves on to the next candidate."""
         try:
             return self._ask(member, sp.store, key, allow_stale=allow_stale, max_lag=max_lag)
-        except (NotAvailableError, _ForwardError) as exc:
+        except (NotAvailableError, ForwardError) as exc:
             self.metrics.routing_failures("forward-failed").inc()
             logger.info(
                 "%(what)s %(instance)s of %(store)s/%(partition)d did not answer: %(error)s",
@@ -385,45 +386,15 @@ class InteractiveQueries:
         if member.instance_id == self.instance_id:
             return self.get_local(store, key, allow_stale=allow_stale, max_lag=max_lag)
         if not member.endpoint:
-            raise _ForwardError(f"instance {member.instance_id} has no query endpoint")
+            raise ForwardError(f"instance {member.instance_id} has no query endpoint")
         spec = self.store(store)
         text = key.decode("utf-8") if isinstance(key, bytes) else str(key)
         if not isinstance(spec.key_serde, String | Integer | Float | Bytes) and not isinstance(
             key, str
         ):
-            raise _ForwardError(f"cannot forward a {type(key).__name__} key as text")
+            raise ForwardError(f"cannot forward a {type(key).__name__} key as text")
         return self.forward(member.endpoint, store, text, allow_stale, max_lag)
 
-    def _forward(
-        self, endpoint: str, store: str, key_text: str, allow_stale: bool, max_lag: int | None
-    ) -> QueryResult:
-        params: dict[str, str] = {"local": "true", "allow_stale": str(allow_stale).lower()}
-        if max_lag is not None:
-            params["max_lag"] = str(max_lag)
-        url = (
-            f"{self._scheme}://{endpoint}/stores/{urllib.parse.quote(store, safe='')}"
-            f"/keys/{urllib.parse.quote(key_text, safe='')}?{urllib.parse.urlencode(params)}"
-        )
-        request = urllib.request.Request(url)  # noqa: S310 - http(s) only, built above
-        if self._token:
-            request.add_header("Authorization", f"Bearer {self._token}")
-        timeout = self.settings.query_timeout_ms / 1000
-        try:
-            with urllib.request.urlopen(  # noqa: S310 - http(s) to a verified member
-                request, timeout=timeout, context=self._ssl
-            ) as response:
-                body = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                body = json.loads(exc.read())
-            except (ValueError, OSError):
-                raise _ForwardError(f"{endpoint}: HTTP {exc.code}") from exc
-            if exc.code == 404 and "found" in body:
-                return QueryResult.from_json(body)  # not found is an answer
-            raise _ForwardError(f"{endpoint}: HTTP {exc.code}: {body.get('message')}") from exc
-        except (OSError, ValueError) as exc:
-            raise _ForwardError(f"{endpoint}: {exc}") from exc
-        try:
-            return QueryResult.from_json(body)
-        except TypeError as exc:
-            raise _ForwardError(f"{endpoint}: unexpected answer {body!r}") from exc
+    def close(self) -> None:
+        """Close the connections kept for forwarding queries."""
+        self._forwarder.close()

@@ -41,6 +41,7 @@ CORE = {
     "structlog",
     "prometheus-client",
     "pyyaml",
+    "urllib3",
 }
 CORE_BUDGET_MB = 40
 
