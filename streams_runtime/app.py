@@ -122,7 +122,7 @@ class App:
                     self.metrics.registry,
                     self.health,
                 )
-                self.metrics_port = server.server_port
+                self.metrics_port = server.port
             partition_counts = prepare_topics(self.topology, self.settings)
             self._thread = StreamThread(
                 self.topology,
@@ -148,7 +148,7 @@ class App:
             if query_server is not None:
                 query_server.stop()
             if server is not None:
-                server.shutdown()
+                server.stop()
             if self.state != AppState.ERROR:
                 self._set_state(AppState.NOT_RUNNING)
 
