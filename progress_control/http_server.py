@@ -17,14 +17,13 @@ bounded thread pool; this is that, small:
 - With an ``ssl_context``, handshakes run in the I/O thread too, under the same deadline.
 
 What a request means is the caller's ``respond``: an :class:`HttpRequest` in, an
-:class:`HttpResponse` out. Only ``GET`` is served (others get 501).
+:class:`HttpResponse` out (:mod:`progress_control.http_messages`, re-exported here). Only ``GET``
+is served (others get 501).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
-import io
 import json
 import logging
 import selectors
@@ -32,17 +31,22 @@ import socket
 import ssl
 import threading
 import time
-import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from email.message import Message
-from http.server import BaseHTTPRequestHandler
-from typing import Any, Protocol
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client import Counter, Gauge
+
+from progress_control.http_messages import (
+    HttpRequest,
+    HttpResponse,
+    Respond,
+    answer,
+    peer,
+    prometheus_metrics,
+)
 
 __all__ = [
     "MAX_HEADER_BYTES",
@@ -63,38 +67,6 @@ _BACKLOG = 128  # the default 5 resets connections under a burst of requests
 _ACCEPTS_PER_WAKEUP = 64  # keep reading ready connections while a flood of connects arrives
 _RECV = 16 * 1024
 _HEADER_END = b"\r\n\r\n"
-
-
-@dataclass(frozen=True)
-class HttpRequest:
-    """One parsed ``GET`` request."""
-
-    path: str
-    """The request target as sent (path and query string)."""
-    headers: Message
-    client: object
-    """The client's socket address, as ``accept()`` returns it."""
-
-
-@dataclass(frozen=True)
-class HttpResponse:
-    """What ``respond`` answers: a status, a body and its content type, extra headers."""
-
-    status: int
-    body: bytes
-    content_type: str = "text/plain; charset=utf-8"
-    headers: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def json(
-        cls, status: int, body: object, headers: tuple[tuple[str, str], ...] = ()
-    ) -> HttpResponse:
-        """``body`` as JSON (values JSON cannot hold become strings)."""
-        return cls(status, json.dumps(body, default=str).encode(), "application/json", headers)
-
-
-Respond = Callable[[HttpRequest], HttpResponse]
-"""Answers one request; may raise (the client then gets a 500 and the server carries on)."""
 
 
 class ConnectionMetrics(Protocol):
@@ -128,25 +100,6 @@ class PrometheusConnectionMetrics:
 
     def closed(self, reason: str) -> None:
         self._closed(reason).inc()
-
-
-def prometheus_metrics(registry: CollectorRegistry, request: HttpRequest) -> HttpResponse:
-    """``registry`` as ``prometheus_client``'s own server answers a scrape: the text or
-    OpenMetrics format the ``Accept`` header asks for, only the ``name[]`` metrics when given,
-    gzipped when accepted."""
-    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-    names = urllib.parse.parse_qs(urllib.parse.urlsplit(request.path).query).get("name[]")
-    body = encoder(registry.restricted_registry(names) if names else registry)
-    if gzip_accepted(request.headers.get("Accept-Encoding", "")):
-        return HttpResponse(200, gzip.compress(body), content_type, (("Content-Encoding", "gzip"),))
-    return HttpResponse(200, body, content_type)
-
-
-def peer(address: object) -> str:
-    """A socket address as ``host:port`` for logs (a log field is a string, not a tuple)."""
-    if isinstance(address, tuple) and len(address) >= 2:
-        return f"{address[0]}:{address[1]}"
-    return str(address)
 
 
 @dataclass(eq=False)
@@ -458,8 +411,7 @@ class BoundedHttpServer:
         keep = False
         try:
             conn.sock.settimeout(self.request_timeout_s)  # a client that does not read
-            handler = _RequestHandler(self, conn.sock, conn.address, request)
-            keep = handler.run()
+            keep = answer(self.respond, conn.sock, conn.address, request, self.name)
         except Exception as exc:
             logger.debug(
                 "%(server)s: answering %(client)s failed: %(error)s",
@@ -492,58 +444,3 @@ class BoundedHttpServer:
 def _close(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.close()
-
-
-class _RequestHandler(BaseHTTPRequestHandler):
-    """Parses exactly one request whose bytes the I/O thread already read and writes the
-    answer of the server's ``respond`` to the socket."""
-
-    protocol_version = "HTTP/1.1"
-
-    def __init__(
-        self, server: BoundedHttpServer, sock: socket.socket, address: Any, request: bytes
-    ) -> None:
-        # Not BaseRequestHandler.__init__: there is no socketserver here, and the request
-        # comes from a buffer, the answer goes to the socket.
-        self.bounded_server = server
-        self.request = sock
-        self.client_address = address
-        self.rfile = io.BytesIO(request)
-        self.wfile = sock.makefile("wb")
-        self.close_connection = True
-
-    def run(self) -> bool:
-        """Answer the request; whether the connection may be kept for another one."""
-        try:
-            self.handle_one_request()
-            self.wfile.flush()
-        finally:
-            with contextlib.suppress(OSError):
-                self.wfile.close()
-        return not self.close_connection
-
-    def log_message(self, format: str, *args: object) -> None:
-        # Debug only: probes and scrapes every few seconds would flood the log.
-        logger.debug(
-            "%(server)s: %(request_log)s",
-            {
-                "server": self.bounded_server.name,
-                "request_log": format % args,
-                "client": peer(self.client_address),
-            },
-        )
-
-    def do_GET(self) -> None:
-        request = HttpRequest(self.path, self.headers, self.client_address)
-        try:
-            response = self.bounded_server.respond(request)
-        except Exception as exc:  # never let a request take the server down
-            logger.exception("%(server)s: request failed", {"server": self.bounded_server.name})
-            response = HttpResponse.json(500, {"error": type(exc).__name__, "message": str(exc)})
-        self.send_response(response.status)
-        self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(len(response.body)))
-        for name, value in response.headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(response.body)
