@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry
 from streams_runtime.app_state import AppState
 from streams_runtime.health import Heartbeat, InstanceHealth, TaskView, serve_metrics_and_health
 tasks = TaskView(frozenset(), frozenset())
-health = InstanceHealth(lambda: AppState.RUNNING, Heartbeat(), lambda: tasks, deadline_s=60.0)
+health = InstanceHealth(lambda: AppState.RUNNING, Heartbeat(), lambda: tasks, deadline_s=1e9)
 server = serve_metrics_and_health("127.0.0.1", 0, CollectorRegistry(), health)
 port = getattr(server, "port", None) or server.server_port
 print(f"metrics on port {port}", file=sys.stderr, flush=True)
@@ -47,19 +47,22 @@ time.sleep(3600)
 """
 
 
+TREE = os.environ.get("BENCH_SERVER_PYTHONPATH")
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROGRESS_CONTROL_")}
-    tree = os.environ.get("BENCH_SERVER_PYTHONPATH")
-    if tree:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
+    if TREE:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (TREE, env.get("PYTHONPATH")) if p)
     return env | extra
 
 
 @contextmanager
 def _serving(command: list[str], env: dict[str, str]) -> Iterator[tuple[int, int]]:
     """(pid, port) of a server process that says ``... on port N`` on stderr."""
+    # -m and -c put the working directory first on sys.path, ahead of PYTHONPATH.
     process = subprocess.Popen(
-        command, env=env, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+        command, env=env, cwd=TREE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     )
     try:
         assert process.stderr is not None
@@ -70,6 +73,7 @@ def _serving(command: list[str], env: dict[str, str]) -> Iterator[tuple[int, int
                 raise RuntimeError(f"{command} exited before serving HTTP")
             if " on port " in line:
                 port = int(line.rsplit(" ", 1)[1])
+        print(f"serving from {TREE or os.getcwd()}, pid {process.pid}, port {port}")
         # Keep its stderr drained: a full pipe would stall the server, not the clients.
         threading.Thread(target=process.stderr.read, daemon=True).start()
         yield process.pid, port
@@ -79,8 +83,10 @@ def _serving(command: list[str], env: dict[str, str]) -> Iterator[tuple[int, int
 
 
 def _figures(pid: int) -> str:
-    status = Path(f"/proc/{pid}/status").read_text().splitlines()
-    fields = {line.split(":")[0]: line.split()[1] for line in status if ":" in line}
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = (value.split() or [""])[0]
     sockets = 0
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -117,23 +123,25 @@ def _closed(sock: socket.socket) -> bool:
 
 def _measure(label: str, pid: int, port: int, path: str) -> None:
     time.sleep(2.0)  # settle after start-up
-    print(f"{label}, before:            {_figures(pid)}; GET {path}: {_get_ms(port, path)}")
+    print(f"{label}, {'before':<17} {_figures(pid)}; GET {path}: {_get_ms(port, path)}")
     clients = []
+    started = time.monotonic()
     try:
         for _ in range(CONNECTIONS):
             sock = socket.create_connection(("127.0.0.1", port), timeout=10)
             sock.sendall(HALF_A_HEADER)
             sock.setblocking(False)
             clients.append(sock)
+        print(f"{label}, {CONNECTIONS} connections opened in {time.monotonic() - started:.1f} s")
         time.sleep(1.0)
         print(
-            f"{label}, {CONNECTIONS} stalled +1 s: {_figures(pid)}; "
+            f"{label}, {f'{CONNECTIONS} stalled +1 s':<17} {_figures(pid)}; "
             f"GET {path}: {_get_ms(port, path)}"
         )
         time.sleep(WAIT_S)
         closed = sum(_closed(s) for s in clients)
         print(
-            f"{label}, +{WAIT_S:.0f} s:             {_figures(pid)}; "
+            f"{label}, {f'+{WAIT_S:.0f} s':<17} {_figures(pid)}; "
             f"GET {path}: {_get_ms(port, path)}; stalled closed by the server: {closed}"
         )
     finally:
