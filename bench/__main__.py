@@ -14,6 +14,7 @@ BENCHMARKS = {
     "promise-at-scale": "bench.promise_at_scale",
     "tick-volume": "bench.tick_volume",
     "sidecar": "bench.sidecar",
+    "slow-connections": "bench.slow_connections",
     "spark-sessionization": "bench.spark_sessionization",
 }
 

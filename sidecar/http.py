@@ -1,18 +1,31 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` on the sidecar's own port (stdlib HTTP server)."""
+"""``/healthz``, ``/readyz`` and ``/metrics`` on the sidecar's own port.
+
+Served by :class:`progress_control.http_server.BoundedHttpServer`: two worker threads, at most
+``http_max_connections`` connections, each given ``http_request_timeout_ms`` to send a request
+header, so slow or idle clients cost sockets, never threads.
+"""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+
+from progress_control.http_server import (
+    BoundedHttpServer,
+    HttpRequest,
+    HttpResponse,
+    prometheus_metrics,
+)
 
 __all__ = ["HealthServer"]
 
+# Probes and a scraper: two threads answer them all (metrics take milliseconds).
+_WORKERS = 2
+
 
 class HealthServer:
-    """Serves probes and metrics from a daemon thread."""
+    """Serves probes and metrics from daemon threads (one I/O thread, two workers)."""
 
     def __init__(
         self,
@@ -21,41 +34,41 @@ class HealthServer:
         registry: CollectorRegistry,
         is_ready: Callable[[], bool],
         is_healthy: Callable[[], bool],
+        *,
+        max_connections: int = 64,
+        request_timeout_s: float = 5.0,
     ) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path == "/metrics":
-                    self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-                elif self.path == "/healthz":
-                    ok = is_healthy()
-                    self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
-                elif self.path == "/readyz":
-                    ok = is_ready()
-                    self._reply(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
-                else:
-                    self._reply(404, b"not found\n")
+        def respond(request: HttpRequest) -> HttpResponse:
+            if request.path == "/metrics":
+                return prometheus_metrics(registry, request)
+            if request.path == "/healthz":
+                ok = is_healthy()
+                return HttpResponse(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
+            if request.path == "/readyz":
+                ok = is_ready()
+                return HttpResponse(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+            return HttpResponse(404, b"not found\n")
 
-            def _reply(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass  # probes every few seconds would drown the logs
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+        self._server = BoundedHttpServer(
+            host,
+            port,
+            respond,
+            workers=_WORKERS,
+            max_connections=max_connections,
+            request_timeout_s=request_timeout_s,
+            name="http",
+        )
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
+
+    def open_connections(self) -> int:
+        """Connections open now (waiting for a request or being answered)."""
+        return self._server.open_connections()
 
     def start(self) -> None:
-        self._thread.start()
+        self._server.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()

@@ -166,7 +166,13 @@ class ProgressControlSidecar:
                 {"report_listen": settings.report_listen},
             )
         self.http = HealthServer(
-            settings.http_host, settings.http_port, self.registry, self.is_ready, self.is_healthy
+            settings.http_host,
+            settings.http_port,
+            self.registry,
+            self.is_ready,
+            self.is_healthy,
+            max_connections=settings.http_max_connections,
+            request_timeout_s=settings.http_request_timeout_ms / 1000,
         )
         logger.info(
             "sidecar configured: jitter %(jitter_ms)d ms, broker watch %(watch)s, "

@@ -70,6 +70,17 @@ class SidecarSettings(TickSettings):
     )
     http_host: str = Field("127.0.0.1", description="Bind address of /healthz /readyz /metrics.")
     http_port: int = Field(8081, ge=0, le=65535, description="HTTP port (0: any free port).")
+    http_max_connections: int = Field(
+        64,
+        ge=1,
+        description="Open HTTP connections at most; above it the oldest idle one is closed.",
+    )
+    http_request_timeout_ms: int = Field(
+        5000,
+        ge=1,
+        description="Time an HTTP connection has to send a complete request header (from "
+        "connecting or from the previous answer); then it is closed.",
+    )
     max_skew_ms: int = Field(
         DEFAULT_MAX_SKEW_MS,
         ge=0,

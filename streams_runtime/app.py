@@ -122,7 +122,7 @@ class App:
                     self.metrics.registry,
                     self.health,
                 )
-                self.metrics_port = server.server_port
+                self.metrics_port = server.port
             partition_counts = prepare_topics(self.topology, self.settings)
             self._thread = StreamThread(
                 self.topology,
@@ -150,7 +150,7 @@ class App:
             if self.queries is not None:
                 self.queries.close()  # after the server: its workers may still be forwarding
             if server is not None:
-                server.shutdown()
+                server.stop()
             if self.state != AppState.ERROR:
                 self._set_state(AppState.NOT_RUNNING)
 

@@ -13,23 +13,27 @@ thread liveness; this module is that, once:
   gate readiness.
 
 Both answer ``(ok, body)``: ``ok`` maps to 200 or 503, ``body`` is a small JSON object that says
-why.
+why. :func:`serve_metrics_and_health` serves them beside Prometheus' ``/metrics`` on a
+:class:`~progress_control.http_server.BoundedHttpServer` (2 workers, 64 connections, 10 s to
+send a request header).
 """
 
 from __future__ import annotations
 
-import json
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client import CollectorRegistry
 
+from progress_control.http_server import (
+    BoundedHttpServer,
+    HttpRequest,
+    HttpResponse,
+    prometheus_metrics,
+)
 from streams_runtime.app_state import AppState
 from streams_runtime.record import TaskId
 
@@ -37,6 +41,11 @@ __all__ = ["Heartbeat", "InstanceHealth", "Probe", "TaskView", "serve_metrics_an
 
 Probe = tuple[bool, dict[str, object]]
 """A probe's answer: whether it passes (200, else 503) and the JSON body saying why."""
+
+# The metrics port's bounds: a scraper and a prober or two, never many clients.
+METRICS_WORKERS = 2
+METRICS_MAX_CONNECTIONS = 64
+METRICS_REQUEST_TIMEOUT_S = 10.0
 
 # Once stopped, the thread never beats again: failing live at once lets an orchestrator restart
 # the instance without waiting out the deadline.
@@ -117,39 +126,35 @@ class InstanceHealth:
         return True, {"status": "ok", **body}
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # probes every few seconds would flood the log
-
-
 def serve_metrics_and_health(
-    host: str, port: int, registry: CollectorRegistry, health: InstanceHealth
-) -> WSGIServer:
-    """Prometheus' ``/metrics`` plus ``/health/live`` and ``/health/ready`` on one port, served
-    by a daemon thread (what ``prometheus_client.start_http_server`` does, with the probes
-    added: the metrics port needs no token and never serves TLS, so probes always reach it)."""
-    metrics_app = make_wsgi_app(registry)
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    health: InstanceHealth,
+    *,
+    request_timeout_s: float = METRICS_REQUEST_TIMEOUT_S,
+    max_connections: int = METRICS_MAX_CONNECTIONS,
+) -> BoundedHttpServer:
+    """Prometheus' ``/metrics`` (any other path too, as ``prometheus_client`` serves it) plus
+    ``/health/live`` and ``/health/ready`` on one port, started (stop it with ``stop()``). The
+    metrics port needs no token and never serves TLS, so probes always reach it."""
+    probes = {"/health/live": health.live, "/health/ready": health.ready}
 
-    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        probe = {"/health/live": health.live, "/health/ready": health.ready}.get(
-            environ.get("PATH_INFO", "")
-        )
+    def respond(request: HttpRequest) -> HttpResponse:
+        probe = probes.get(urllib.parse.urlsplit(request.path).path)
         if probe is None:
-            answer: Iterable[bytes] = metrics_app(environ, start_response)
-            return answer
+            return prometheus_metrics(registry, request)
         ok, body = probe()
-        data = json.dumps(body).encode()
-        status = "200 OK" if ok else "503 Service Unavailable"
-        start_response(
-            status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
-        )
-        return [data]
+        return HttpResponse.json(200 if ok else 503, body)
 
-    family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)[0][0]
-
-    class Server(ThreadingWSGIServer):
-        address_family = family
-
-    server = make_server(host, port, app, Server, handler_class=_QuietHandler)
-    threading.Thread(target=server.serve_forever, name="streams-metrics", daemon=True).start()
+    server = BoundedHttpServer(
+        host,
+        port,
+        respond,
+        workers=METRICS_WORKERS,
+        max_connections=max_connections,
+        request_timeout_s=request_timeout_s,
+        name="streams-metrics",
+    )
+    server.start()
     return server

@@ -3,31 +3,25 @@
 :class:`QueryEndpoints` checks the bearer token and maps each path (``/stores/{store}/keys/{key}``,
 ``/metadata/{store}/{key}``, ``/lags``, ``/health``, ``/health/live``, ``/health/ready``; see
 :mod:`streams_runtime.query_server`)
-to a status and a JSON body. :class:`RequestHandler` parses one request whose bytes the server's
-I/O thread already read, asks the endpoints, and writes the answer to the socket. Neither owns
-a connection: that is :class:`streams_runtime.query_server.QueryServer`'s job.
+to a status and a JSON body; :meth:`QueryEndpoints.respond` is what the server calls per request.
+It owns no connection: that is :class:`progress_control.http_server.BoundedHttpServer`'s job.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import logging
-import socket
 import urllib.parse
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
-from typing import Any
 
+from progress_control.http_server import HttpRequest, HttpResponse
 from streams_runtime.health import InstanceHealth
 from streams_runtime.queries import InteractiveQueries, key_from_text
 from streams_runtime.query_results import InvalidKeyError, QueryError
 from streams_runtime.query_security import SecurityMetrics, tokens_equal
 
-__all__ = ["QueryEndpoints", "RequestHandler", "peer"]
+__all__ = ["QueryEndpoints"]
 
-# The server's logger: request logs keep the name they had before the endpoints moved here.
+# The server's logger: failed-query logs keep the name they had before the endpoints moved here.
 logger = logging.getLogger("streams_runtime.query_server")
 
 _TRUE = {"true", "1", "yes"}
@@ -60,13 +54,6 @@ def _max_lag(params: dict[str, list[str]]) -> int | None:
     return lag
 
 
-def peer(address: object) -> str:
-    """A socket address as ``host:port`` for logs (a log field is a string, not a tuple)."""
-    if isinstance(address, tuple) and len(address) >= 2:
-        return f"{address[0]}:{address[1]}"
-    return str(address)
-
-
 class QueryEndpoints:
     """Authorizes a request and answers it from ``queries``: a status and a JSON body."""
 
@@ -82,21 +69,33 @@ class QueryEndpoints:
         self.token = token
         self._metrics = metrics
 
-    def authorized(self, handler: BaseHTTPRequestHandler) -> bool:
+    def authorized(self, request: HttpRequest) -> bool:
         if not self.token:
             return True
-        header = handler.headers.get("Authorization", "")
+        header = request.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")
         return scheme.lower() == "bearer" and tokens_equal(given.strip(), self.token)
 
+    def respond(self, request: HttpRequest) -> HttpResponse:
+        """The answer to ``request``: a JSON body, an error one for a failed query."""
+        try:
+            status, body = self.dispatch(request)
+        except QueryError as exc:
+            status, body = exc.status, exc.to_json()
+        except Exception as exc:  # never let a request take the server down
+            logger.exception("query failed")
+            status, body = 500, {"error": type(exc).__name__, "message": str(exc)}
+        challenge = (("WWW-Authenticate", "Bearer"),) if status == HTTPStatus.UNAUTHORIZED else ()
+        return HttpResponse.json(status, body, challenge)
+
     def dispatch(  # noqa: PLR0911 - one return per endpoint
-        self, handler: BaseHTTPRequestHandler
+        self, request: HttpRequest
     ) -> tuple[int, dict[str, object]]:
-        url = urllib.parse.urlsplit(handler.path)
+        url = urllib.parse.urlsplit(request.path)
         params = urllib.parse.parse_qs(url.query, keep_blank_values=True)
         parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
         queries = self.queries
-        authorized = self.authorized(handler)
+        authorized = self.authorized(request)
         if parts[:1] == ["health"] and len(parts) == 2 and self.health is not None:
             probe = {"live": self.health.live, "ready": self.health.ready}.get(parts[1])
             if probe is not None:  # for probes, to anyone: a state and task counts, no data
@@ -138,57 +137,3 @@ class QueryEndpoints:
         if parts and parts[0] in {"stores", "metadata"}:
             raise InvalidKeyError(f"bad path {url.path!r}")
         return 404, {"error": "NotFound", "message": f"no such path {url.path!r}"}
-
-
-class RequestHandler(BaseHTTPRequestHandler):
-    """Answers exactly one request whose bytes the I/O thread already read."""
-
-    protocol_version = "HTTP/1.1"
-
-    def __init__(
-        self, endpoints: QueryEndpoints, sock: socket.socket, address: Any, request: bytes
-    ) -> None:
-        # Not BaseRequestHandler.__init__: there is no socketserver here, and the request
-        # comes from a buffer, the answer goes to the socket.
-        self.endpoints = endpoints
-        self.request = sock
-        self.client_address = address
-        self.rfile = io.BytesIO(request)
-        self.wfile = sock.makefile("wb")
-        self.close_connection = True
-
-    def run(self) -> bool:
-        """Answer the request; whether the connection may be kept for another one."""
-        try:
-            self.handle_one_request()
-            self.wfile.flush()
-        finally:
-            with contextlib.suppress(OSError):
-                self.wfile.close()
-        return not self.close_connection
-
-    def log_message(self, format: str, *args: object) -> None:
-        logger.debug(
-            "query server: %(request_log)s",
-            {"request_log": format % args, "client": peer(self.client_address)},
-        )
-
-    def do_GET(self) -> None:
-        try:
-            status, body = self.endpoints.dispatch(self)
-        except QueryError as exc:
-            status, body = exc.status, exc.to_json()
-        except Exception as exc:  # never let a request take the server down
-            logger.exception("query failed")
-            status, body = 500, {"error": type(exc).__name__, "message": str(exc)}
-        self._send(status, body)
-
-    def _send(self, status: int, body: dict[str, object]) -> None:
-        data = json.dumps(body, default=str).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if status == HTTPStatus.UNAUTHORIZED:
-            self.send_header("WWW-Authenticate", "Bearer")
-        self.end_headers()
-        self.wfile.write(data)
