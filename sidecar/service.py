@@ -135,6 +135,8 @@ class ProgressControlSidecar:
         self._lock = threading.Lock()
         self._seen_end: dict[TopicPartition, int] = {}
         """End offset up to which the watch has looked for data."""
+        self._parked_retried_at = float("-inf")
+        """When the metadata parked reports were last retried against was read."""
         self._data_end: dict[TopicPartition, tuple[float, int]] = {}
         """Per partition: (ack time of the idle period, end offset when its data was seen).
         Records beyond that offset are ticks of this idle period, ours or another replica's."""
@@ -275,17 +277,15 @@ class ProgressControlSidecar:
 
     def _retry_parked_reports(self) -> None:
         """Report thread, between datagrams: reports for topics our metadata did not know are
-        retried after a refresh (at most one a second)."""
+        retried once metadata was read again. The refresh asked for here runs in the
+        background (at most one a second), so a broker outage never stalls the reports."""
         if not self._admission.parked:
             return
-        try:
-            if not self._watch.refresh_if_allowed():
-                return
-        except Exception as exc:  # broker unreachable: they stay parked (bounded)
-            logger.debug(
-                "metadata refresh for reported topics failed: %(error)s", {"error": str(exc)}
-            )
+        refreshed_at = self._watch.refreshed_at
+        if refreshed_at is None or refreshed_at <= self._parked_retried_at:
+            self._watch.refresh_soon()
             return
+        self._parked_retried_at = refreshed_at
         for reported in self._admission.retry_parked():
             self._record_activity(
                 reported.topic, reported.partition, reported.timestamp_ms, reported.ack_monotonic

@@ -72,6 +72,7 @@ class BrokerWatch:
         self._topics: dict[str, int] = {}
         self._refreshed_at: float | None = None
         self._forced_at: float | None = None
+        self._forced_lock = threading.Lock()
         self._truncation_logged = False
         self._stopping = threading.Event()
 
@@ -88,18 +89,34 @@ class BrokerWatch:
         """Partitions of ``topic`` as of the last metadata refresh, ``None`` when unknown."""
         return self._topics.get(topic)
 
-    def refresh_if_allowed(self) -> bool:
-        """Re-read metadata now unless that was done less than a second ago (for topics named in
-        reports but not known yet: created since the last periodic refresh, or made up, in
-        which case a flood of names costs one request per second). Return whether it did."""
+    @property
+    def refreshed_at(self) -> float | None:
+        """When metadata was last read (monotonic), ``None`` before the first time."""
+        return self._refreshed_at
+
+    def refresh_soon(self) -> None:
+        """Re-read metadata in the background, for topics named in reports but not known yet
+        (created since the last periodic refresh, or made up): the caller, the report thread,
+        never waits for the broker. At most one request in flight and one attempt a second,
+        failed ones included, so a flood of names or a broker outage costs one a second."""
         now = time.monotonic()
-        # Attempts count, not successes: with the broker down, every report would try again.
-        attempts = [at for at in (self._refreshed_at, self._forced_at) if at is not None]
-        if attempts and now - max(attempts) < _MIN_FORCED_REFRESH_S:
-            return False
-        self._forced_at = now
-        self._refresh(now)
-        return True
+        with self._forced_lock:
+            if self._forced_at is not None and now - self._forced_at < _MIN_FORCED_REFRESH_S:
+                return
+            if self._refreshed_at is not None and now - self._refreshed_at < _MIN_FORCED_REFRESH_S:
+                return
+            self._forced_at = now
+        threading.Thread(
+            target=self._refresh_quietly, args=(now,), name="metadata-refresh", daemon=True
+        ).start()
+
+    def _refresh_quietly(self, now: float) -> None:
+        try:
+            self._refresh(now)
+        except Exception as exc:  # broker unreachable: parked reports wait (bounded)
+            logger.debug(
+                "metadata refresh for reported topics failed: %(error)s", {"error": str(exc)}
+            )
 
     def _refresh(self, now: float) -> None:
         with self._lock:
