@@ -57,6 +57,7 @@ class DropReason(enum.StrEnum):
     EXCLUDED_TOPIC = "excluded-topic"
     UNKNOWN_PARTITION = "unknown-partition"
     TOO_MANY_PARTITIONS = "too-many-partitions"
+    SENDER_NOT_ALLOWED = "sender-not-allowed"
 
 
 class ActivityAdmission:
@@ -178,6 +179,17 @@ class ActivityAdmission:
                     "reason": reason.value,
                     "detail": detail,
                 },
+            )
+
+    def refuse_sender(self, uid: int) -> None:
+        """A report from a process whose user is not in ``report_allowed_uids``: dropped
+        unread, counted, logged once per user."""
+        self._dropped.labels(origin="report", reason=DropReason.SENDER_NOT_ALLOWED.value).inc()
+        if self._logged.first(("uid", uid)):
+            logger.warning(
+                "dropped activity reports from uid %(uid)d, not in report_allowed_uids; further "
+                "ones from it are counted, not logged",
+                {"uid": uid},
             )
 
     @property

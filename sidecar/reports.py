@@ -1,5 +1,10 @@
 """Receives activity reports from in-pod interceptors in report mode: on a Unix datagram socket
-(a file on a volume shared with the app container), or UDP for compatibility."""
+(a file on a volume shared with the app container), or UDP for compatibility.
+
+Who may report: on a Unix socket, whoever may write its file (its mode, and which containers
+mount its volume); with ``allowed_uids`` also only processes of those users, as the kernel
+tells (``SO_PASSCRED``: the sender's credentials come with each datagram and cannot be forged
+by an unprivileged sender). UDP on loopback: any process in the pod's network namespace."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 _MAX_DATAGRAM = 65_536
 _POLL_S = 0.2
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_MALFORMED_LOG_EVERY_S = 10.0  # a flood of garbage is counted, and logged this often at most
 
 
 class ReportListener:
@@ -44,12 +52,18 @@ class ReportListener:
         on_idle: Callable[[], None] = lambda: None,
         *,
         socket_mode: int = 0o660,
+        allowed_uids: tuple[int, ...] = (),
+        on_refused_sender: Callable[[int], None] = lambda _uid: None,
     ) -> None:
         parsed = parse_report_address(address, any_port=True)
         self._path: Path | None = None
         if isinstance(parsed, UnixAddress):
             self._path = Path(parsed.path)
             self._socket = _bind_unix(self._path, socket_mode)
+            if allowed_uids:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        elif allowed_uids:
+            raise ValueError("allowed_uids needs a Unix socket: UDP does not tell the sender")
         else:
             family, _, _, _, sockaddr = socket.getaddrinfo(
                 parsed.host, parsed.port, type=socket.SOCK_DGRAM
@@ -61,6 +75,9 @@ class ReportListener:
         self._on_malformed = on_malformed
         self._on_idle = on_idle
         """Called in the listener thread after every datagram and every quiet 0.2 s."""
+        self._allowed_uids = frozenset(allowed_uids)
+        self._on_refused_sender = on_refused_sender
+        self._malformed_logged_at = float("-inf")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="report-listener", daemon=True)
 
@@ -102,18 +119,27 @@ class ReportListener:
         except Exception:
             logger.exception("report listener housekeeping failed")
         try:
-            datagram = self._socket.recv(_MAX_DATAGRAM)
+            datagram = self._receive()
         except TimeoutError:
             return
         except OSError:
             if not self._stop.is_set():
                 logger.exception("report listener receive failed")
             return
+        if datagram is None:
+            return
         try:
             report = decode_report(datagram)
         except MalformedReportError as exc:
             self._on_malformed()
-            logger.warning("dropped a malformed activity report: %(error)s", {"error": str(exc)})
+            now = time.monotonic()
+            if now - self._malformed_logged_at >= _MALFORMED_LOG_EVERY_S:
+                self._malformed_logged_at = now
+                logger.warning(
+                    "dropped a malformed activity report: %(error)s (malformed ones are "
+                    "counted in progress_control_reports_malformed, logged every %(every).0f s)",
+                    {"error": str(exc), "every": _MALFORMED_LOG_EVERY_S},
+                )
             return
         # The report's wall-clock ack times, on our monotonic clock.
         now_mono, now_wall_ms = time.monotonic(), time.time() * 1000
@@ -123,6 +149,27 @@ class ReportListener:
                 self._on_ack(report.source, p.topic, p.partition, p.last_timestamp_ms, ack)
         except Exception:  # the listener must outlive any one report
             logger.exception("could not handle an activity report")
+
+    def _receive(self) -> bytes | None:
+        """The next datagram; ``None`` when its sender is not one of the allowed users."""
+        if not self._allowed_uids:
+            return self._socket.recv(_MAX_DATAGRAM)
+        datagram, ancillary, _flags, _address = self._socket.recvmsg(
+            _MAX_DATAGRAM, socket.CMSG_SPACE(_CREDENTIALS.size)
+        )
+        uid = _sender_uid(ancillary)
+        if uid is None or uid not in self._allowed_uids:
+            self._on_refused_sender(-1 if uid is None else uid)
+            return None
+        return datagram
+
+
+def _sender_uid(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            _pid, uid, _gid = _CREDENTIALS.unpack(data[: _CREDENTIALS.size])
+            return int(uid)
+    return None
 
 
 def _bind_unix(path: Path, mode: int) -> socket.socket:

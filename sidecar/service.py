@@ -135,8 +135,8 @@ class ProgressControlSidecar:
         self._lock = threading.Lock()
         self._seen_end: dict[TopicPartition, int] = {}
         """End offset up to which the watch has looked for data."""
-        self._parked_retried_at = float("-inf")
-        """When the metadata parked reports were last retried against was read."""
+        self._parked_since: float | None = None
+        """When the reports parked now were first seen parked (report thread only)."""
         self._data_end: dict[TopicPartition, tuple[float, int]] = {}
         """Per partition: (ack time of the idle period, end offset when its data was seen).
         Records beyond that offset are ticks of this idle period, ours or another replica's."""
@@ -157,6 +157,8 @@ class ProgressControlSidecar:
                 self._malformed.inc,
                 self._retry_parked_reports,
                 socket_mode=settings.report_socket_mode,
+                allowed_uids=settings.report_allowed_uids,
+                on_refused_sender=self._admission.refuse_sender,
             )
             if settings.report_listen
             else None
@@ -277,15 +279,18 @@ class ProgressControlSidecar:
 
     def _retry_parked_reports(self) -> None:
         """Report thread, between datagrams: reports for topics our metadata did not know are
-        retried once metadata was read again. The refresh asked for here runs in the
-        background (at most one a second), so a broker outage never stalls the reports."""
+        retried against metadata requested after they were parked. The refresh asked for here
+        runs in the background (at most one a second), so a broker outage never stalls the
+        reports."""
         if not self._admission.parked:
             return
-        refreshed_at = self._watch.refreshed_at
-        if refreshed_at is None or refreshed_at <= self._parked_retried_at:
+        if self._parked_since is None:
+            self._parked_since = time.monotonic()  # right after the datagram that parked them
+        as_of = self._watch.metadata_as_of
+        if as_of is None or as_of <= self._parked_since:
             self._watch.refresh_soon()
             return
-        self._parked_retried_at = refreshed_at
+        self._parked_since = None
         for reported in self._admission.retry_parked():
             self._record_activity(
                 reported.topic, reported.partition, reported.timestamp_ms, reported.ack_monotonic

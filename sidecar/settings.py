@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, YamlConfigSettingsSource
 
 from progress_control.settings import KafkaProperties, read_secret_file
-from progress_control.ticks.activity_report import UdpAddress, parse_report_address
+from progress_control.ticks.activity_report import UdpAddress, UnixAddress, parse_report_address
 from progress_control.ticks.settings import TickSettings
 from progress_control.trust import DEFAULT_MAX_SKEW_MS
 
@@ -61,6 +61,12 @@ class SidecarSettings(TickSettings):
     )
     report_socket_mode: int = Field(
         0o660, ge=0, le=0o777, description="File mode of a unix:// report socket."
+    )
+    report_allowed_uids: tuple[int, ...] = Field(
+        (),
+        description="With a unix:// report socket: only reports sent by processes of these "
+        "user ids are read (the kernel's sender credentials, comma-separated); empty: any "
+        "process that may write the socket file.",
     )
     jitter_ms: int = Field(
         1_000,
@@ -117,6 +123,15 @@ class SidecarSettings(TickSettings):
         """``"0660"`` or ``"660"`` (env, YAML strings) is octal, as chmod reads it."""
         return int(value, 8) if isinstance(value, str) else value
 
+    @field_validator("report_allowed_uids", mode="before")
+    @classmethod
+    def _uid_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(item.strip() for item in value.split(",") if item.strip())
+        if isinstance(value, int):
+            return (value,)
+        return value
+
     @model_validator(mode="after")
     def _report_listen_on_loopback(self) -> Self:
         address = self.report_listen and parse_report_address(self.report_listen, any_port=True)
@@ -128,6 +143,11 @@ class SidecarSettings(TickSettings):
                 "(unix:///var/run/progress-control/reports.sock), or set "
                 "report_listen_allow_network=true "
                 "(env PROGRESS_CONTROL_REPORT_LISTEN_ALLOW_NETWORK=true)"
+            )
+        if self.report_allowed_uids and not isinstance(address, UnixAddress):
+            raise ValueError(
+                "report_allowed_uids needs a unix:// report_listen: only a Unix socket tells "
+                "who sent a report"
             )
         return self
 

@@ -73,6 +73,7 @@ class BrokerWatch:
         self._refreshed_at: float | None = None
         self._forced_at: float | None = None
         self._forced_lock = threading.Lock()
+        self._metadata_as_of: float | None = None
         self._truncation_logged = False
         self._stopping = threading.Event()
 
@@ -90,9 +91,10 @@ class BrokerWatch:
         return self._topics.get(topic)
 
     @property
-    def refreshed_at(self) -> float | None:
-        """When metadata was last read (monotonic), ``None`` before the first time."""
-        return self._refreshed_at
+    def metadata_as_of(self) -> float | None:
+        """When the metadata now held was requested (monotonic), ``None`` before the first
+        time: a topic created before then is in it."""
+        return self._metadata_as_of
 
     def refresh_soon(self) -> None:
         """Re-read metadata in the background, for topics named in reports but not known yet
@@ -122,6 +124,7 @@ class BrokerWatch:
         with self._lock:
             if self._refreshed_at is not None and now < self._refreshed_at:
                 return  # another thread refreshed while we waited for the lock
+            requested = time.monotonic()
             metadata = self._list_topics()
             topics = {
                 name: len(topic.partitions)
@@ -146,6 +149,7 @@ class BrokerWatch:
                 watched = watched[:limit]
             self._topics, self._partitions = topics, watched  # each one atomic store
             self._refreshed_at = time.monotonic()
+            self._metadata_as_of = requested
 
     def _list_topics(self) -> Any:
         """``list_topics`` within ``timeout_s``. The call blocks in librdkafka, so it runs in a

@@ -471,8 +471,6 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     monkeypatch.setenv("PROGRESS_CONTROL_KAFKA_SECRETS_DIR", str(tmp_path / "no-secrets"))
     for name, value in _container_env(sidecar_of(spec), manifests).items():
         monkeypatch.setenv(name, value)
-    if variant == "default" and not _reads_unix_addresses(SidecarSettings):
-        pytest.skip("the sidecar's settings do not read unix:// report addresses yet")
     settings = SidecarSettings.from_config({})
     assert settings.http_host == "0.0.0.0"  # noqa: S104
     assert settings.http_port == 8081
@@ -487,6 +485,8 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
         assert (settings.start_ms, settings.max_records, settings.end_ms) == (10_000, 10, None)
         assert settings.watch_enabled is True
         assert settings.shutdown_timeout_s == 10
+        assert settings.report_socket_mode == 0o660
+        assert settings.report_allowed_uids == ()
     else:
         assert settings.kafka["bootstrap.servers"] == "broker-0.kafka:9093,broker-1.kafka:9093"
         assert settings.kafka["security.protocol"] == "SASL_SSL"
@@ -510,21 +510,6 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     app_settings = InterceptorSettings.from_config({})
     assert app_settings.mode is Mode.REPORT
     assert app_settings.report_address == settings.report_listen
-
-
-def _reads_unix_addresses(settings_class: Any) -> bool:
-    """Whether the sidecar's settings accept a unix:// report address (issue 27: the Python
-    side of the chart's default transport, landing separately)."""
-    try:
-        settings_class.from_config(
-            {
-                "progress.control.kafka": {"bootstrap.servers": "kafka:9092"},
-                "progress.control.report.listen": "unix:///tmp/pc-probe.sock",
-            }
-        )
-    except ValueError:
-        return False
-    return True
 
 
 def test_secret_mount(example_manifests: list[Manifest], full_manifests: list[Manifest]) -> None:
@@ -593,6 +578,27 @@ def test_report_transport_variants(helm: Helm, args: list[str], listen: str) -> 
     assert "progress-control-reports" not in {v["name"] for v in spec["volumes"]}
     for container in (app, sidecar_of(spec)):
         assert "progress-control-reports" not in {m["name"] for m in container["volumeMounts"]}
+
+
+def test_report_socket_mode_and_allowed_uids(helm: Helm) -> None:
+    from sidecar.settings import SidecarSettings
+
+    args = ["--set", "sidecar.report.socketMode=0666,sidecar.report.allowedUids={1000,1001}"]
+    config = one(helm.render(*EXAMPLE, *args), "ConfigMap")["data"]
+    assert config["PROGRESS_CONTROL_REPORT_SOCKET_MODE"] == "0666"
+    assert config["PROGRESS_CONTROL_REPORT_ALLOWED_UIDS"] == "1000,1001"
+    settings = SidecarSettings.from_config(
+        {
+            "progress.control.kafka": {"bootstrap.servers": "kafka:9092"},
+            "progress.control.report.listen": config["PROGRESS_CONTROL_REPORT_LISTEN"],
+            "progress.control.report.socket.mode": config["PROGRESS_CONTROL_REPORT_SOCKET_MODE"],
+            "progress.control.report.allowed.uids": config["PROGRESS_CONTROL_REPORT_ALLOWED_UIDS"],
+        }
+    )
+    assert (settings.report_socket_mode, settings.report_allowed_uids) == (0o666, (1000, 1001))
+    # UDP cannot tell the sender: neither is rendered.
+    udp = one(helm.render(*EXAMPLE, *args, "--set", "sidecar.report.transport=udp"), "ConfigMap")
+    assert "PROGRESS_CONTROL_REPORT_ALLOWED_UIDS" not in udp["data"]
 
 
 def test_reports_socket_templates_one_include_each(helm: Helm, tmp_path: Path) -> None:

@@ -280,6 +280,43 @@ def test_forged_reports_on_the_unix_socket_are_counted(
     assert not socket_path.exists()
 
 
+@pytest.mark.parametrize("allowed", ["self", "another user"])
+def test_report_allowed_uids_reads_only_those_users_reports(
+    kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path, allowed: str
+) -> None:
+    topic = create_topic("uids", partitions=1)
+    socket_path = tmp_path / "reports.sock"
+    uid = os.getuid() if allowed == "self" else os.getuid() + 1
+    settings = sidecar_settings(
+        kafka_bootstrap,
+        **{
+            "report.listen": f"unix://{socket_path}",
+            "report.allowed.uids": str(uid),
+            "watch.enabled": False,
+        },
+    )
+    with ProgressControlSidecar(settings) as sidecar:
+        port = sidecar.http.port
+        wait_for(sidecar.is_connected, message="connected")
+        now_ms = int(time.time() * 1000)
+        report = ActivityReport("app", now_ms, (PartitionReport(topic, 0, now_ms, now_ms),))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            for datagram in encode_reports(report):
+                sender.sendto(datagram, str(socket_path))
+        if allowed == "self":
+            wait_for(lambda: (topic, 0) in sidecar.activity.latest, message="report tracked")
+        else:
+            refused = (
+                'progress_control_activity_dropped_total{origin="report",'
+                'reason="sender-not-allowed"} 1.0'
+            )
+            wait_for(lambda: refused in get(port, "/metrics")[1], message="refusal counted")
+            assert "progress_control_reports_received_total 0.0" in get(port, "/metrics")[1]
+            assert not sidecar.activity.latest
+    with pytest.raises(ValueError, match="report_allowed_uids needs a unix"):
+        sidecar_settings(kafka_bootstrap, **{"report.allowed.uids": "0"})
+
+
 def test_a_stale_socket_file_is_replaced_and_other_files_are_kept(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

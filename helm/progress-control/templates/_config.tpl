@@ -26,6 +26,9 @@ PROGRESS_CONTROL_WATCH_INTERVAL_MS: {{ .Values.watch.intervalMs | int64 | quote 
 PROGRESS_CONTROL_REPORT_LISTEN: {{ if .Values.sidecar.report.enabled }}{{ include "progress-control.reportAddress" . | quote }}{{ else }}""{{ end }}
 {{- if and .Values.sidecar.report.enabled (eq .Values.sidecar.report.transport "unix") }}
 PROGRESS_CONTROL_REPORT_SOCKET_MODE: {{ .Values.sidecar.report.socketMode | quote }}
+{{- with .Values.sidecar.report.allowedUids }}
+PROGRESS_CONTROL_REPORT_ALLOWED_UIDS: {{ join "," . | quote }}
+{{- end }}
 {{- end }}
 PROGRESS_CONTROL_LOG_FORMAT: {{ .Values.sidecar.logFormat | quote }}
 PROGRESS_CONTROL_LOG_LEVEL: {{ .Values.sidecar.logLevel | quote }}
