@@ -130,6 +130,12 @@ def main() -> None:
         print(f"({name}) {VARIANTS[name]:<36} {median[name]:>11,.0f} records/s  {runs}")
     print(f"(c)/(b): {median['c'] / median['b']:.3f}  (goal >= 0.95)")
     print(f"(c)/(a): {median['c'] / median['a']:.3f}")
+    # The same ratio per round (runs next to each other): steadier when the machine's load drifts.
+    paired = [c / b for c, b in zip(rates["c"], rates["b"], strict=True)]
+    print(
+        f"(c)/(b) per round: median {statistics.median(paired):.3f}  "
+        f"{[round(r, 3) for r in paired]}"
+    )
 
 
 if __name__ == "__main__":

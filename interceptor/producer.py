@@ -8,13 +8,17 @@
     })
 
 Both a config-level ``on_delivery`` and per-call callbacks are wrapped: every ack is recorded, and
-the application's callback still runs with the same arguments, in the same thread.
+the application's callback still runs with the same arguments, in the same thread. A producer
+without a callback of its own gets one that only records. The acks a call serves (``poll()``,
+``flush()``, committing or aborting a transaction) are stamped with one clock reading when that call
+returns; ``flush()`` returns to stamp them every ``_ACK_COMMIT_S`` while it waits.
 """
 
 from __future__ import annotations
 
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka.cimpl import Producer as KafkaProducer
@@ -28,6 +32,9 @@ __all__ = ["Producer", "SerializingProducer"]
 
 _TICK_FLUSH_S = 10.0  # bound on waiting for ticks in flush() without a timeout
 _CLOSE_AT_EXIT_S = 2.0  # bound on flushing ticks when the process exits (the broker may be gone)
+# flush() waits in chunks this long so that the acks it serves are stamped (and idle partitions
+# noticed) no later than this after their delivery report, however long the whole flush takes.
+_ACK_COMMIT_S = 0.05
 
 Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None
 
@@ -36,15 +43,19 @@ class _ProgressControlled:
     """Mixin placed before a confluent-kafka producer class in the MRO."""
 
     _progress: ProgressControl | None
+    _pending: dict[Any, Any] | None
+    """The acks recorded since the last commit (empty or ``None`` means nothing to do)."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         ours, theirs = split_config({**(config or {}), **kwargs})
         settings = InterceptorSettings.from_config(ours)  # fails fast, naming the setting
         self._progress = None
+        self._pending = None
         if settings.enabled:
             progress = ProgressControl(settings, theirs)
             theirs["on_delivery"] = progress.delivery_callback(theirs.get("on_delivery"))
             self._progress = progress
+            self._pending = progress.pending_acks
         try:
             super().__init__(theirs)  # type: ignore[call-arg]
         except BaseException:
@@ -55,17 +66,60 @@ class _ProgressControlled:
             # Stop the scheduler thread when the producer is collected or the process exits.
             weakref.finalize(self, self._progress.close, _CLOSE_AT_EXIT_S)
 
+    def poll(self, timeout: float = -1) -> int:
+        try:
+            served: int = _kafka_poll(self, timeout)
+        finally:  # also when the application's callback raised: its ack was recorded
+            if self._pending:
+                self._commit()
+        return served
+
     def flush(self, timeout: float = -1) -> int:
-        remaining: int = super().flush(timeout)  # type: ignore[misc]
-        if self._progress is not None:
-            # Ticks wait no longer than the caller agreed to (nor than a bound when it did not):
-            # an app flushing with a short timeout during an outage must not block on our ticks.
-            bound = _TICK_FLUSH_S if timeout < 0 else min(timeout, _TICK_FLUSH_S)
-            self._progress.flush(bound)
+        if self._progress is None:
+            flushed: int = _kafka_flush(self, timeout)
+            return flushed
+        remaining = self._flush_in_chunks(timeout)
+        # Ticks wait no longer than the caller agreed to (nor than a bound when it did not):
+        # an app flushing with a short timeout during an outage must not block on our ticks.
+        bound = _TICK_FLUSH_S if timeout < 0 else min(timeout, _TICK_FLUSH_S)
+        self._progress.flush(bound)
         return remaining
+
+    def _flush_in_chunks(self, timeout: float) -> int:
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        while True:
+            chunk = _ACK_COMMIT_S
+            if deadline is not None:
+                chunk = min(chunk, max(0.0, deadline - time.monotonic()))
+            try:
+                remaining: int = _kafka_flush(self, chunk)
+            finally:
+                if self._pending:
+                    self._commit()
+            if remaining == 0 or (deadline is not None and time.monotonic() >= deadline):
+                return remaining
+
+    def commit_transaction(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().commit_transaction(*args, **kwargs)  # type: ignore[misc]
+        finally:  # committing flushes: it serves delivery reports
+            if self._pending:
+                self._commit()
+
+    def abort_transaction(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().abort_transaction(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            if self._pending:
+                self._commit()
+
+    def _commit(self) -> None:
+        if self._progress is not None:
+            self._progress.commit_acks()
 
     def close(self, *args: Any, **kwargs: Any) -> Any:
         if self._progress is not None:
+            self._progress.commit_acks()  # report mode's last report includes them
             self._progress.close()
         return super().close(*args, **kwargs)  # type: ignore[misc]
 
@@ -88,6 +142,9 @@ class _ProgressControlled:
 # callback. This keeps the override as fast as the C method itself.
 _kafka_produce = KafkaProducer.produce
 _serializing_produce = KafkaSerializingProducer.produce
+# Called on the mixin's instances, which are always also KafkaProducer instances.
+_kafka_poll: Callable[..., int] = KafkaProducer.poll
+_kafka_flush: Callable[..., int] = KafkaProducer.flush
 
 
 class Producer(_ProgressControlled, KafkaProducer):
@@ -106,7 +163,11 @@ class Producer(_ProgressControlled, KafkaProducer):
     ) -> None:
         user_callback = on_delivery or callback
         if user_callback is None and timestamp == 0 and headers is None:
-            _kafka_produce(self, topic, value, key, partition)
+            # Only the arguments given: the C method parses each one it is passed.
+            if key is None and partition == -1:
+                _kafka_produce(self, topic, value)
+            else:
+                _kafka_produce(self, topic, value, key, partition)
             return
         if user_callback is not None and self._progress is not None:
             user_callback = self._progress.delivery_callback(user_callback)

@@ -5,9 +5,12 @@ timestamps: a producer backfilling old events is busy, not idle. Only acks of th
 records arrive here; control records go through a separate producer whose acks never reset state.
 
 The ack path is the host's hot path, so it does the least possible: one lock-free dict store of
-``(record, monotonic ack time)`` per ack (:attr:`PartitionActivity.latest`), plus a call to
+the acked record per ack (:attr:`PartitionActivity.pending`). The host's producer calls
+:meth:`PartitionActivity.commit_pending` when the call that served those acks (``poll()``, a chunk
+of ``flush()``) returns: one clock reading stamps them all, and each partition's last record moves
+to :attr:`PartitionActivity.latest` as ``(record, monotonic ack time)``, with a call to
 :meth:`PartitionActivity.track` the first time a partition is seen. Everything else happens on the
-scheduler thread, in :meth:`PartitionActivity.take_due`: it notices new acks by their ack time,
+scheduler thread, in :meth:`PartitionActivity.take_due`: it notices new acks by their entry,
 resets the idle period, and reads the record's timestamp only then.
 
 Deadlines live in a heap with one entry per tracked partition. An idle partition is re-checked at
@@ -94,8 +97,11 @@ class PartitionActivity:
         self._states: dict[TopicPartition, PartitionState] = {}
         self._deadlines: list[tuple[float, TopicPartition]] = []
         self.latest: dict[TopicPartition, AckEntry] = {}
-        """``partition -> (acked record or its timestamp, monotonic ack time)``; written by the
-        ack path without a lock (a single dict store is atomic)."""
+        """``partition -> (acked record or its timestamp, monotonic ack time)``."""
+        self.pending: dict[TopicPartition, TimestampedRecord] = {}
+        """``partition -> last acked record`` since the last :meth:`commit_pending`; written by
+        the ack path without a lock (a single dict store is atomic)."""
+        self._commit_lock = threading.Lock()
 
     def record_data_ack(
         self, topic: str, partition: int, timestamp_ms: int, ack_monotonic: float | None = None
@@ -107,6 +113,30 @@ class PartitionActivity:
         now = self._clock()
         self.latest[key] = (timestamp_ms, now if ack_monotonic is None else min(ack_monotonic, now))
         return self.track(key) if new else None
+
+    def commit_pending(self) -> list[TopicPartition]:
+        """Move :attr:`pending` into :attr:`latest`, every record stamped with one clock reading
+        taken now (call it right after the host's call that served the acks); return the
+        partitions seen for the first time, for :meth:`track`."""
+        pending = self.pending
+        if not pending:
+            return []
+        new: list[TopicPartition] = []
+        latest = self.latest
+        # Serialises commits from hosts serving acks on several threads, so that a later
+        # clock reading is never overwritten by an earlier one.
+        with self._commit_lock:
+            now = self._clock()
+            while pending:
+                try:
+                    # popitem, not iteration: another thread's acks may arrive meanwhile.
+                    key, record = pending.popitem()
+                except KeyError:
+                    break
+                if key not in latest:
+                    new.append(key)
+                latest[key] = (record, now)
+        return new
 
     def track(self, key: TopicPartition) -> float | None:
         """Start scheduling a partition seen for the first time; return its first deadline, or

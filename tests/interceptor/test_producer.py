@@ -146,6 +146,55 @@ def test_every_user_callback_still_fires(
     assert {thread for _, _, thread in seen["config"] + seen["call"]} == {threading.main_thread()}
 
 
+def test_acks_are_recorded_with_and_without_an_application_callback(
+    kafka_bootstrap: str, create_topic: Callable[..., str]
+) -> None:
+    topic = create_topic("acks", partitions=2)
+    seen: list[tuple[object, bytes | None]] = []
+
+    def callback(err: object, msg: Message) -> None:
+        seen.append((err, msg.value()))
+        if msg.value() == b"boom":
+            raise RuntimeError("the application's callback failed")
+
+    plain = Producer({"bootstrap.servers": kafka_bootstrap, **FAST})
+    app = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "on_delivery": callback, "linger.ms": 10_000, **FAST}
+    )
+    try:
+        # No callback of its own: acks are recorded, stamped when the flush that served them ran.
+        for partition in (0, 1):
+            plain.produce(topic, b"v", partition=partition)
+        before = time.monotonic()
+        assert plain.flush(10) == 0
+        after = time.monotonic()
+        latest = plain.progress_control._activity.latest  # type: ignore[union-attr]
+        for partition in (0, 1):
+            msg, ack = latest[(topic, partition)]
+            assert (msg.topic(), msg.partition(), msg.value()) == (topic, partition, b"v")
+            assert before <= ack <= after
+
+        # The application's callback gets every report, errors included; errors are not acks.
+        app.produce(topic, b"purged", partition=0)
+        app.purge()
+        app.poll(5)
+        app.produce(topic, b"ok", partition=0)
+        assert app.flush(10) == 0
+        latest = app.progress_control._activity.latest  # type: ignore[union-attr]
+        assert latest[(topic, 0)][0].value() == b"ok"
+        # An exception in it still reaches the caller, as with a plain producer; the ack counts.
+        app.produce(topic, b"boom", partition=0)
+        with pytest.raises(RuntimeError, match="application's callback failed"):
+            app.flush(10)
+        assert latest[(topic, 0)][0].value() == b"boom"
+    finally:
+        plain.close()
+        app.close()
+    [(purge_error, _), *rest] = seen
+    assert purge_error is not None
+    assert rest == [(None, b"ok"), (None, b"boom")]
+
+
 def test_serializing_producer_gets_ticks(
     kafka_bootstrap: str,
     create_topic: Callable[..., str],

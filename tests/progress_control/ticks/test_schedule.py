@@ -547,7 +547,7 @@ def test_acked_messages_are_read_lazily_and_without_a_timestamp_use_the_ack_wall
         clock=clock,
         wall_clock=lambda: clock.now + to_wall,
     )
-    # What the producer's delivery callback does: a store, and track() for a new partition.
+    # What commit_pending does for the producer's acks: a store, and track() for a new partition.
     activity.latest[("t", 0)] = (FakeMessage(TIMESTAMP_CREATE_TIME, 1_234), 100.0)
     assert activity.track(("t", 0)) == 101.0
     activity.latest[("t", 1)] = (FakeMessage(TIMESTAMP_NOT_AVAILABLE, -1), 100.0)
@@ -581,6 +581,30 @@ def test_acks_at_the_same_clock_reading() -> None:
     activity.record_data_ack("t", 0, 1_000)
     activity.record_data_ack("t", 0, 2_000)  # same batch of delivery reports, same clock reading
     assert activity.take_due(1.0) == [DueTick("t", 0, 0, 2_000, 0.0)]
+
+
+def test_pending_acks_are_stamped_at_the_commit_and_only_the_last_per_partition_counts() -> None:
+    clock = FakeClock(10.0)
+    activity = PartitionActivity(TickSchedule(1_000, 1_000, max_records=1), clock=clock)
+    assert activity.commit_pending() == []
+    first, second, other = (FakeMessage(TIMESTAMP_CREATE_TIME, ts) for ts in (1, 2, 3))
+    # What the delivery callback does per ack: one store, no clock reading.
+    activity.pending[("t", 0)] = first
+    activity.pending[("t", 0)] = second
+    activity.pending[("t", 1)] = other
+    clock.now = 10.5  # the poll() that served them returns
+    assert sorted(activity.commit_pending()) == [("t", 0), ("t", 1)]
+    assert activity.pending == {}
+    assert activity.latest == {("t", 0): (second, 10.5), ("t", 1): (other, 10.5)}
+    assert [activity.track(key) for key in (("t", 0), ("t", 1))] == [11.5, 11.5]
+
+    activity.pending[("t", 0)] = first
+    clock.now = 11.0
+    assert activity.commit_pending() == []  # known partitions are not new again
+    assert activity.latest[("t", 0)] == (first, 11.0)
+    # The newer ack restarts t-0's idle period: only t-1 is due at 11.5.
+    assert [(t.partition, t.last_data_timestamp_ms) for t in activity.take_due(11.5)] == [(1, 3)]
+    assert [(t.partition, t.last_data_timestamp_ms) for t in activity.take_due(12.0)] == [(0, 1)]
 
 
 def test_a_tick_planned_exactly_at_end_ms_is_sent() -> None:
