@@ -9,6 +9,9 @@ state of a runtime commit and never a part of an interval (as SQLite's one open 
 The runtime's checkpoint file is written after that commit and deleted before the next record is
 processed (:mod:`streams_runtime.state.manager`), so store and checkpoint never disagree.
 
+The overlay holds what one commit writes: a commit interval's updates, or, during a restore
+(committed once at its end), every restored entry, as the memory engine would.
+
 Needs the ``rocksdict`` package (the ``runtime`` extra); the factories in ``engines`` check it.
 """
 
