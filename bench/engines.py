@@ -4,7 +4,8 @@ Engines (each in its own process, from a fresh consumer group / application id):
 
 - ``plain``: a plain ``confluent_kafka`` loop, consume -> JSON decode/encode -> produce, flush
   and commit every second (at-least-once only; it has no windows, it is the floor);
-- ``runtime-memory``, ``runtime-sqlite``: this project's runtime, state engine memory or SQLite;
+- ``runtime-memory``, ``runtime-sqlite``, ``runtime-rocksdb``: this project's runtime, state
+  engine memory, SQLite or RocksDB (rocksdict);
 - ``quix``: Quix Streams 3.28.1 (its own virtualenv under the project cache, installed on first
   use; RocksDB state and changelogs, its defaults);
 - ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the conformance suite's Maven project;
@@ -48,7 +49,7 @@ from bench._kafka import create_topic, end_offsets, unique_name
 from bench._timing import interleaved
 from progress_control.dev.broker import EmbeddedKafkaBroker
 
-ENGINES = ("plain", "runtime-memory", "runtime-sqlite", "quix", "kstreams")
+ENGINES = ("plain", "runtime-memory", "runtime-sqlite", "runtime-rocksdb", "quix", "kstreams")
 WORKLOADS = ("session", "tumbling")
 GUARANTEES = {"alos": "at_least_once", "eos": "exactly_once"}
 COMMIT_INTERVAL_MS = {"alos": 1_000, "eos": 100}
@@ -261,7 +262,7 @@ def _print_ratios(results: list[Result]) -> None:
     print("ratios (records/s of the runtime / of the other engine; > 1: the runtime is faster):")
     for workload in WORKLOADS:
         for guarantee in GUARANTEES:
-            for ours in ("runtime-sqlite", "runtime-memory"):
+            for ours in ("runtime-rocksdb", "runtime-sqlite", "runtime-memory"):
                 mine = by_key.get((workload, guarantee, ours))
                 for other in ("kstreams", "quix", "plain"):
                     theirs = by_key.get((workload, guarantee, other))
@@ -270,6 +271,17 @@ def _print_ratios(results: list[Result]) -> None:
                             f"  {workload:<9} {guarantee:<5} {ours} / {other:<9} "
                             f"{mine.rate / theirs.rate:6.3f}"
                         )
+    print("state engines (records/s of RocksDB / of the other; > 1: RocksDB is faster):")
+    for workload in WORKLOADS:
+        for guarantee in GUARANTEES:
+            rocksdb = by_key.get((workload, guarantee, "runtime-rocksdb"))
+            for other in ("runtime-sqlite", "runtime-memory"):
+                theirs = by_key.get((workload, guarantee, other))
+                if rocksdb and theirs and rocksdb.rate and theirs.rate:
+                    print(
+                        f"  {workload:<9} {guarantee:<5} runtime-rocksdb / {other:<15} "
+                        f"{rocksdb.rate / theirs.rate:6.3f}"
+                    )
     print("peak RSS (the runtime's / Quix Streams'):")
     for (workload, guarantee, engine), mine in by_key.items():
         theirs = by_key.get((workload, guarantee, "quix"))

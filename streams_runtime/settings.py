@@ -45,6 +45,8 @@ class StateEngine(enum.StrEnum):
     """Dicts in memory; restored from the changelog on every start."""
     SQLITE = "sqlite"
     """SQLite files in ``state_dir``; reused after a clean commit, restored from a checkpoint."""
+    ROCKSDB = "rocksdb"
+    """RocksDB (``rocksdict``, the ``runtime`` extra) in ``state_dir``; reused like SQLite."""
 
 
 class BadRecordPolicy(enum.StrEnum):
@@ -100,8 +102,8 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     )
     state_engine: StateEngine = Field(
         StateEngine.MEMORY,
-        description="memory: restored from the changelog on every start; sqlite: files in "
-        "state_dir, reused after a clean commit.",
+        description="memory: restored from the changelog on every start; sqlite or rocksdb "
+        "(the runtime extra): files in state_dir, reused after a clean commit.",
     )
     num_repartition_partitions: int | None = Field(
         None, ge=1, description="Partitions of repartition topics (default: the source's)."

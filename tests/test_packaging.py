@@ -95,8 +95,8 @@ def test_core_requirements_are_small_and_extras_hold_the_rest(wheel: Path) -> No
         }
 
     assert set(meta.get_all("Provides-Extra")) >= {"runtime", "spark", "demo", "all", "dev"}  # type: ignore[attr-defined]
-    # orjson only speeds up the runtime's JSON serde: nothing needs it.
-    assert {name for name, _, _ in extra("runtime")} == {"orjson"}
+    # orjson only speeds up the runtime's JSON serde; rocksdict is the optional RocksDB engine.
+    assert {name for name, _, _ in extra("runtime")} == {"orjson", "rocksdict"}
     # The connector jars are fetched at the installed pyspark version: one exact pin.
     assert extra("spark") == {("pyspark", frozenset(), f"=={metadata.version('pyspark')}")}
     itself = "kafka-progress-control"

@@ -10,6 +10,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ __all__ = [
     "CHECKPOINT_FILE",
     "Checkpoint",
     "StateDirectoryLockedError",
+    "checkpoint_path",
     "lock_directory",
     "read_checkpoint",
     "remove_store_files",
@@ -99,6 +101,13 @@ class Checkpoint:
             )
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a checkpoint: {exc}") from exc
+
+
+def checkpoint_path(directory: Path, engine: str) -> Path:
+    """The checkpoint file of a task directory whose stores are of ``engine``. One name per
+    engine: after a switch of engines, the old engine's checkpoint must not vouch for the new
+    engine's (empty) stores; ``sqlite`` keeps the original name."""
+    return directory / (CHECKPOINT_FILE if engine == "sqlite" else f"{CHECKPOINT_FILE}.{engine}")
 
 
 def read_checkpoint(path: Path) -> Checkpoint | None:
@@ -214,7 +223,11 @@ def unlock_directory(handle: IO[bytes]) -> None:
 
 
 def remove_store_files(path: Path) -> None:
-    """Delete the files of the (SQLite) store at ``path``, those absent included."""
+    """Delete the files of the persistent store at ``path`` (a RocksDB store is a directory),
+    those absent included."""
     for file in engine_files(path):
         with contextlib.suppress(FileNotFoundError):
-            file.unlink()
+            if file.is_dir():
+                shutil.rmtree(file)
+            else:
+                file.unlink()

@@ -1,13 +1,15 @@
 """Storage engines: raw-bytes key-value and session tables, one instance per store partition.
 
-Two implementations of each kind:
+Three implementations of each kind:
 
 - in memory (dicts; state lives only as long as the process and is rebuilt from the changelog on
   every start);
-- SQLite (stdlib ``sqlite3``). SQLite is the persistent engine because it is *transactional*:
-  writes go into one open transaction that :meth:`commit` makes durable, so a store commit can be
-  aligned with the runtime's commit (local state and its checkpoint describe the same committed
-  input position), and it needs no native wheel (RocksDB bindings would).
+- SQLite (stdlib ``sqlite3``), persistent and *transactional*: writes go into one open
+  transaction that :meth:`commit` makes durable, so a store commit can be aligned with the
+  runtime's commit (local state and its checkpoint describe the same committed input position),
+  and it needs no native wheel;
+- RocksDB (``rocksdict``, the ``runtime`` extra; :mod:`streams_runtime.state.rocksdb_engines`),
+  persistent with the same commit contract: one write batch per commit.
 
 Engines know nothing about changelogs or serialization; the stores in ``stores.py`` add those.
 Every engine is safe to call from several threads (interactive queries read while the stream
@@ -20,9 +22,14 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+from progress_control.extras import require_extra
 
 __all__ = [
+    "ENGINE_FILE_ERRORS",
+    "ENGINE_KINDS",
+    "EngineFileError",
     "EngineKind",
     "InMemoryKeyValueEngine",
     "InMemorySessionEngine",
@@ -35,7 +42,16 @@ __all__ = [
     "make_session_engine",
 ]
 
-EngineKind = Literal["memory", "sqlite"]
+EngineKind = Literal["memory", "sqlite", "rocksdb"]
+ENGINE_KINDS: tuple[EngineKind, ...] = get_args(EngineKind)
+
+
+class EngineFileError(Exception):
+    """A persistent engine's files cannot be opened (damaged, or not a database)."""
+
+
+# What opening a damaged store raises, whatever its engine: the runtime then recreates it.
+ENGINE_FILE_ERRORS: tuple[type[Exception], ...] = (sqlite3.DatabaseError, EngineFileError)
 
 # Rows fetched per query while iterating a SQLite table: iteration pages by key instead of holding
 # one cursor open, so writes made between pages (on the same connection) cannot upset it.
@@ -190,7 +206,7 @@ class InMemorySessionEngine:
         return found
 
     def put(self, key: bytes, start: int, end: int, value: bytes) -> None:
-        _check_session(start, end)
+        check_session(start, end)
         with self._lock:
             sessions = self._data.setdefault(key, {})
             if (start, end) not in sessions:
@@ -245,7 +261,8 @@ class InMemorySessionEngine:
         self.clear()
 
 
-def _check_session(start: int, end: int) -> None:
+def check_session(start: int, end: int) -> None:
+    """``ValueError`` unless ``start <= end``."""
     if start > end:
         raise ValueError(f"session start {start} is after its end {end}")
 
@@ -389,7 +406,7 @@ class SqliteSessionEngine(_SqliteEngine):
         return rows
 
     def put(self, key: bytes, start: int, end: int, value: bytes) -> None:
-        _check_session(start, end)
+        check_session(start, end)
         self._write(
             "INSERT OR REPLACE INTO sessions (key, session_end, session_start, value)"
             " VALUES (?, ?, ?, ?)",
@@ -426,29 +443,43 @@ class SqliteSessionEngine(_SqliteEngine):
 
 
 def make_kv_engine(kind: EngineKind, path: Path | None = None) -> KeyValueEngine:
-    """A key-value engine of ``kind``; ``path`` is the SQLite file (unused in memory)."""
+    """A key-value engine of ``kind``; ``path`` is the SQLite file or RocksDB directory (unused
+    in memory)."""
     if kind == "memory":
         return InMemoryKeyValueEngine()
     if kind == "sqlite":
-        return SqliteKeyValueEngine(_required(path))
-    raise ValueError(f"unknown engine kind {kind!r} (memory or sqlite)")
+        return SqliteKeyValueEngine(_required(kind, path))
+    if kind == "rocksdb":
+        from streams_runtime.state import rocksdb_engines
+
+        return rocksdb_engines.RocksDbKeyValueEngine(_required(kind, path))
+    raise ValueError(f"unknown engine kind {kind!r} ({', '.join(ENGINE_KINDS)})")
 
 
 def make_session_engine(kind: EngineKind, path: Path | None = None) -> SessionEngine:
-    """A session engine of ``kind``; ``path`` is the SQLite file (unused in memory)."""
+    """A session engine of ``kind``; ``path`` is the SQLite file or RocksDB directory (unused
+    in memory)."""
     if kind == "memory":
         return InMemorySessionEngine()
     if kind == "sqlite":
-        return SqliteSessionEngine(_required(path))
-    raise ValueError(f"unknown engine kind {kind!r} (memory or sqlite)")
+        return SqliteSessionEngine(_required(kind, path))
+    if kind == "rocksdb":
+        from streams_runtime.state import rocksdb_engines
+
+        return rocksdb_engines.RocksDbSessionEngine(_required(kind, path))
+    raise ValueError(f"unknown engine kind {kind!r} ({', '.join(ENGINE_KINDS)})")
 
 
-def _required(path: Path | None) -> Path:
+def _required(kind: EngineKind, path: Path | None) -> Path:
     if path is None:
-        raise ValueError("the sqlite engine needs a file path")
+        raise ValueError(f"the {kind} engine needs a path")
+    if kind == "rocksdb":
+        # Imported only now: rocksdict is optional, and memory and SQLite work without it.
+        require_extra("runtime", "state_engine=rocksdb", "rocksdict")
     return path
 
 
 def engine_files(path: Path) -> list[Path]:
-    """The files a SQLite engine at ``path`` may leave behind (database, WAL, shared memory)."""
+    """What a persistent engine at ``path`` may leave behind: the SQLite database, WAL and
+    shared memory, or the RocksDB directory (``path`` itself)."""
     return [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]

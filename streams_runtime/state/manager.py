@@ -6,7 +6,7 @@ ahead of the committed input position.
 
 - Restore skips changelog records whose input was not committed and logs corrections for their
   keys (:mod:`streams_runtime.state.restore`, the one restore path of active tasks and standbys).
-- A persistent (SQLite) store keeps its local data across restarts only when the checkpoint file
+- A persistent store keeps its local data across restarts only when the checkpoint file
   (:mod:`streams_runtime.state.directory`) written at the last commit names exactly the committed
   input offsets it is given now; it then reads the changelog's tail only. Otherwise it is wiped
   and restored from the beginning.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import threading
 import time
 import uuid
@@ -40,15 +39,15 @@ from streams_runtime.state.changelog import (
     changelog_topic,
 )
 from streams_runtime.state.directory import (
-    CHECKPOINT_FILE,
     Checkpoint,
+    checkpoint_path,
     lock_directory,
     remove_store_files,
     unlock_directory,
     usable_checkpoint,
     write_checkpoint,
 )
-from streams_runtime.state.engines import EngineKind
+from streams_runtime.state.engines import ENGINE_FILE_ERRORS, ENGINE_KINDS, EngineKind
 from streams_runtime.state.restore import (
     ChangelogRestorer,
     Correction,
@@ -84,8 +83,8 @@ class TaskStateManager:
     :meth:`mark_processing` before the first record and :meth:`commit` after the changelog
     records were acknowledged and the input offsets committed; finally :meth:`close`.
 
-    With the SQLite engine the state lives in ``state_dir / application_id / task_id``
-    (``<store>.sqlite`` per store, plus the checkpoint), locked against a second owner.
+    With a persistent engine the state lives in ``state_dir / application_id / task_id``
+    (``<store>.sqlite`` or ``<store>.rocksdb`` per store, plus the checkpoint), locked.
     """
 
     def __init__(
@@ -101,8 +100,8 @@ class TaskStateManager:
         position: SourcePosition,
         consumer_config: Mapping[str, str],
     ) -> None:
-        if engine not in ("memory", "sqlite"):
-            raise ValueError(f"unknown engine kind {engine!r} (memory or sqlite)")
+        if engine not in ENGINE_KINDS:
+            raise ValueError(f"unknown engine kind {engine!r} ({', '.join(ENGINE_KINDS)})")
         names = [spec.name for spec in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate store names in {names}")
@@ -114,20 +113,20 @@ class TaskStateManager:
         self._sink = sink
         self._consumer_config = dict(consumer_config)
         self.directory = state_dir / application_id / task_id
-        self._checkpoint_path = self.directory / CHECKPOINT_FILE
+        self._checkpoint_path = checkpoint_path(self.directory, engine)
         self._lock_file: IO[bytes] | None = None
         self._slots: dict[str, _Slot] = {}
-        self._damaged: set[str] = set()  # SQLite files that could not be opened and were reset
+        self._damaged: set[str] = set()  # store files that could not be opened and were reset
         self._changelog_next: dict[TopicPartitionId, int] = {}
         self._checkpointed_inputs: dict[TopicPartitionId, int] | None = None
         self._pending_corrections: list[Correction] = []
         self._offsets_consumer: Consumer | None = None
         self._restored = False
         self._closed = False
-        if engine == "sqlite":
+        if engine != "memory":
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lock_file = lock_directory(self.directory, self.task_id)
-        self._checkpoint_present = engine == "sqlite" and self._checkpoint_path.exists()
+        self._checkpoint_present = engine != "memory" and self._checkpoint_path.exists()
         try:
             for spec in specs:
                 self._slots[spec.name] = self._open(spec)
@@ -239,7 +238,7 @@ class TaskStateManager:
             slot.store.engine.commit()
         self._changelog_next = dict(result.end_offsets)
         result.corrections = len(self._pending_corrections)
-        if self.engine == "sqlite" and not self._pending_corrections:
+        if self.engine != "memory" and not self._pending_corrections:
             # The restored state is exactly the committed position: checkpoint it, so a restart
             # before the first commit does not restore everything again.
             self._write_checkpoint(committed_inputs, self._changelog_next)
@@ -283,7 +282,7 @@ class TaskStateManager:
             for name, slot in self._slots.items():
                 if name not in reused:
                     slot.store.engine.clear()
-                    if self.engine == "sqlite":
+                    if self.engine != "memory":
                         result.stores_wiped.append(name)
         return reused
 
@@ -303,7 +302,7 @@ class TaskStateManager:
         committed_inputs: Mapping[TopicPartitionId, int],
         watermarks: Mapping[TopicPartitionId, tuple[int, int]],
     ) -> Checkpoint | None:
-        if self.engine != "sqlite":
+        if self.engine == "memory":
             return None
         return usable_checkpoint(self._checkpoint_path, self.task_id, committed_inputs, watermarks)
 
@@ -350,7 +349,7 @@ class TaskStateManager:
         self._check_open()
         for slot in self._slots.values():
             slot.store.engine.commit()
-        if self.engine != "sqlite":
+        if self.engine == "memory":
             return
         if self._checkpoint_present and self._checkpointed_inputs == dict(committed_inputs):
             return  # nothing processed since the checkpoint, which still holds
@@ -413,7 +412,7 @@ class TaskStateManager:
         self._checkpointed_inputs = dict(checkpoint.inputs)
 
     def _delete_checkpoint(self) -> None:
-        # No directory fsync: should the deletion be lost, so are the uncommitted SQLite writes
+        # No directory fsync: should the deletion be lost, so are the uncommitted store writes
         # it protects against, and the checkpoint describes the committed data again.
         with contextlib.suppress(FileNotFoundError):
             self._checkpoint_path.unlink()
@@ -432,7 +431,7 @@ class TaskStateManager:
                 slot.writer.discard()
             try:
                 slot.store.engine.close()
-            except sqlite3.Error as exc:
+            except ENGINE_FILE_ERRORS as exc:
                 logger.warning(
                     "task %(task)s: closing store %(store)s: %(error)s",
                     {"task": str(self.task_id), "store": slot.spec.name, "error": str(exc)},
@@ -440,7 +439,7 @@ class TaskStateManager:
         if self._offsets_consumer is not None:
             self._offsets_consumer.close()
             self._offsets_consumer = None
-        if wipe and self.engine == "sqlite":
+        if wipe and self.engine != "memory":
             self._delete_checkpoint()
             for slot in self._slots.values():
                 if slot.path is not None:
@@ -459,7 +458,7 @@ class TaskStateManager:
     # ---------------------------------------------------------------- internals
 
     def _open(self, spec: StoreSpec) -> _Slot:
-        path = self.directory / f"{spec.name}.sqlite" if self.engine == "sqlite" else None
+        path = self.directory / f"{spec.name}.{self.engine}" if self.engine != "memory" else None
         changelog_tp = (
             TopicPartitionId(changelog_topic(self.application_id, spec.name), self.partition)
             if spec.logged
@@ -479,7 +478,7 @@ class TaskStateManager:
         store: KeyValueStore | SessionStore
         try:
             store = open_store(spec, self.partition, self.engine, path, writer)
-        except sqlite3.DatabaseError as exc:
+        except ENGINE_FILE_ERRORS as exc:
             assert path is not None
             # A damaged file is local state we can do without: start empty and restore.
             logger.warning(

@@ -25,15 +25,17 @@ def kafka_streams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaStr
         yield apps
 
 
-@pytest.fixture
-def both_engines(
+@pytest.fixture(params=["memory", "sqlite", "rocksdb"])
+def both_engines(  # noqa: PLR0917 (pytest fixtures)
+    request: pytest.FixtureRequest,
     kafka_bootstrap: str,
     kafka_streams: KafkaStreamsApps,
     create_topic: Callable[..., str],
     run_app: Callable[..., App],
     tmp_path: Path,
 ) -> RunBoth:
-    """``both_engines({case: input records}, windows)``: (Kafka Streams' outputs, the runtime's)."""
+    """``both_engines({case: input records}, windows)``: (Kafka Streams' outputs, the runtime's),
+    once per state engine of the runtime (every engine must conform)."""
 
     def run(
         inputs: dict[str, list[InputRecord]], windows: SessionWindows
@@ -46,6 +48,7 @@ def both_engines(
             create_topic=create_topic,
             run_app=run_app,
             state_dir=tmp_path,
+            state_engine=request.param,
         )
 
     return run

@@ -148,10 +148,12 @@ def run_both_engines(
     create_topic: Callable[..., str],
     run_app: Callable[..., App],
     state_dir: Path,
+    state_engine: str = "memory",
 ) -> tuple[Outputs, Outputs]:
-    """Run the cases named in ``inputs`` on those inputs, in Kafka Streams and in the runtime,
-    until both processed all of it; their outputs (Kafka Streams', the runtime's), with
-    timestamps relative to the inputs' (which are produced an hour in the past)."""
+    """Run the cases named in ``inputs`` on those inputs, in Kafka Streams and in the runtime
+    (its stores on ``state_engine``), until both processed all of it; their outputs (Kafka
+    Streams', the runtime's), with timestamps relative to the inputs' (which are produced an hour
+    in the past)."""
     # An hour back, on a whole minute: the input's window boundaries (multiples of a window's
     # size or advance, all dividing a minute) stay window boundaries once shifted.
     base_ms = (int(time.time()) // 60 - 60) * 60_000
@@ -200,6 +202,7 @@ def run_both_engines(
         commit_interval_ms=100,
         max_task_idle_ms=0,
         state_dir=state_dir / "runtime",
+        state_engine=state_engine,
     )
     checks = [
         ProcessedCheck(kafka_bootstrap, app_id, all_inputs) for app_id in (kstreams_id, runtime_id)

@@ -166,7 +166,8 @@ def wait_for_every_session(reader: TopicReader, expected: Counter[Session]) -> N
 
 
 @pytest.mark.parametrize(
-    "mode", ["exactly_once/memory", "at_least_once/memory", "exactly_once/sqlite"]
+    "mode",
+    ["exactly_once/memory", "at_least_once/memory", "exactly_once/sqlite", "exactly_once/rocksdb"],
 )
 def test_sigkill_mid_stream(
     mode: str,

@@ -94,7 +94,7 @@ def test_unjoined_results_come_out_on_ticks_alone(
     ]
 
 
-@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+@pytest.mark.parametrize("engine", ["memory", "sqlite", "rocksdb"])
 def test_join_buffers_survive_a_restart(
     engine: str,
     *,

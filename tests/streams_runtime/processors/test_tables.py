@@ -515,7 +515,7 @@ def changelog_records(bootstrap: str, topic: str) -> list[tuple[str, ValueAndTim
 
 
 @broker
-@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+@pytest.mark.parametrize("engine", ["memory", "sqlite", "rocksdb"])
 def test_killed_between_changelog_and_offset_commit_forwards_again(  # noqa: PLR0917 (pytest fixtures)
     engine: str,
     create_topic: Callable[..., str],

@@ -39,10 +39,16 @@ from streams_runtime.state import (
     session_changelog_key,
     split_session_changelog_key,
 )
-from streams_runtime.state.directory import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
+from streams_runtime.state.directory import (
+    CHECKPOINT_FILE,
+    checkpoint_path,
+    read_checkpoint,
+    write_checkpoint,
+)
 from tests.helpers import unique_name
 
-ENGINES: list[EngineKind] = ["memory", "sqlite"]
+ENGINES: list[EngineKind] = ["memory", "sqlite", "rocksdb"]
+PERSISTENT: list[EngineKind] = ["sqlite", "rocksdb"]
 INPUT = TopicPartitionId("input", 0)
 
 
@@ -117,11 +123,11 @@ class ProducerSink(_SendEach):
 
 
 def kv_engine(kind: EngineKind, tmp_path: Path) -> KeyValueEngine:
-    return make_kv_engine(kind, tmp_path / "kv.sqlite")
+    return make_kv_engine(kind, tmp_path / f"kv.{kind}")
 
 
 def session_engine(kind: EngineKind, tmp_path: Path) -> SessionEngine:
-    return make_session_engine(kind, tmp_path / "sessions.sqlite")
+    return make_session_engine(kind, tmp_path / f"sessions.{kind}")
 
 
 def manager(  # noqa: PLR0917
@@ -198,9 +204,10 @@ def test_kv_engine_items_sorted_by_bytes_across_pages_and_writes(
     engine.close()
 
 
-def test_sqlite_kv_engine_durability(tmp_path: Path) -> None:
-    path = tmp_path / "kv.sqlite"
-    engine = make_kv_engine("sqlite", path)
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_persistent_kv_engine_durability(kind: EngineKind, tmp_path: Path) -> None:
+    path = tmp_path / f"kv.{kind}"
+    engine = make_kv_engine(kind, path)
     engine.put(b"committed", b"1")
     engine.commit()
     engine.put(b"uncommitted", b"2")
@@ -209,20 +216,22 @@ def test_sqlite_kv_engine_durability(tmp_path: Path) -> None:
     assert engine.get(b"uncommitted") == b"2"
     assert engine.get(b"committed") is None
     engine.close()
-    reopened = make_kv_engine("sqlite", path)
+    reopened = make_kv_engine(kind, path)
     assert list(reopened.items()) == [(b"committed", b"1")]
     reopened.put(b"x", b"y")
     reopened.clear()  # durable, and discards the open transaction too
     reopened.close()
-    again = make_kv_engine("sqlite", path)
+    again = make_kv_engine(kind, path)
     assert len(again) == 0
-    mode = again._conn.execute("PRAGMA journal_mode").fetchone()[0]  # type: ignore[attr-defined]
-    assert mode == "wal"
+    if kind == "sqlite":
+        mode = again._conn.execute("PRAGMA journal_mode").fetchone()[0]  # type: ignore[attr-defined]
+        assert mode == "wal"
     again.close()
 
 
-def test_sqlite_engine_is_usable_from_another_thread(tmp_path: Path) -> None:
-    engine = make_kv_engine("sqlite", tmp_path / "kv.sqlite")
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_persistent_engine_is_usable_from_another_thread(kind: EngineKind, tmp_path: Path) -> None:
+    engine = make_kv_engine(kind, tmp_path / f"kv.{kind}")
     engine.put(b"k", b"v")
     seen: list[bytes | None] = []
     reader = threading.Thread(target=lambda: seen.append(engine.get(b"k")))
@@ -234,9 +243,11 @@ def test_sqlite_engine_is_usable_from_another_thread(tmp_path: Path) -> None:
 
 def test_engine_factories_reject_bad_arguments() -> None:
     with pytest.raises(ValueError, match="unknown engine"):
-        make_kv_engine("rocksdb", None)  # type: ignore[arg-type]
+        make_kv_engine("leveldb", None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="path"):
         make_session_engine("sqlite", None)
+    with pytest.raises(ValueError, match="rocksdb engine needs a path"):
+        make_session_engine("rocksdb", None)
     assert len(make_kv_engine("memory")) == 0
 
 
@@ -298,16 +309,17 @@ def test_session_engine_remove_items_purge(kind: EngineKind, tmp_path: Path) -> 
     engine.close()
 
 
-def test_sqlite_session_engine_durability(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite"
-    engine = make_session_engine("sqlite", path)
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_persistent_session_engine_durability(kind: EngineKind, tmp_path: Path) -> None:
+    path = tmp_path / f"s.{kind}"
+    engine = make_session_engine(kind, path)
     engine.put(b"k", 1, 2, b"kept")
     engine.commit()
     engine.put(b"k", 3, 4, b"lost")
     engine.purge_ended_before(100)
     assert len(engine) == 0
     engine.close()
-    reopened = make_session_engine("sqlite", path)
+    reopened = make_session_engine(kind, path)
     assert list(reopened.items()) == [(b"k", 1, 2, b"kept")]
     reopened.close()
 
@@ -491,27 +503,28 @@ def test_checkpoint_file_round_trip_and_garbage(tmp_path: Path) -> None:
         assert read_checkpoint(path) is None
 
 
-def test_checkpoint_write_delete_reuse_without_changelog(tmp_path: Path) -> None:
-    """Unlogged SQLite stores: the checkpoint alone decides whether local data survives."""
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_checkpoint_write_delete_reuse_without_changelog(kind: EngineKind, tmp_path: Path) -> None:
+    """Unlogged persistent stores: the checkpoint alone decides whether local data survives."""
     specs = [StoreSpec("kv", "key_value", logged=False), StoreSpec("s", "session", logged=False)]
-    checkpoint_path = tmp_path / "app" / "0_0" / CHECKPOINT_FILE
+    checkpoint = checkpoint_path(tmp_path / "app" / "0_0", kind)
 
-    first = manager(tmp_path, specs)
+    first = manager(tmp_path, specs, kind)
     result = first.restore({INPUT: 0})
     assert not result.reused_checkpoint
     assert result.stores_wiped == ["kv", "s"]
-    assert read_checkpoint(checkpoint_path) == Checkpoint({INPUT: 0}, {}, frozenset({"kv", "s"}))
+    assert read_checkpoint(checkpoint) == Checkpoint({INPUT: 0}, {}, frozenset({"kv", "s"}))
     first.mark_processing()
-    assert not checkpoint_path.exists()
+    assert not checkpoint.exists()
     first.mark_processing()  # cheap when already deleted
     first.kv_store("kv").put(b"k", b"v", 1)
     first.session_store("s").put(b"k", 1, 2, b"s", 2)
     first.commit({INPUT: 1})
-    assert read_checkpoint(checkpoint_path) == Checkpoint({INPUT: 1}, {}, frozenset({"kv", "s"}))
+    assert read_checkpoint(checkpoint) == Checkpoint({INPUT: 1}, {}, frozenset({"kv", "s"}))
     first.close()
 
     # Same committed position: local data reused.
-    second = manager(tmp_path, specs)
+    second = manager(tmp_path, specs, kind)
     result = second.restore({INPUT: 1})
     assert result.reused_checkpoint
     assert result.stores_wiped == []
@@ -520,10 +533,10 @@ def test_checkpoint_write_delete_reuse_without_changelog(tmp_path: Path) -> None
     second.mark_processing()
     second.kv_store("kv").put(b"k", b"ahead", 2)
     second.close()
-    assert not checkpoint_path.exists()
+    assert not checkpoint.exists()
 
     # No checkpoint: wiped, even though the committed position did not change.
-    third = manager(tmp_path, specs)
+    third = manager(tmp_path, specs, kind)
     result = third.restore({INPUT: 1})
     assert not result.reused_checkpoint
     assert len(third.kv_store("kv")) == 0
@@ -533,29 +546,32 @@ def test_checkpoint_write_delete_reuse_without_changelog(tmp_path: Path) -> None
     third.close()
 
     # A checkpoint for other committed offsets: wiped.
-    fourth = manager(tmp_path, specs)
+    fourth = manager(tmp_path, specs, kind)
     result = fourth.restore({INPUT: 5})
     assert not result.reused_checkpoint
     assert fourth.kv_store("kv").get(b"k") is None
     fourth.close(wipe=True)
-    assert not checkpoint_path.exists()
-    assert not (tmp_path / "app" / "0_0" / "kv.sqlite").exists()
+    assert not checkpoint.exists()
+    assert not (tmp_path / "app" / "0_0" / f"kv.{kind}").exists()
 
 
-def test_new_store_not_in_checkpoint_is_wiped_others_reused(tmp_path: Path) -> None:
-    first = manager(tmp_path, [StoreSpec("a", "key_value", logged=False)])
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_new_store_not_in_checkpoint_is_wiped_others_reused(
+    kind: EngineKind, tmp_path: Path
+) -> None:
+    first = manager(tmp_path, [StoreSpec("a", "key_value", logged=False)], kind)
     first.restore({})
     first.mark_processing()
     first.kv_store("a").put(b"k", b"v", 1)
     first.commit({INPUT: 1})
     first.close()
     # A stale file for "b" that the checkpoint does not vouch for.
-    stale = make_kv_engine("sqlite", tmp_path / "app" / "0_0" / "b.sqlite")
+    stale = make_kv_engine(kind, tmp_path / "app" / "0_0" / f"b.{kind}")
     stale.put(b"stale", b"x")
     stale.commit()
     stale.close()
     specs = [StoreSpec("a", "key_value", logged=False), StoreSpec("b", "key_value", logged=False)]
-    second = manager(tmp_path, specs)
+    second = manager(tmp_path, specs, kind)
     result = second.restore({INPUT: 1})
     assert result.reused_checkpoint
     assert result.stores_wiped == ["b"]
@@ -564,13 +580,43 @@ def test_new_store_not_in_checkpoint_is_wiped_others_reused(tmp_path: Path) -> N
     second.close()
 
 
-def test_damaged_sqlite_file_is_recreated(tmp_path: Path) -> None:
+def test_switching_engines_never_reuses_the_other_engines_checkpoint(tmp_path: Path) -> None:
     specs = [StoreSpec("a", "key_value", logged=False)]
-    first = manager(tmp_path, specs)
+    with manager(tmp_path, specs, "sqlite") as sqlite:
+        sqlite.restore({INPUT: 0})
+        sqlite.mark_processing()
+        sqlite.kv_store("a").put(b"k", b"sqlite", 1)
+        sqlite.commit({INPUT: 1})
+    # SQLite's checkpoint names the committed offsets, but vouches for SQLite's files only.
+    with manager(tmp_path, specs, "rocksdb") as rocksdb:
+        result = rocksdb.restore({INPUT: 1})
+        assert not result.reused_checkpoint
+        assert result.stores_wiped == ["a"]
+        rocksdb.mark_processing()
+        rocksdb.kv_store("a").put(b"k", b"rocksdb", 2)
+        rocksdb.commit({INPUT: 2})
+    # Back to SQLite after RocksDB moved on: its old checkpoint is for other offsets.
+    with manager(tmp_path, specs, "sqlite") as sqlite:
+        result = sqlite.restore({INPUT: 2})
+        assert not result.reused_checkpoint
+        assert sqlite.kv_store("a").get(b"k") is None
+
+
+def _damage(store: Path) -> None:
+    if store.is_dir():  # RocksDB: a CURRENT file that names no manifest
+        (store / "CURRENT").write_bytes(b"\x00" * 100)
+    else:
+        store.write_bytes(b"not a database" * 100)
+
+
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_damaged_store_files_are_recreated(kind: EngineKind, tmp_path: Path) -> None:
+    specs = [StoreSpec("a", "key_value", logged=False)]
+    first = manager(tmp_path, specs, kind)
     first.restore({})
     first.close()
-    (tmp_path / "app" / "0_0" / "a.sqlite").write_bytes(b"not a database" * 100)
-    second = manager(tmp_path, specs)
+    _damage(tmp_path / "app" / "0_0" / f"a.{kind}")
+    second = manager(tmp_path, specs, kind)
     result = second.restore({})
     assert result.stores_wiped == ["a"]
     assert not result.reused_checkpoint
@@ -578,14 +624,15 @@ def test_damaged_sqlite_file_is_recreated(tmp_path: Path) -> None:
     second.close()
 
 
-def test_state_directory_is_locked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_state_directory_is_locked(kind: EngineKind, tmp_path: Path) -> None:
     specs = [StoreSpec("a", "key_value", logged=False)]
-    first = manager(tmp_path, specs)
+    first = manager(tmp_path, specs, kind)
     with pytest.raises(StateDirectoryLockedError):
-        manager(tmp_path, specs)
+        manager(tmp_path, specs, kind)
     first.close()
     first.close()  # idempotent
-    with manager(tmp_path, specs) as second:
+    with manager(tmp_path, specs, kind) as second:
         assert second.store("a").name == "a"
     with pytest.raises(RuntimeError, match="closed"):
         second.commit({})
@@ -1045,7 +1092,9 @@ def test_restore_reads_committed_transactions_only_and_terminates(
 
 
 @pytest.mark.broker
-def test_sqlite_checkpoint_reuse_restores_only_the_tail(
+@pytest.mark.parametrize("kind", PERSISTENT)
+def test_persistent_checkpoint_reuse_restores_only_the_tail(  # noqa: PLR0917
+    kind: EngineKind,
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
     changelog_for: Callable[[str, StoreSpec], str],
@@ -1056,12 +1105,12 @@ def test_sqlite_checkpoint_reuse_restores_only_the_tail(
     topic = changelog_for(app, KV)
     changelog_tp = TopicPartitionId(topic, 0)
     source = TopicPartitionId(create_topic("input"), 0)
-    checkpoint_path = tmp_path / app / "0_0" / CHECKPOINT_FILE
+    checkpoint = checkpoint_path(tmp_path / app / "0_0", kind)
     sink = sinks()
     position = SourcePosition()
 
     def open_state() -> TaskStateManager:
-        return manager(tmp_path, [KV], "sqlite", sink, position, kafka_bootstrap, app)
+        return manager(tmp_path, [KV], kind, sink, position, kafka_bootstrap, app)
 
     first = open_state()
     result = first.restore({})
@@ -1073,7 +1122,7 @@ def test_sqlite_checkpoint_reuse_restores_only_the_tail(
     first.flush()
     sink.flush()
     first.commit({source: 3})  # changelog end offsets asked from the broker
-    assert read_checkpoint(checkpoint_path) == Checkpoint(
+    assert read_checkpoint(checkpoint) == Checkpoint(
         {source: 3}, {changelog_tp: 3}, frozenset({"counts"})
     )
     first.commit({source: 3})  # nothing processed since: the checkpoint still holds
@@ -1091,7 +1140,7 @@ def test_sqlite_checkpoint_reuse_restores_only_the_tail(
     assert result.stores_wiped == []
     assert result.end_offsets == {changelog_tp: 4}
     assert [k for k, _ in second.kv_store("counts").items()] == [b"k0", b"k1", b"k2", b"tail"]
-    assert read_checkpoint(checkpoint_path) == Checkpoint(
+    assert read_checkpoint(checkpoint) == Checkpoint(
         {source: 3}, {changelog_tp: 4}, frozenset({"counts"})
     )
     second.close()
@@ -1106,12 +1155,12 @@ def test_sqlite_checkpoint_reuse_restores_only_the_tail(
     assert [k for k, _ in third.kv_store("counts").items()] == [b"k0", b"k1", b"tail"]
     # The skipped k2 needs a correction, so no checkpoint until it is logged.
     assert result.corrections == 1
-    assert not checkpoint_path.exists()
+    assert not checkpoint.exists()
     third.mark_processing()
     third.flush()
     sink.flush()
     third.commit({source: 3}, {changelog_tp: 5})  # offsets as the collector reports them
-    assert read_checkpoint(checkpoint_path) == Checkpoint(
+    assert read_checkpoint(checkpoint) == Checkpoint(
         {source: 3}, {changelog_tp: 5}, frozenset({"counts"})
     )
     third.close()

@@ -15,9 +15,9 @@ from streams_runtime.state import (
 )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "rocksdb"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> WindowStore:
-    path = tmp_path / "windows.sqlite" if request.param == "sqlite" else None
+    path = tmp_path / f"windows.{request.param}" if request.param != "memory" else None
     return WindowStore("w", 0, make_session_engine(request.param, path), None)
 
 
