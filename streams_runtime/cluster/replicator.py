@@ -12,8 +12,9 @@ It
   :class:`~streams_runtime.cluster.standby.StandbyReplica` copies warm with one read_committed
   consumer of their changelog partitions;
 - hands a task becoming active the committed state of its standbys (:meth:`Replicator.warm_stores`);
-- with the SQLite engine, keeps the standbys on disk and checkpoints them every membership
-  interval and on close, so a restart resumes each from its checkpoint (:mod:`.standby`).
+- with a persistent engine (SQLite, RocksDB), keeps the standbys on disk and checkpoints them
+  every membership interval and on close, so a restart resumes each from its checkpoint
+  (:mod:`.standby`).
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ class Replicator:
                     if count:
                         self.stores[spec.name] = (spec, sub.id, topic, count)
         self.standbys: dict[StorePartition, StandbyReplica] = {}
-        self._persistent = settings.state_engine == StateEngine.SQLITE
+        # Persistent engines' standbys live on disk (in SQLite files, whichever the engine).
+        self._persistent = settings.state_engine != StateEngine.MEMORY
         self._standby_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()

@@ -13,7 +13,8 @@ standby's partition becomes active on the same instance, the task starts from th
 and reads the changelog's tail with the crash-safety rules of ``TaskStateManager``. The standby
 keeps serving stale queries until that restore is done.
 
-Where a standby lives: in memory with the memory engine; with the SQLite engine on disk, in a
+Where a standby lives: in memory with the memory engine; with a persistent engine (SQLite or
+RocksDB) on disk, in SQLite files whichever the engine, in a
 directory of its own per store partition (``state_dir / application_id / standby /
 <store>-<partition>``, see :func:`standby_directory`), never the active task's: the two exist
 side by side while a promoted task restores from the standby, which keeps serving stale

@@ -91,8 +91,9 @@ def _resumed_offsets(log: str, partition: int) -> list[int]:
 
 
 @pytest.mark.broker
+@pytest.mark.parametrize("engine", ["sqlite", "rocksdb"])
 def test_a_restarted_instance_resumes_its_standbys_from_their_checkpoints(
-    kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
+    engine: str, kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
 ) -> None:
     rows = {**ROWS, **{f"fill-{i}": f"fill-value-{i}" for i in range(FILL)}}
     counts = {p: sum(_partition(k) == p for k in rows) for p in range(PARTITIONS)}
@@ -110,7 +111,7 @@ def test_a_restarted_instance_resumes_its_standbys_from_their_checkpoints(
         tmp_path,
         count=2,
         rows=rows,
-        settings={"PROGRESS_CONTROL_RUNTIME_STATE_ENGINE": "sqlite"},
+        settings={"PROGRESS_CONTROL_RUNTIME_STATE_ENGINE": engine},
     )
 
     def write_tail() -> None:
