@@ -73,6 +73,8 @@ class BrokerWatch:
         self._refreshed_at: float | None = None
         self._forced_at: float | None = None
         self._forced_lock = threading.Lock()
+        self._forced: threading.Thread | None = None
+        self._failed_at: float | None = None
         self._metadata_as_of: float | None = None
         self._truncation_logged = False
         self._stopping = threading.Event()
@@ -103,14 +105,17 @@ class BrokerWatch:
         failed ones included, so a flood of names or a broker outage costs one a second."""
         now = time.monotonic()
         with self._forced_lock:
+            if self._forced is not None and self._forced.is_alive():
+                return
             if self._forced_at is not None and now - self._forced_at < _MIN_FORCED_REFRESH_S:
                 return
             if self._refreshed_at is not None and now - self._refreshed_at < _MIN_FORCED_REFRESH_S:
                 return
             self._forced_at = now
-        threading.Thread(
-            target=self._refresh_quietly, args=(now,), name="metadata-refresh", daemon=True
-        ).start()
+            self._forced = threading.Thread(
+                target=self._refresh_quietly, args=(now,), name="metadata-refresh", daemon=True
+            )
+            self._forced.start()
 
     def _refresh_quietly(self, now: float) -> None:
         try:
@@ -122,10 +127,17 @@ class BrokerWatch:
 
     def _refresh(self, now: float) -> None:
         with self._lock:
+            # Another thread's request ended while we waited for the lock: its answer stands.
             if self._refreshed_at is not None and now < self._refreshed_at:
-                return  # another thread refreshed while we waited for the lock
+                return
+            if self._failed_at is not None and now < self._failed_at:
+                raise ConnectionError("the broker did not answer a metadata request just now")
             requested = time.monotonic()
-            metadata = self._list_topics()
+            try:
+                metadata = self._list_topics()
+            except Exception:
+                self._failed_at = time.monotonic()
+                raise
             topics = {
                 name: len(topic.partitions)
                 for name, topic in metadata.topics.items()
