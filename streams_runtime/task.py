@@ -168,6 +168,12 @@ class StreamTask:
     def session_store(self, name: str) -> SessionStore:
         return self.state.session_store(name)
 
+    def query_store(self, name: str) -> KeyValueStore | SessionStore:
+        """The store ``name`` as interactive queries read it (from their own threads): through
+        its cache, as in Kafka Streams, so an answer is never a commit interval behind what was
+        processed."""
+        return self.caches.cached(name) or self.state.store(name)
+
     def window_store(self, name: str) -> WindowStore:
         return self.state.window_store(name)
 

@@ -20,6 +20,7 @@ Only the stream thread touches a cache; interactive queries read the underlying 
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
@@ -89,7 +90,10 @@ class NamedCache:
     def get(self, key: bytes) -> CacheEntry | None:
         entry = self._entries.get(key)
         if entry is not None:
-            self._entries.move_to_end(key)
+            # An interactive query reads from another thread: the stream thread may have
+            # evicted the key meanwhile.
+            with contextlib.suppress(KeyError):
+                self._entries.move_to_end(key)
         return entry
 
     def put(self, key: bytes, entry: CacheEntry) -> None:
@@ -256,6 +260,10 @@ class TaskCaches:
             named = self._thread.named(f"{self._task}-{store.name}")
             cached = self._stores[store.name] = CachingKeyValueStore(store, named, self._position)
         return cached
+
+    def cached(self, name: str) -> CachingKeyValueStore | None:
+        """The cached store ``name``, ``None`` when it is not cached."""
+        return self._stores.get(name)
 
     def flush(self) -> None:
         """Flush every cache, upstream stores first, until none is dirty: what a flush forwards

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from streams_runtime import App, StreamsBuilder
+from streams_runtime.query_results import QueryError
 from streams_runtime.serdes import Integer, Json, String
 from tests.helpers import TopicReader, wait_for
 from tests.streams_runtime.processors.test_tables import produce, updates
@@ -64,3 +65,28 @@ def test_cache_forwards_fewer_updates_and_the_same_final_counts(
         counts = [value for k, value, _ in cached if k == key]
         assert counts == sorted(counts)
         assert [u for u in cached if u[0] == key][-1] == [u for u in uncached if u[0] == key][-1]
+
+
+@broker
+def test_queries_read_through_the_cache(
+    create_topic: Callable[..., str],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+) -> None:
+    # A commit interval far longer than the test: nothing is flushed, yet queries see every
+    # count, as Kafka Streams' queries read through its cache.
+    source = create_topic("clicks")
+    records = [(KEYS[i % len(KEYS)], i, 1000 + i) for i in range(PER_KEY * len(KEYS))]
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
+    builder.stream(source).group_by_key().count(name="counts")
+    app = run_app(builder, commit_interval_ms=600_000, statestore_cache_max_bytes=10 * 1024 * 1024)
+    produce(kafka_bootstrap, source, records)
+
+    def counted() -> bool:
+        assert app.queries is not None
+        try:
+            return all(app.queries.get_local("counts", key).value == PER_KEY for key in KEYS)
+        except QueryError:  # not running as active yet
+            return False
+
+    wait_for(counted, timeout_s=60, message="every count answered from the cache")
