@@ -96,6 +96,14 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     buffered_records_per_partition: int = Field(
         1000, ge=1, description="Pause a partition's fetching above this many buffered records."
     )
+    statestore_cache_max_bytes: int = Field(
+        10 * 1024 * 1024,
+        ge=0,
+        description="Record cache (Kafka Streams' statestore.cache.max.bytes, default 10 MiB), "
+        "one budget for the stream thread's tasks: writes to a cached store key within a commit "
+        "interval reach the store, its changelog and downstream once, on commit or on eviction. "
+        "0 turns it off: every update is written and forwarded.",
+    )
     state_dir: Path = Field(
         Path(tempfile.gettempdir()) / "progress-control-streams",
         description="Local state directory (one subdirectory per application and task).",

@@ -26,7 +26,9 @@ from streams_runtime.state import (
     KeyValueStore,
     SessionStore,
     SourcePosition,
+    TaskCaches,
     TaskStateManager,
+    ThreadCache,
     WarmStore,
     WindowStore,
 )
@@ -80,6 +82,7 @@ class StreamTask:
         metrics: RuntimeMetrics,
         bad_records: BadRecordHandler,
         lag: LagProvider,
+        cache: ThreadCache | None = None,
     ) -> None:
         self.id = task_id
         self.subtopology = subtopology
@@ -105,6 +108,11 @@ class StreamTask:
             position=self.position,
             consumer_config=settings.consumer_config(),
         )
+        # The record cache: the stream thread's (``cache``), or the task's own.
+        if cache is None:
+            cache = ThreadCache(settings.statestore_cache_max_bytes)
+        self.caches = TaskCaches(cache, str(task_id), self.position)
+        self._cached_stores = frozenset(s.name for s in subtopology.stores if s.cached)
         self._sources: dict[str, SourceProcessor] = {}
         self._routes: dict[str, tuple[TopicPartitionId, SourceProcessor]] = {}
         self._processors: list[Processor] = []
@@ -154,10 +162,17 @@ class StreamTask:
         self._collector.send(topic, key, value, timestamp, headers, partition=partition)
 
     def kv_store(self, name: str) -> KeyValueStore:
-        return self.state.kv_store(name)
+        store = self.state.kv_store(name)
+        return self.caches.kv_store(store) if name in self._cached_stores else store
 
     def session_store(self, name: str) -> SessionStore:
         return self.state.session_store(name)
+
+    def query_store(self, name: str) -> KeyValueStore | SessionStore:
+        """The store ``name`` as interactive queries read it (from their own threads): through
+        its cache, as in Kafka Streams, so an answer is never a commit interval behind what was
+        processed."""
+        return self.caches.cached(name) or self.state.store(name)
 
     def window_store(self, name: str) -> WindowStore:
         return self.state.window_store(name)
@@ -351,8 +366,10 @@ class StreamTask:
         return any(b > committed.get(t, NO_PROGRESS) for t, b in self.bounds().items())
 
     def flush(self) -> None:
-        """Before a commit: let processors do periodic work (retention, gauges), then send the
-        buffered changelog writes."""
+        """Before a commit: flush the record cache (writes and forwards what it absorbed), let
+        processors do periodic work (retention, gauges), then send the buffered changelog
+        writes (Kafka Streams' order: cache, stores, then the commit)."""
+        self.caches.flush()
         for processor in self._processors:
             processor.flush()
         self.state.flush()
@@ -392,4 +409,5 @@ class StreamTask:
         with contextlib.suppress(KeyError):  # never restored here
             self._metrics.restore_remaining.remove(str(self.id))
         self.group.clear()
+        self.caches.clear()
         self.state.close()

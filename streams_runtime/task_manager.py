@@ -19,6 +19,7 @@ from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.repartition_purge import RepartitionPurger
 from streams_runtime.settings import RuntimeSettings
+from streams_runtime.state import ThreadCache
 from streams_runtime.state_updater import StateUpdater
 from streams_runtime.task import StreamTask, WarmStores
 from streams_runtime.topology import Topology
@@ -60,6 +61,8 @@ class TaskManager:
             settings.repartition_purge_interval_ms / 1000,
         )
         self.tasks: dict[TaskId, StreamTask] = {}
+        # The record cache: one budget for all of this thread's tasks.
+        self._cache = ThreadCache(settings.statestore_cache_max_bytes)
         self._task_of: dict[TopicPartitionId, StreamTask] = {}
         # Tasks whose stores restore on the updater's thread, with their inputs' committed
         # offsets (where processing starts once restored); their inputs stay paused.
@@ -283,6 +286,7 @@ class TaskManager:
                 metrics=self._metrics,
                 bad_records=self._bad_records,
                 lag=self._partitions.lag,
+                cache=self._cache,
             )
             task.prepare(committed, self.warm_stores)
             self._partitions.pause(inputs)

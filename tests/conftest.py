@@ -28,6 +28,13 @@ from tests.helpers import TopicReader, unique_name
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 
+# The runtime's record cache (statestore_cache_max_bytes, Kafka Streams' default 10 MiB) absorbs
+# intermediate updates, and most tests assert every one of them: tests run with the cache off
+# unless they turn it on (tests/streams_runtime/test_record_cache*.py). An environment default,
+# so that settings built directly and runtime subprocesses get it too.
+CACHE_OFF_ENV = "PROGRESS_CONTROL_RUNTIME_STATESTORE_CACHE_MAX_BYTES"
+os.environ.setdefault(CACHE_OFF_ENV, "0")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -116,6 +123,7 @@ def run_app(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., App]
         settings.setdefault("application_id", unique_name("app"))
         settings.setdefault("state_dir", tmp_path / f"state-{len(apps)}")
         settings.setdefault("commit_interval_ms", 200)
+        settings.setdefault("statestore_cache_max_bytes", 0)
         app = App(builder, bootstrap_servers=kafka_bootstrap, **settings)
         apps.append(app)
         app.start()

@@ -37,7 +37,7 @@ class LocalStoreProvider:
     def active(self, task_id: TaskId) -> StoreLookup | None:
         """The stores of ``task_id`` while it runs as active here; ``None`` otherwise."""
         task = self._thread.tasks.get(task_id) if task_id in self._thread.active_tasks else None
-        return None if task is None else task.state.store
+        return None if task is None else task.query_store
 
     def restoring(self, task_id: TaskId) -> StoreLookup | None:
         """The stores of ``task_id`` while it is restoring here; ``None`` otherwise."""

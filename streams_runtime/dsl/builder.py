@@ -67,7 +67,9 @@ class StreamsBuilder:
         ks, vs = key_serde or self.default_key_serde, value_serde or self.default_value_serde
         source = self._graph.source((topic,), ks, vs)
         store = store_name or self._graph.name("KTABLE-SOURCE-STORE")
-        spec = StoreSpec(name=store, kind="key_value")
+        # Cached (the record cache) as Kafka Streams caches a source table it materialises;
+        # one materialised only for a join or old values is not cached here.
+        spec = StoreSpec(name=store, kind="key_value", cached=store_name is not None)
         node = self._graph.add(
             "KTABLE-SOURCE",
             lambda: p.TableSourceProcessor(store, ks, vs),

@@ -94,7 +94,7 @@ class GroupedStream(Generic[K, V]):
                 store, ks, vs, initializer=initializer, aggregator=aggregator
             ),
             [self._stream._node],
-            stores=(StoreSpec(name=store, kind="key_value"),),
+            stores=(StoreSpec(name=store, kind="key_value", cached=True),),
         )
         builder._graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
         return Table(builder, node, ks, vs, store_name=store, store_value_serde=vs)
@@ -266,7 +266,7 @@ class GroupedTable(Generic[K, V]):
                 subtractor=subtractor,
             ),
             [source],
-            stores=(StoreSpec(name=store, kind="key_value"),),
+            stores=(StoreSpec(name=store, kind="key_value", cached=True),),
         )
         graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
         return Table(

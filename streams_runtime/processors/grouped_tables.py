@@ -104,5 +104,5 @@ class TableChangeAggregateProcessor(TableAggregateProcessor):
             if stored is not None:
                 timestamp = max(record.timestamp, stored.timestamp)
         value = None if aggregate is None else self._value_serde.serialize(aggregate)
-        if self._table.update(key, stored, value, timestamp):
+        if self._table.update(key, stored, value, timestamp, record.headers):
             self.forward(Record(record.key, aggregate, timestamp, record.headers, old))

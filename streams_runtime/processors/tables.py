@@ -20,9 +20,9 @@ from streams_runtime.processors.base import (
     Processor,
     ProcessorContext,
 )
-from streams_runtime.record import Record
+from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde, ValueAndTimestamp
-from streams_runtime.state import KeyValueStore
+from streams_runtime.state import CachingKeyValueStore, KeyValueStore
 
 __all__ = [
     "StreamTableJoinProcessor",
@@ -71,24 +71,83 @@ class TimestampedTableStore:
     def __init__(self, store: KeyValueStore, context: ProcessorContext) -> None:
         self.store = store
         self._context = context
+        self.cached = False
 
     def get(self, key: bytes) -> ValueAndTimestamp | None:
         """The stored value and timestamp of ``key``, or ``None``."""
         raw = self.store.get(key)
         return None if raw is None else ValueAndTimestamp.from_bytes(raw)
 
+    def forward_flushed(
+        self, forward: Callable[[bytes, Any, Any, int, Headers | None], None]
+    ) -> None:
+        """When the store is cached (:class:`~streams_runtime.state.CachingKeyValueStore`):
+        updates are forwarded when the cache flushes them, once per key and flush, by
+        ``forward(key, new value, old value, timestamp, headers)`` with serialized values
+        (``None``: none) and the timestamp of the new value, or of the delete (Kafka Streams'
+        ``TimestampedCacheFlushListener``); the old value is what the store held before the
+        first cached write. Emit-on-change applies to what is flushed."""
+        store = self.store
+        if not isinstance(store, CachingKeyValueStore):
+            return
+        self.cached = True
+
+        def flushed(
+            key: bytes, new: bytes | None, old: bytes | None, ts: int, headers: Headers | None
+        ) -> None:
+            new_vt = None if new is None else ValueAndTimestamp.from_bytes(new)
+            old_vt = None if old is None else ValueAndTimestamp.from_bytes(old)
+            if new_vt is not None and is_idempotent_update(old_vt, new_vt.value, new_vt.timestamp):
+                self._context.record_idempotent_skip(store.name)
+                return
+            forward(
+                key,
+                None if new_vt is None else new_vt.value,
+                None if old_vt is None else old_vt.value,
+                ts if new_vt is None else new_vt.timestamp,
+                headers,
+            )
+
+        store.set_flush_listener(flushed)
+
     def update(
-        self, key: bytes, stored: ValueAndTimestamp | None, value: bytes | None, timestamp: int
+        self,
+        key: bytes,
+        stored: ValueAndTimestamp | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None = None,
     ) -> bool:
         """Write ``value`` (``None`` deletes) at ``timestamp``; True when the update is to be
-        forwarded, False when it is idempotent against ``stored`` (what :meth:`get` returned).
-        Idempotent updates are counted in ``streams_idempotent_update_skip_total``."""
+        forwarded now, False when it is idempotent against ``stored`` (what :meth:`get`
+        returned), counted in ``streams_idempotent_update_skip_total``, or when the store is
+        cached (:meth:`forward_flushed` forwards it, with ``headers``)."""
         encoded = None if value is None else ValueAndTimestamp(value, timestamp).to_bytes()
+        if self.cached:
+            assert isinstance(self.store, CachingKeyValueStore)
+            self.store.put(key, encoded, timestamp, headers)
+            return False
         self.store.put(key, encoded, timestamp)
         if is_idempotent_update(stored, value, timestamp):
             self._context.record_idempotent_skip(self.store.name)
             return False
         return True
+
+
+def _forward_from_cache(
+    processor: Processor, key_serde: Serde[Any], value_serde: Serde[Any]
+) -> Callable[[bytes, Any, Any, int, Headers | None], None]:
+    """What a table processor forwards when its cache flushes an update
+    (:meth:`TimestampedTableStore.forward_flushed`): the deserialized key, new and old value."""
+
+    def forward(
+        key: bytes, new: bytes | None, old: bytes | None, ts: int, headers: Headers | None
+    ) -> None:
+        new_value = None if new is None else value_serde.deserialize(new)
+        old_value = None if old is None else value_serde.deserialize(old)
+        processor.forward(Record(key_serde.deserialize(key), new_value, ts, headers, old_value))
+
+    return forward
 
 
 class TableSourceProcessor(KeyedStoreProcessor):
@@ -105,6 +164,7 @@ class TableSourceProcessor(KeyedStoreProcessor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
+        self._table.forward_flushed(_forward_from_cache(self, self._key_serde, self._value_serde))
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._table is not None
@@ -113,7 +173,7 @@ class TableSourceProcessor(KeyedStoreProcessor):
             return
         value = self._value_serde.serialize(record.value)
         stored = self._table.get(key)
-        if self._table.update(key, stored, value, record.timestamp):
+        if self._table.update(key, stored, value, record.timestamp, record.headers):
             old = None if stored is None else self._value_serde.deserialize(stored.value)
             self.forward(Record(record.key, record.value, record.timestamp, record.headers, old))
 
@@ -134,6 +194,7 @@ class TableAggregateProcessor(AggregateProcessor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self._table = TimestampedTableStore(context.kv_store(self._store_name), context)
+        self._table.forward_flushed(_forward_from_cache(self, self._key_serde, self._value_serde))
 
     def process(self, record: Record[Any, Any]) -> None:
         assert self._table is not None
@@ -154,7 +215,7 @@ class TableAggregateProcessor(AggregateProcessor):
             timestamp = max(stored.timestamp, record.timestamp)
         aggregate = self._aggregator(record.key, record.value, aggregate)
         value = self._value_serde.serialize(aggregate)
-        if self._table.update(key, stored, value, timestamp):
+        if self._table.update(key, stored, value, timestamp, record.headers):
             self.forward(Record(record.key, aggregate, timestamp, record.headers, old))
 
 

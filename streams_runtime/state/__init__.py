@@ -9,6 +9,7 @@
 - ``manager``: :class:`TaskStateManager`, one task's stores and their flush/commit lifecycle.
 """
 
+from streams_runtime.state.caching import CachingKeyValueStore, TaskCaches, ThreadCache
 from streams_runtime.state.changelog import (
     SOURCE_HEADER,
     ChangelogWriter,
@@ -48,6 +49,7 @@ from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStor
 
 __all__ = [
     "SOURCE_HEADER",
+    "CachingKeyValueStore",
     "ChangelogWriter",
     "ChangelogWrites",
     "Checkpoint",
@@ -68,7 +70,9 @@ __all__ = [
     "SqliteSessionEngine",
     "StateDirectoryLockedError",
     "StoreSpec",
+    "TaskCaches",
     "TaskStateManager",
+    "ThreadCache",
     "WarmStore",
     "WindowStore",
     "changelog_topic",

@@ -17,13 +17,16 @@ class StoreSpec:
     """What a processor asks for: a named key-value, session or window store, logged by default.
 
     ``retention_ms`` (session and window stores) is how long, in stream time, an entry is kept
-    after its end.
+    after its end. ``cached``: writes go through the record cache
+    (:mod:`streams_runtime.state.caching`) when it is on, as Kafka Streams caches the stores of
+    aggregations and materialised tables by default.
     """
 
     name: str
     kind: Literal["key_value", "session", "window"]
     logged: bool = True
     retention_ms: int | None = None
+    cached: bool = False
 
     def __post_init__(self) -> None:
         # The name ends up in a file name and a topic name: keep to Kafka's topic alphabet.

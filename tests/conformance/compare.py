@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from tests.conformance.inputs import ID_HEADER, SENTINEL_KEY
 from tests.conformance.topologies import Case
 
-__all__ = ["OutputRecord", "differences"]
+__all__ = ["OutputRecord", "differences", "final_results"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,19 @@ def differences(
                 if len(found) >= limit:
                     return found
     return found
+
+
+def final_results(
+    case: Case, records: list[OutputRecord]
+) -> dict[bytes | None, tuple[bytes | None, int]]:
+    """The last (value, timestamp) per key (window included) of an output's data records: what
+    is comparable when record caches merge intermediate updates by commit timing."""
+    window_bytes = _window_bytes(case)
+    return {
+        r.key: (r.value, r.timestamp)
+        for r in records
+        if not r.control and _user_key(r, window_bytes) != SENTINEL_KEY
+    }
 
 
 def _unjoined_last(records: list[Comparable]) -> list[Comparable]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -14,7 +15,19 @@ from tests.conformance.harness import Outputs, run_both_engines
 from tests.conformance.inputs import InputRecord
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 
-RunBoth = Callable[[dict[str, list[InputRecord]], SessionWindows], tuple[Outputs, Outputs]]
+
+class RunBoth(Protocol):
+    """Runs inputs through both engines, with a record cache of ``cache_max_bytes`` on both
+    sides (default 0, off)."""
+
+    def __call__(
+        self,
+        inputs: dict[str, list[InputRecord]],
+        windows: SessionWindows,
+        *,
+        cache_max_bytes: int = 0,
+    ) -> tuple[Outputs, Outputs]: ...
+
 
 STATE_ENGINES = ("memory", "sqlite", "rocksdb")
 
@@ -53,7 +66,10 @@ def both_engines(  # noqa: PLR0917 (pytest fixtures)
     print(f"the runtime's state engine: {state_engine}")  # shown with a failure
 
     def run(
-        inputs: dict[str, list[InputRecord]], windows: SessionWindows
+        inputs: dict[str, list[InputRecord]],
+        windows: SessionWindows,
+        *,
+        cache_max_bytes: int = 0,
     ) -> tuple[Outputs, Outputs]:
         return run_both_engines(
             inputs,
@@ -64,6 +80,7 @@ def both_engines(  # noqa: PLR0917 (pytest fixtures)
             run_app=run_app,
             state_dir=tmp_path,
             state_engine=state_engine,
+            cache_max_bytes=cache_max_bytes,
         )
 
     return run

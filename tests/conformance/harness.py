@@ -149,11 +149,14 @@ def run_both_engines(
     run_app: Callable[..., App],
     state_dir: Path,
     state_engine: str = "memory",
+    cache_max_bytes: int = 0,
 ) -> tuple[Outputs, Outputs]:
     """Run the cases named in ``inputs`` on those inputs, in Kafka Streams and in the runtime
     (its stores on ``state_engine``), until both processed all of it; their outputs (Kafka
     Streams', the runtime's), with timestamps relative to the inputs' (which are produced an hour
-    in the past)."""
+    in the past). Both run with a record cache of ``cache_max_bytes`` (default 0, off: every
+    update is forwarded as it happens; with a cache, which updates are merged depends on
+    commit timing, so only final results can be compared)."""
     # An hour back, on a whole minute: the input's window boundaries (multiples of a window's
     # size or advance, all dividing a minute) stay window boundaries once shifted.
     base_ms = (int(time.time()) // 60 - 60) * 60_000
@@ -177,8 +180,7 @@ def run_both_engines(
         "bootstrap.servers": kafka_bootstrap,
         "state.dir": str(state_dir / "kstreams"),
         "topologies": ",".join(inputs),
-        # Every update forwarded as it happens: record caches merge updates per commit interval.
-        "config.statestore.cache.max.bytes": "0",
+        "config.statestore.cache.max.bytes": str(cache_max_bytes),
         "config.commit.interval.ms": "100",
         "config.max.task.idle.ms": "0",
         "config.default.key.serde": "org.apache.kafka.common.serialization.Serdes$StringSerde",
@@ -203,6 +205,7 @@ def run_both_engines(
         max_task_idle_ms=0,
         state_dir=state_dir / "runtime",
         state_engine=state_engine,
+        statestore_cache_max_bytes=cache_max_bytes,
     )
     checks = [
         ProcessedCheck(kafka_bootstrap, app_id, all_inputs) for app_id in (kstreams_id, runtime_id)
