@@ -8,10 +8,13 @@ Engines (each in its own process, from a fresh consumer group / application id):
   engine memory, SQLite or RocksDB (rocksdict);
 - ``quix``: Quix Streams 3.28.1 (its own virtualenv under the project cache, installed on first
   use; RocksDB state and changelogs, its defaults);
-- ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the conformance suite's Maven project;
+- ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the Maven project ``bench/kstreams/``;
   its defaults: RocksDB stores, the 10 MiB record cache ``statestore.cache.max.bytes``, one
-  stream thread; heap ``-Xmx`` ``BENCH_KS_HEAP``, default 512m). It reads the values as
-  strings without parsing them, where the runtime and Quix parse JSON.
+  stream thread; heap ``-Xmx`` ``BENCH_KS_HEAP``, default 512m). It parses every value with
+  Jackson and writes its output with Jackson, as the runtime and Quix parse and write JSON.
+
+Every engine does the same work: each input value is parsed as JSON (and otherwise ignored by
+the counts), each output value written as JSON.
 
 Workloads over the click input of ``bench/_clicks.py`` (``BENCH_EVENTS`` events, default
 1,000,000; ``BENCH_EOS_EVENTS`` for exactly-once, default 300,000; 10,000 keys, 4 partitions;
@@ -105,34 +108,11 @@ class _Engines:
         return [sys.executable, "-m", "bench._engine_main", str(path)]
 
     def _kstreams(self, spec: dict[str, Any]) -> list[str]:
-        from progress_control.dev.jars import find_java
-        from tests.conformance.kstreams import build_conformance_app
+        from bench._engine_kstreams import build_throughput_app, kstreams_command
 
         if self._jars is None:
-            self._jars = build_conformance_app()
-        properties = {
-            "application.id": spec["group"],
-            "bootstrap.servers": spec["bootstrap_servers"],
-            "state.dir": spec["state_dir"],
-            "workload": spec["workload"],
-            "in": spec["source"],
-            "out": spec["sink"],
-            "window.ms": spec["window_ms"],
-            "config.commit.interval.ms": spec["commit_interval_ms"],
-        }
-        if spec["guarantee"] == "exactly_once":
-            properties["config.processing.guarantee"] = "exactly_once_v2"
-        path = self.work_dir / f"{spec['group']}.properties"
-        path.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-        return [
-            str(find_java()),
-            f"-Xmx{os.environ.get('BENCH_KS_HEAP', '512m')}",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-cp",
-            f"{self._jars}/*",
-            "kpc.conformance.ThroughputApp",
-            str(path),
-        ]
+            self._jars = build_throughput_app()
+        return kstreams_command(self._jars, spec, self.work_dir)
 
 
 def _run(engines: _Engines, result: Result, source: str, ends: list[int], window_ms: int) -> None:
