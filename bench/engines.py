@@ -8,10 +8,13 @@ Engines (each in its own process, from a fresh consumer group / application id):
   engine memory, SQLite or RocksDB (rocksdict);
 - ``quix``: Quix Streams 3.28.1 (its own virtualenv under the project cache, installed on first
   use; RocksDB state and changelogs, its defaults);
-- ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the conformance suite's Maven project;
+- ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the Maven project ``bench/kstreams/``;
   its defaults: RocksDB stores, the 10 MiB record cache ``statestore.cache.max.bytes``, one
-  stream thread; heap ``-Xmx`` ``BENCH_KS_HEAP``, default 512m). It reads the values as
-  strings without parsing them, where the runtime and Quix parse JSON.
+  stream thread; heap ``-Xmx`` ``BENCH_KS_HEAP``, default 512m). It parses every value with
+  Jackson and writes its output with Jackson, as the runtime and Quix parse and write JSON.
+
+Every engine does the same work: each input value is parsed as JSON (and otherwise ignored by
+the counts), each output value written as JSON.
 
 Workloads over the click input of ``bench/_clicks.py`` (``BENCH_EVENTS`` events, default
 1,000,000; ``BENCH_EOS_EVENTS`` for exactly-once, default 300,000; 10,000 keys, 4 partitions;
@@ -29,6 +32,13 @@ Every engine is timed the same way: from its process's start (start-up, group jo
 included) until its group's committed offsets reach the end of every input partition. Peak RSS
 is the process's (the JVM's for Kafka Streams). Each engine's output (windows and the clicks
 they count) is checked against the expected closed windows.
+
+At the end, after the per-run figures and the ratios, issue 28's table, one per workload: the
+runtime's records/s over Kafka Streams', Quix Streams' and the plain loop's, and its peak RSS
+over Quix Streams', with the SQLite, RocksDB and memory engines as columns (``-`` where an
+engine was not run or its output was wrong), the goal, and which columns meet it (for Kafka
+Streams only the persistent engines count). The goals are the at-least-once throughput ones
+and the peak RSS one; the exactly-once throughput rows have none.
 """
 
 from __future__ import annotations
@@ -105,34 +115,11 @@ class _Engines:
         return [sys.executable, "-m", "bench._engine_main", str(path)]
 
     def _kstreams(self, spec: dict[str, Any]) -> list[str]:
-        from progress_control.dev.jars import find_java
-        from tests.conformance.kstreams import build_conformance_app
+        from bench._engine_kstreams import build_throughput_app, kstreams_command
 
         if self._jars is None:
-            self._jars = build_conformance_app()
-        properties = {
-            "application.id": spec["group"],
-            "bootstrap.servers": spec["bootstrap_servers"],
-            "state.dir": spec["state_dir"],
-            "workload": spec["workload"],
-            "in": spec["source"],
-            "out": spec["sink"],
-            "window.ms": spec["window_ms"],
-            "config.commit.interval.ms": spec["commit_interval_ms"],
-        }
-        if spec["guarantee"] == "exactly_once":
-            properties["config.processing.guarantee"] = "exactly_once_v2"
-        path = self.work_dir / f"{spec['group']}.properties"
-        path.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-        return [
-            str(find_java()),
-            f"-Xmx{os.environ.get('BENCH_KS_HEAP', '512m')}",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-cp",
-            f"{self._jars}/*",
-            "kpc.conformance.ThroughputApp",
-            str(path),
-        ]
+            self._jars = build_throughput_app()
+        return kstreams_command(self._jars, spec, self.work_dir)
 
 
 def _run(engines: _Engines, result: Result, source: str, ends: list[int], window_ms: int) -> None:
@@ -292,6 +279,112 @@ def _print_ratios(results: list[Result]) -> None:
             )
 
 
+_COLUMNS = {
+    "runtime-sqlite": "runtime (SQLite)",
+    "runtime-rocksdb": "runtime (RocksDB)",
+    "runtime-memory": "runtime (memory)",
+}
+_ENGINE_NAMES = {
+    "runtime-sqlite": "SQLite",
+    "runtime-rocksdb": "RocksDB",
+    "runtime-memory": "memory",
+}
+_PERSISTENT = ("runtime-sqlite", "runtime-rocksdb")
+_WORKLOAD_NAMES = {"session": "sessions", "tumbling": "tumbling"}
+
+
+@dataclass(frozen=True)
+class _Goal:
+    """One row of the goals table: the runtime's figure over ``other``'s, in one guarantee."""
+
+    label: str
+    guarantee: str
+    other: str
+    rss: bool = False  # peak RSS instead of records/s
+    goal: str = "-"
+    at_least: float | None = None
+    at_most: float | None = None
+    persistent_only: bool = False  # only SQLite and RocksDB count towards the goal
+
+    def met(self, ratio: float) -> bool:
+        if self.at_least is not None:
+            return ratio >= self.at_least
+        return self.at_most is not None and ratio <= self.at_most
+
+
+# Issue 28's table: the goals are for at-least-once throughput and for peak RSS; the
+# exactly-once throughput rows are there to read, without a goal.
+_GOALS = (
+    _Goal(
+        "ALOS ÷ Kafka Streams",
+        "alos",
+        "kstreams",
+        goal="≥ 1.0 with a persistent engine",
+        at_least=1.0,
+        persistent_only=True,
+    ),
+    _Goal("EOS ÷ Kafka Streams", "eos", "kstreams"),
+    _Goal("ALOS ÷ Quix Streams", "alos", "quix", goal="≥ 3", at_least=3.0),
+    _Goal("EOS ÷ Quix Streams", "eos", "quix"),
+    _Goal("ALOS ÷ plain consume→produce loop", "alos", "plain", goal="≥ 0.5", at_least=0.5),
+    _Goal("peak RSS ÷ Quix Streams, ALOS", "alos", "quix", rss=True, goal="≤ 0.5", at_most=0.5),
+    _Goal("peak RSS ÷ Quix Streams, EOS", "eos", "quix", rss=True, goal="≤ 0.5", at_most=0.5),
+)
+
+
+def _ratio(mine: Result | None, theirs: Result | None, rss: bool) -> float | None:
+    """The runtime's figure over the other engine's, both from runs whose output was right."""
+    if mine is None or theirs is None:
+        return None
+    if any(r.output is None or r.output != r.expected for r in (mine, theirs)):
+        return None
+    if rss:
+        return mine.peak_rss_mib / theirs.peak_rss_mib if theirs.peak_rss_mib else None
+    return mine.rate / theirs.rate if mine.rate and theirs.rate else None
+
+
+def _print_goals(results: list[Result]) -> None:
+    """Issue 28's table, one per workload: each runtime engine's records/s (or peak RSS) over
+    another engine's in this run, the goal, and which columns meet it ('-': not measured)."""
+    by_key = {(r.workload, r.guarantee, r.engine): r for r in results}
+    label_width = max(len(g.label) for g in _GOALS) + 10
+    goal_width = max(len(g.goal) for g in _GOALS)
+    for workload in WORKLOADS:
+        if not any(r.workload == workload for r in results):
+            continue
+        print(
+            f"\n{_WORKLOAD_NAMES[workload] + ' workload':<{label_width}} "
+            + "".join(f"{name:>19}" for name in _COLUMNS.values())
+            + f"  {'goal':<{goal_width}}  met"
+        )
+        for goal in _GOALS:
+            ratios = {
+                engine: _ratio(
+                    by_key.get((workload, goal.guarantee, engine)),
+                    by_key.get((workload, goal.guarantee, goal.other)),
+                    goal.rss,
+                )
+                for engine in _COLUMNS
+            }
+            cells = "".join(
+                f"{'-' if ratio is None else f'{ratio:.2f}':>19}" for ratio in ratios.values()
+            )
+            counted = {
+                engine: ratio
+                for engine, ratio in ratios.items()
+                if ratio is not None and (not goal.persistent_only or engine in _PERSISTENT)
+            }
+            if goal.at_least is None and goal.at_most is None:
+                met = ""
+            elif not counted:
+                met = "-"
+            else:
+                meeting = [_ENGINE_NAMES[e] for e, r in counted.items() if goal.met(r)]
+                met = f"yes: {', '.join(meeting)}" if meeting else "no"
+            label = f"{_WORKLOAD_NAMES[workload]} {goal.label}"
+            print(f"{label:<{label_width}}{cells}  {goal.goal:<{goal_width}}  {met}".rstrip())
+
+
 def main() -> None:
     events = {
         "alos": int(os.environ.get("BENCH_EVENTS", "1000000")),
@@ -341,6 +434,7 @@ def main() -> None:
     )
     _print_table(results)
     _print_ratios(results)
+    _print_goals(results)
 
 
 if __name__ == "__main__":
