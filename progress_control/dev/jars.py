@@ -26,6 +26,7 @@ __all__ = [
     "JarFetchError",
     "JarSet",
     "MissingToolError",
+    "build_maven_project",
     "classpath",
     "fetch_jars",
     "find_java",
@@ -39,6 +40,7 @@ KAFKA_VERSION = "4.4.0"
 """Apache Kafka release the embedded broker runs (newest 4.x on Maven Central when pinned)."""
 
 _MANIFEST = "MANIFEST.json"
+_BUILT = "COMPLETE"  # a Maven project's build finished (build_maven_project)
 _MAVEN_TIMEOUT_S = 900
 
 
@@ -190,3 +192,54 @@ def _digest(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             sha.update(chunk)
     return f"{path.stat().st_size}:{sha.hexdigest()}"
+
+
+def build_maven_project(source_dir: Path, cache_subdir: str, what: str) -> Path:
+    """The directory of the jars of the Maven project in ``source_dir`` (its own and its runtime
+    dependencies), built into ``<cache>/<cache_subdir>/kstreams-<digest of the sources>`` the
+    first time, so a change of source means a new build and nothing built is committed.
+    ``what`` names the project in messages."""
+    sha = hashlib.sha256()
+    for path in sorted(p for p in source_dir.rglob("*") if p.is_file()):
+        sha.update(str(path.relative_to(source_dir)).encode())
+        sha.update(path.read_bytes())
+    target = default_cache_dir() / cache_subdir / f"kstreams-{sha.hexdigest()[:16]}"
+
+    def build(staging: Path) -> None:
+        project = staging / "project"
+        shutil.copytree(source_dir, project)
+        lib = staging / "lib"
+        command = [
+            str(find_maven()),
+            "--batch-mode",
+            "--no-transfer-progress",
+            "--quiet",
+            "-f",
+            str(project / "pom.xml"),
+            "package",
+            "-DskipTests",
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={lib}",
+        ]
+        local_repo = os.environ.get("PROGRESS_CONTROL_MAVEN_REPO")
+        if local_repo:
+            command.append(f"-Dmaven.repo.local={local_repo}")
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S, check=False
+        )
+        if result.returncode != 0:
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
+            raise RuntimeError(f"building {what} failed:\n{tail}")
+        for jar in (project / "target").glob("*.jar"):
+            shutil.move(jar, lib / jar.name)
+        shutil.rmtree(project)
+        (staging / _BUILT).write_text("")
+
+    built = fill_once(
+        target,
+        lambda directory: (directory / _BUILT).is_file(),
+        build,
+        f"Building {what} into {target} (first run only)...",
+    )
+    return built / "lib"

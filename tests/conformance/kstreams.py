@@ -9,78 +9,24 @@ goes to a file, named in every error.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 import queue
-import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import IO
 
-from progress_control.dev.cache import fill_once
-from progress_control.dev.jars import find_java, find_maven
-from progress_control.settings import default_cache_dir
+from progress_control.dev.jars import build_maven_project, find_java
 
 __all__ = ["KafkaStreamsApps", "build_conformance_app"]
 
 SOURCE_DIR = Path(__file__).parent / "kstreams"
-_MAVEN_TIMEOUT_S = 900
-_COMPLETE = "COMPLETE"
 
 
-def _source_digest() -> str:
-    sha = hashlib.sha256()
-    for path in sorted(p for p in SOURCE_DIR.rglob("*") if p.is_file()):
-        sha.update(str(path.relative_to(SOURCE_DIR)).encode())
-        sha.update(path.read_bytes())
-    return sha.hexdigest()[:16]
-
-
-def build_conformance_app(cache_dir: Path | None = None) -> Path:
+def build_conformance_app() -> Path:
     """The directory of the built app's jars (the app and its dependencies), building it with
     Maven first when the sources changed since the last build."""
-    target = (cache_dir or default_cache_dir()) / "conformance" / f"kstreams-{_source_digest()}"
-
-    def build(staging: Path) -> None:
-        project = staging / "project"
-        shutil.copytree(SOURCE_DIR, project)
-        lib = staging / "lib"
-        command = [
-            str(find_maven()),
-            "--batch-mode",
-            "--no-transfer-progress",
-            "--quiet",
-            "-f",
-            str(project / "pom.xml"),
-            "package",
-            "-DskipTests",
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={lib}",
-        ]
-        local_repo = os.environ.get("PROGRESS_CONTROL_MAVEN_REPO")
-        if local_repo:
-            command.append(f"-Dmaven.repo.local={local_repo}")
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S, check=False
-        )
-        if result.returncode != 0:
-            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
-            raise RuntimeError(f"building the Kafka Streams conformance app failed:\n{tail}")
-        for jar in (project / "target").glob("*.jar"):
-            shutil.move(jar, lib / jar.name)
-        shutil.rmtree(project)
-        (staging / _COMPLETE).write_text("")
-
-    built = fill_once(
-        target,
-        lambda directory: (directory / _COMPLETE).is_file(),
-        build,
-        f"Building the Kafka Streams conformance app into {target} (first run only)...",
-    )
-    return built / "lib"
+    return build_maven_project(SOURCE_DIR, "conformance", "the Kafka Streams conformance app")
 
 
 class KafkaStreamsApps:
