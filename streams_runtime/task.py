@@ -172,7 +172,8 @@ class StreamTask:
         """The store ``name`` as interactive queries read it (from their own threads): through
         its cache, as in Kafka Streams, so an answer is never a commit interval behind what was
         processed."""
-        return self.caches.cached(name) or self.state.store(name)
+        cached = self.caches.cached(name)  # not `or`: a store's truth is its length
+        return cached if cached is not None else self.state.store(name)
 
     def window_store(self, name: str) -> WindowStore:
         return self.state.window_store(name)

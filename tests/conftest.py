@@ -92,6 +92,9 @@ def create_topic(kafka_admin: AdminClient) -> Callable[..., str]:
 
     def create(prefix: str = "topic", partitions: int = 1, **config: str) -> str:
         name = unique_name(prefix)
+        # Test data is dated years back (fixed timestamps): without this, a retention check
+        # of the long-running test broker could delete it mid-test.
+        config = {"retention.ms": "-1", **config}
         topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)
         for future in kafka_admin.create_topics([topic]).values():
             future.result(timeout=30)

@@ -47,6 +47,8 @@ class TopicReader:
                 "group.id": unique_name("reader"),
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
+                # Never skip to the end: a reader must see every record there is.
+                "auto.offset.reset": "earliest",
             }
         )
         self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])

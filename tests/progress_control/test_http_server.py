@@ -63,7 +63,7 @@ def test_slow_clients_cost_no_thread_and_the_cap_holds(
 ) -> None:
     metrics = Recorded()
     server = serve(
-        workers=2, max_connections=32, request_timeout_s=1.0, metrics=metrics, name="test-http"
+        workers=2, max_connections=32, request_timeout_s=3.0, metrics=metrics, name="test-http"
     )
     check_slow_clients(
         server.port,
@@ -72,7 +72,7 @@ def test_slow_clients_cost_no_thread_and_the_cap_holds(
         threads=threading.active_count,
         open_connections=server.open_connections,
         max_connections=32,
-        request_timeout_s=1.0,
+        request_timeout_s=3.0,
         workers=2,
     )
     # Each stalled one was evicted to make room, or timed out while the cap held.

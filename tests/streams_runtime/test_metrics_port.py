@@ -27,7 +27,7 @@ def test_metrics_and_probes_answer_and_slow_clients_cost_no_thread() -> None:
     tasks = TaskView(frozenset({TaskId(0, 0)}), frozenset())
     health = InstanceHealth(lambda: state[0], Heartbeat(), lambda: tasks, deadline_s=60.0)
     server = serve_metrics_and_health(
-        "127.0.0.1", 0, registry, health, request_timeout_s=1.0, max_connections=16
+        "127.0.0.1", 0, registry, health, request_timeout_s=3.0, max_connections=16
     )
     try:
         status, body, _ = timed_get(server.port, "/metrics")
@@ -45,7 +45,7 @@ def test_metrics_and_probes_answer_and_slow_clients_cost_no_thread() -> None:
             threads=threading.active_count,
             open_connections=server.open_connections,
             max_connections=16,
-            request_timeout_s=1.0,
+            request_timeout_s=3.0,
             workers=METRICS_WORKERS,
         )
     finally:

@@ -883,7 +883,12 @@ def test_tls_round_trip_and_forwarding_over_https(
         wait_for(forwarded, timeout_s=60, interval_s=0.3, message="a query forwarded over https")
         base = f"https://{apps[0].query_endpoint}"
         assert https_get(f"{base}/stores/strings/keys/k1", None)[0] == 401
-        assert https_get(f"{base}/stores/strings/keys/k1")[1]["value"] == "v1"
+        # k1's active may still be processing its row: wait for it, over HTTPS.
+        wait_for(
+            lambda: https_get(f"{base}/stores/strings/keys/k1")[1].get("value") == "v1",
+            timeout_s=30,
+            message="k1 answered over https",
+        )
         # Plain HTTP to the TLS port gets no answer; an unverified client is refused by its own
         # side (the certificate is not in the system's CAs); the server keeps serving.
         with pytest.raises((OSError, http.client.HTTPException)):

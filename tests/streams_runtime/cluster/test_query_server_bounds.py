@@ -28,7 +28,7 @@ def test_query_and_metrics_ports_are_bounded_under_slow_clients(
         metrics_port=0,
         query_workers=2,
         query_max_connections=32,
-        query_request_timeout_ms=1000,
+        query_request_timeout_ms=3000,
     )
     assert app.query_endpoint is not None
     assert app.metrics_port is not None
@@ -43,7 +43,7 @@ def test_query_and_metrics_ports_are_bounded_under_slow_clients(
         threads=threading.active_count,
         open_connections=query_connections,
         max_connections=32,
-        request_timeout_s=1.0,
+        request_timeout_s=3.0,
         workers=2,
     )
     assert app.metrics.total("streams_query_connections_closed", reason="evicted") > 0
