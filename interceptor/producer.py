@@ -113,6 +113,46 @@ class _ProgressControlled:
             if self._pending:
                 self._commit()
 
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        callback: DeliveryCallback | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> int:
+        """``produce_batch`` with every ack recorded: a batch-level callback and the messages'
+        own ``callback`` entries would bypass the recording one, so they are wrapped for the
+        call (and the entries restored after it: the messages are the caller's dicts)."""
+        progress = self._progress
+        user_callback = on_delivery or callback
+        if progress is None:
+            if user_callback is None:
+                queued: int = _kafka_produce_batch(self, topic, messages, partition)
+            else:
+                queued = _kafka_produce_batch(
+                    self, topic, messages, partition, on_delivery=user_callback
+                )
+            return queued
+        own = [(m, m["callback"]) for m in messages if isinstance(m, dict) and m.get("callback")]
+        for message, message_callback in own:
+            message["callback"] = progress.delivery_callback(message_callback)
+        try:
+            if user_callback is None:
+                queued = _kafka_produce_batch(self, topic, messages, partition)
+            else:
+                queued = _kafka_produce_batch(
+                    self,
+                    topic,
+                    messages,
+                    partition,
+                    on_delivery=progress.delivery_callback(user_callback),
+                )
+        finally:
+            for message, message_callback in own:
+                message["callback"] = message_callback
+        return queued
+
     def _commit(self) -> None:
         if self._progress is not None:
             self._progress.commit_acks()
@@ -145,6 +185,7 @@ _serializing_produce = KafkaSerializingProducer.produce
 # Called on the mixin's instances, which are always also KafkaProducer instances.
 _kafka_poll: Callable[..., int] = KafkaProducer.poll
 _kafka_flush: Callable[..., int] = KafkaProducer.flush
+_kafka_produce_batch: Callable[..., int] = KafkaProducer.produce_batch
 
 
 class Producer(_ProgressControlled, KafkaProducer):

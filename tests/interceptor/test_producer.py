@@ -146,6 +146,37 @@ def test_every_user_callback_still_fires(
     assert {thread for _, _, thread in seen["config"] + seen["call"]} == {threading.main_thread()}
 
 
+def test_produce_batch_acks_are_recorded_through_the_applications_callbacks(
+    kafka_bootstrap: str, create_topic: Callable[..., str]
+) -> None:
+    topic = create_topic("batch-acks", partitions=3)
+    seen: dict[str, list[bytes | None]] = {"batch": [], "own": []}
+
+    def batch_callback(err: object, msg: Message) -> None:
+        assert err is None
+        seen["batch"].append(msg.value())
+
+    def own_callback(err: object, msg: Message) -> None:
+        assert err is None
+        seen["own"].append(msg.value())
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **FAST})
+    try:
+        # Partition 0: the batch-level callback; partition 1: a message's own; partition 2: none.
+        assert producer.produce_batch(topic, [{"value": b"a"}], 0, on_delivery=batch_callback) == 1
+        own = {"value": b"b", "callback": own_callback}
+        assert producer.produce_batch(topic, [own], 1) == 1
+        assert own["callback"] is own_callback  # the caller's dict is given back as it was
+        assert producer.produce_batch(topic, [{"value": b"c"}], 2) == 1
+        assert producer.flush(10) == 0
+        latest = producer.progress_control._activity.latest  # type: ignore[union-attr]
+        for partition, value in enumerate((b"a", b"b", b"c")):
+            assert latest[(topic, partition)][0].value() == value
+    finally:
+        producer.close()
+    assert seen == {"batch": [b"a"], "own": [b"b"]}
+
+
 def test_acks_are_recorded_with_and_without_an_application_callback(
     kafka_bootstrap: str, create_topic: Callable[..., str]
 ) -> None:
