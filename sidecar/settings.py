@@ -60,7 +60,10 @@ class SidecarSettings(TickSettings):
         "it can forge activity reports.",
     )
     report_socket_mode: int = Field(
-        0o660, ge=0, le=0o777, description="File mode of a unix:// report socket."
+        "0660",  # type: ignore[assignment]  # octal as chmod reads it; validated into an int
+        ge=0,
+        le=0o777,
+        description="File mode of a unix:// report socket (octal).",
     )
     report_allowed_uids: tuple[int, ...] = Field(
         (),
