@@ -206,14 +206,19 @@ def test_table_filters_forward_the_deletes_kafka_streams_forwards(both_engines: 
         (b"k3", None, 1_600),
         (b"k3", None, 1_700),
     ]
+
     # Kafka Streams: a delete for each x of k0, though k0 was never in the filtered table.
+    # Per key in offset order: the two keys may be in different output partitions.
+    def by_key(rows: list[_Row]) -> list[_Row]:
+        return sorted(rows, key=lambda row: row[0] or b"")
+
     for filtered in ("out2", "out3"):
-        assert _data(kstreams["table-filter"][filtered]) == [
+        assert by_key(_data(kstreams["table-filter"][filtered])) == [
             (b"k0", None, 100),
             (b"k0", None, 200),
             *k3,
         ]
-        assert _data(runtime["table-filter"][filtered]) == [(b"k0", None, 100), *k3]
+        assert by_key(_data(runtime["table-filter"][filtered])) == [(b"k0", None, 100), *k3]
     # The filter feeding group_by sends old values: nothing for k0 nor for k3's rejected x
     # and second delete; k3 leaves b0 (subtracted first, stamped with the later timestamp)
     # for a0.
