@@ -95,9 +95,11 @@ class NamedCache:
     """One store partition's share of the thread cache: entries in least recently used order,
     and the dirty keys in the order of their latest write (Kafka Streams' ``NamedCache``)."""
 
-    def __init__(self, thread: ThreadCache, name: str) -> None:
+    def __init__(self, thread: ThreadCache, name: str, task: str = "", store: str = "") -> None:
         self.thread = thread
         self.name = name
+        self.task = task  # metric labels
+        self.store = store
         self.size_bytes = 0
         self.stats = CacheStats()
         self._entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
@@ -222,12 +224,13 @@ class ThreadCache:
         """Entries evicted from the named caches open now."""
         return sum(cache.stats.evictions for cache in self.caches())
 
-    def named(self, name: str) -> NamedCache:
-        """A new named cache ``name`` (replacing one of that name, which is cleared)."""
+    def named(self, name: str, task: str = "", store: str = "") -> NamedCache:
+        """A new named cache ``name`` (replacing one of that name, which is cleared) of the
+        store ``store`` of task ``task``."""
         old = self._named.pop(name, None)
         if old is not None:
             old.clear()
-        cache = self._named[name] = NamedCache(self, name)
+        cache = self._named[name] = NamedCache(self, name, task, store)
         return cache
 
     def release(self, cache: NamedCache) -> None:

@@ -83,4 +83,4 @@ class TaskCaches:
 
     def _named(self, store: str) -> NamedCache:
         assert self._thread is not None
-        return self._thread.named(f"{self._task}-{store}")
+        return self._thread.named(f"{self._task}-{store}", self._task, store)
