@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from streams_runtime import App, StreamsBuilder, TimeWindows, until_window_closes
+from streams_runtime import App, StateEngine, StreamsBuilder, TimeWindows, until_window_closes
 from streams_runtime.query_results import QueryError
 from streams_runtime.serdes import Integer, Json, String
-from tests.helpers import TopicReader, wait_for
+from tests.helpers import TopicReader, unique_name, wait_for
 from tests.streams_runtime.processors.test_tables import produce, updates
 
 KEYS = ("a", "b", "c", "d")
@@ -165,3 +166,38 @@ def test_windowed_cache_forwards_fewer_updates_and_the_same_final_results(
     # The last update of every window is the same, with or without the cache.
     last = {(k, v[0]): (v, ts) for k, v, ts in uncached}
     assert {(k, v[0]): (v, ts) for k, v, ts in cached} == last
+
+
+@broker
+def test_cached_windows_and_final_results_survive_a_restart(
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    source, update_sink, final_sink = (create_topic(n) for n in ("clicks", "updates", "finals"))
+    app_id = unique_name("cached-windows")
+    cache = {"statestore_cache_max_bytes": 10 * 1024 * 1024, "state_engine": StateEngine.SQLITE}
+    first = run_app(
+        _windowed_topology(source, update_sink, final_sink),
+        application_id=app_id,
+        state_dir=tmp_path / "first",
+        **cache,
+    )
+    produce(kafka_bootstrap, source, [("a", 0, BASE_MS + 100), ("a", 0, BASE_MS + 300)])
+    produce(kafka_bootstrap, source, [("b", 0, BASE_MS + 1100)])
+    update_reader = reader_for(update_sink, 1)
+    _wait_for_rows(update_reader, 2, "the flushed updates before the restart")
+    first.close()
+    # A new state directory: the window store (written through the cache) and the suppression
+    # buffer come back from their changelogs; a's window goes on counting.
+    run_app(
+        _windowed_topology(source, update_sink, final_sink),
+        application_id=app_id,
+        state_dir=tmp_path / "second",
+        **cache,
+    )
+    produce(kafka_bootstrap, source, [("a", 0, BASE_MS + 700), ("z", 0, BASE_MS + 60_000)])
+    finals = _wait_for_rows(reader_for(final_sink, 1), 2, "final results after the restart")
+    assert sorted(finals) == [("a", [0, 3], 700), ("b", [1000, 1], 1100)]
