@@ -6,6 +6,7 @@ flushes and evictions, and windowed aggregations over cached stores agreeing wit
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from streams_runtime.state import (
     ThreadCache,
     WindowStore,
     decode_source,
+    make_session_engine,
     session_changelog_key,
 )
 from streams_runtime.state.caching import merge_ordered
@@ -69,8 +71,9 @@ class WindowCachedContext(MemoryContext):
     """A task context whose window stores are logged and go through a record cache (none
     when ``max_bytes`` is ``None``)."""
 
-    def __init__(self, max_bytes: int | None) -> None:
+    def __init__(self, max_bytes: int | None, engine_path: Path | None = None) -> None:
         super().__init__()
+        self.engine_path = engine_path  # of a SQLite or RocksDB engine; in memory without
         self.position = SourcePosition()
         self.sink = _Sink()
         thread = None if max_bytes is None else ThreadCache(max_bytes)
@@ -83,7 +86,12 @@ class WindowCachedContext(MemoryContext):
     def window_store(self, name: str) -> WindowStore:
         if name not in self.windows:
             changelog = ChangelogWriter(self.sink, f"{name}-changelog", 0, self.position)
-            self.windows[name] = WindowStore(name, 0, InMemorySessionEngine(), changelog)
+            engine = (
+                InMemorySessionEngine()
+                if self.engine_path is None
+                else make_session_engine(self.engine_path.suffix[1:], self.engine_path)  # type: ignore[arg-type]
+            )
+            self.windows[name] = WindowStore(name, 0, engine, changelog)
         return self.caches.window_store(self.windows[name])
 
     def commit(self) -> None:
@@ -231,12 +239,16 @@ _WINDOWS: dict[str, WindowSpec] = {
 
 
 def _run(
-    kind: str, records: list[tuple[str, int, int]], max_bytes: int | None, commit_every: int
+    kind: str,
+    records: list[tuple[str, int, int]],
+    max_bytes: int | None,
+    commit_every: int,
+    engine_path: Path | None = None,
 ) -> tuple[_Collect, _Collect, dict[Any, Any], int]:
     """Feed ``records`` (key, timestamp, value) through an aggregation and a suppression;
     commit every ``commit_every`` records and at the end. Updates, final results, the store's
     windows, and the changelog records sent."""
-    context = WindowCachedContext(max_bytes)
+    context = WindowCachedContext(max_bytes, engine_path)
     aggregate = _aggregation(kind, _WINDOWS[kind])
     updates, finals = _Collect(), _Collect()
     suppress = SuppressProcessor("final", _WINDOWS[kind], String(), Integer())
@@ -258,20 +270,37 @@ def _run(
     return updates, finals, stored, len(context.sink.sent)
 
 
-@pytest.mark.parametrize("kind", ["session", "time", "sliding"])
-@pytest.mark.parametrize("max_bytes", [_BIG, 400])
-def test_cached_aggregations_agree_with_uncached_ones_with_fewer_updates(
-    kind: str, max_bytes: int
-) -> None:
-    rng = random.Random(f"{kind}-{max_bytes}")  # noqa: S311 - test data
+def _records(seed: str) -> list[tuple[str, int, int]]:
+    rng = random.Random(seed)  # noqa: S311 - test data
     records = []
     t = 0
     for _ in range(300):
         t += rng.choice([0, 1, 2, 3, 7])
         late = rng.random() < 0.15
         records.append((rng.choice("abcd"), max(0, t - rng.randint(0, 25) if late else t), 1))
+    return records
+
+
+@pytest.mark.parametrize("kind", ["session", "time", "sliding"])
+@pytest.mark.parametrize("max_bytes", [_BIG, 400])
+def test_cached_aggregations_agree_with_uncached_ones_with_fewer_updates(
+    kind: str, max_bytes: int
+) -> None:
+    _agree(kind, max_bytes, None)
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "rocksdb"])
+@pytest.mark.parametrize("kind", ["session", "sliding"])
+def test_persistent_engines_work_under_the_cache(kind: str, engine: str, tmp_path: Path) -> None:
+    _agree(kind, 400, tmp_path / f"store.{engine}")
+
+
+def _agree(kind: str, max_bytes: int, engine_path: Path | None) -> None:
+    records = _records(f"{kind}-{max_bytes}")
     plain_updates, plain_finals, plain_store, plain_sent = _run(kind, records, None, 17)
-    cached_updates, cached_finals, cached_store, cached_sent = _run(kind, records, max_bytes, 17)
+    cached_updates, cached_finals, cached_store, cached_sent = _run(
+        kind, records, max_bytes, 17, engine_path
+    )
     if kind == "sliding":
         # A record at exactly end + grace still updates a sliding window its suppression already
         # emitted, which emits it again (Kafka Streams does the same): when it was emitted first
