@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from streams_runtime.state.cache_metrics import RecordCacheCollector
+
 __all__ = ["RuntimeMetrics"]
 
 # Per-record processing time: microseconds to a second.
@@ -170,6 +172,9 @@ class RuntimeMetrics:
             "streams_info", "Constant 1 with the application id.", list(labels), registry=r
         )
         self.info.labels(**labels).set(1)
+        # Stream threads add their record caches (streams_record_cache_*).
+        self.record_caches = RecordCacheCollector()
+        r.register(self.record_caches)
 
     def total(self, counter: str, **labels: str) -> float:
         """The sum of counter ``counter`` (e.g. ``"streams_records_processed"``) over the label

@@ -166,17 +166,19 @@ class StreamTask:
         return self.caches.kv_store(store) if name in self._cached_stores else store
 
     def session_store(self, name: str) -> SessionStore:
-        return self.state.session_store(name)
+        store = self.state.session_store(name)
+        return self.caches.session_store(store) if name in self._cached_stores else store
 
     def query_store(self, name: str) -> KeyValueStore | SessionStore:
         """The store ``name`` as interactive queries read it (from their own threads): through
         its cache, as in Kafka Streams, so an answer is never a commit interval behind what was
         processed."""
-        cached = self.caches.cached(name)  # not `or`: a store's truth is its length
+        cached = self.caches.cached(name)
         return cached if cached is not None else self.state.store(name)
 
     def window_store(self, name: str) -> WindowStore:
-        return self.state.window_store(name)
+        store = self.state.window_store(name)
+        return self.caches.window_store(store) if name in self._cached_stores else store
 
     def record_dropped(self, processor: str, reason: str) -> None:
         self._metrics.dropped_records(processor, reason).inc()

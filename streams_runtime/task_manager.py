@@ -63,6 +63,7 @@ class TaskManager:
         self.tasks: dict[TaskId, StreamTask] = {}
         # The record cache: one budget for all of this thread's tasks.
         self._cache = ThreadCache(settings.statestore_cache_max_bytes)
+        metrics.record_caches.add(self._cache)
         self._task_of: dict[TopicPartitionId, StreamTask] = {}
         # Tasks whose stores restore on the updater's thread, with their inputs' committed
         # offsets (where processing starts once restored); their inputs stay paused.

@@ -161,13 +161,14 @@ class SessionWindowedStream(Generic[K, V]):
         name: str | None = None,
     ) -> WindowedTable[K, A]:
         """Aggregate per key and session; when sessions merge, their aggregates are combined
-        with ``merger``. Updates are forwarded as they happen (use :meth:`WindowedTable.suppress`
+        with ``merger``. Updates are forwarded as they happen, or once per session and commit
+        interval with the record cache on (use :meth:`WindowedTable.suppress`
         for final results only); merged-away sessions are forwarded as tombstones."""
         builder = self._grouped._stream._builder
         store = name or builder._graph.name("KSTREAM-AGGREGATE-STATE-STORE")
         ks, windows = self._grouped.key_serde, self.windows
         vs: Serde[Any] = value_serde or builder.default_value_serde
-        spec = StoreSpec(name=store, kind="session", retention_ms=windows.retention_ms)
+        spec = StoreSpec(name=store, kind="session", retention_ms=windows.retention_ms, cached=True)
         node = builder._graph.add(
             "KSTREAM-SESSION-AGGREGATE",
             lambda: p.SessionAggregateProcessor(
@@ -343,7 +344,7 @@ class TimeWindowedStream(Generic[K, V]):
         store = name or builder._graph.name("KSTREAM-AGGREGATE-STATE-STORE")
         ks, windows = self._grouped.key_serde, self.windows
         vs: Serde[Any] = value_serde or builder.default_value_serde
-        spec = StoreSpec(name=store, kind="window", retention_ms=windows.retention_ms)
+        spec = StoreSpec(name=store, kind="window", retention_ms=windows.retention_ms, cached=True)
 
         def make() -> p.Processor:
             if isinstance(windows, TimeWindows):

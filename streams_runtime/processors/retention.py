@@ -28,4 +28,4 @@ class RetentionPurge:
         self._next = now + _PURGE_INTERVAL_S
         doomed = [(k, s, e) for k, s, e, _ in store.items() if expired(s, e)]
         for key, start, end in doomed:
-            store.put(key, start, end, None, timestamp)
+            store.expire(key, start, end, timestamp)

@@ -10,7 +10,7 @@ from typing import Any
 
 from streams_runtime.processors.base import Processor, ProcessorContext
 from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
-from streams_runtime.record import Record
+from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore
 from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
@@ -29,7 +29,10 @@ class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, Session
     ``stream time - gap - grace`` (:attr:`SessionWindows.retention_ms`), so once its final result
     is due it never changes again. Merged sessions are deleted and forwarded as tombstones, the
     merged session as an update, both with the session's end as timestamp and without headers
-    (Kafka Streams forwards new records here, not the input's).
+    (Kafka Streams forwards new records here, not the input's). With the record cache on, the
+    updates of a commit interval are forwarded when the cache flushes, once per session, with
+    the headers of its latest write; a session made and merged away in between is never
+    forwarded (Kafka Streams' ``CachingSessionStore``).
     """
 
     name = "session_aggregate"
@@ -94,14 +97,33 @@ class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, Session
         # with the merged session's bounds (as Kafka Streams does); only a record landing on a
         # single-point session at its own timestamp updates it in place.
         replaced = merged_start != t or merged_end != t
+        # Cached, the writes keep the record's headers: Kafka Streams' cache entries take the
+        # input record's context, and its flush listener forwards them with it.
+        cached, headers = self.cached, record.headers
         for start, end, raw in found:
             aggregate = self._merger(key, aggregate, self._value_serde.deserialize(raw))
             if replaced:
-                store.put(key_bytes, start, end, None, t)
-                self.forward(Record(Windowed(key, start, end), None, end))
+                self._write(key_bytes, start, end, None, t, headers)
+                if not cached:
+                    self.forward(Record(Windowed(key, start, end), None, end))
         aggregate = self._aggregator(key, record.value, aggregate)
-        store.put(key_bytes, merged_start, merged_end, self._value_serde.serialize(aggregate), t)
-        self.forward(Record(Windowed(key, merged_start, merged_end), aggregate, merged_end))
+        raw_aggregate = self._value_serde.serialize(aggregate)
+        self._write(key_bytes, merged_start, merged_end, raw_aggregate, t, headers)
+        if not cached:
+            self.forward(Record(Windowed(key, merged_start, merged_end), aggregate, merged_end))
+
+    def _flushed_record(  # noqa: PLR0917 - one flushed window
+        self,
+        key: Any,
+        start: int,
+        end: int,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> Record[Any, Any]:
+        # Stamped with the session's end (Kafka Streams' SessionCacheFlushListener).
+        aggregate = None if value is None else self._value_serde.deserialize(value)
+        return Record(Windowed(key, start, end), aggregate, end, headers)
 
     def _expired(self, start: int, end: int) -> bool:
         return end <= self.observed_stream_time - self._windows.retention_ms

@@ -5,7 +5,8 @@ keeps its own observed stream time, moved by data and control records.
 Both keep every window in a window store as ``ValueAndTimestamp(aggregate, timestamp)``, the
 timestamp being the largest record timestamp aggregated into the window (Kafka Streams'
 ``TimestampedWindowStore``); every update is forwarded with that timestamp and with the headers
-of the record that caused it, keyed by :class:`~streams_runtime.windowed.Windowed`.
+of the record that caused it, keyed by :class:`~streams_runtime.windowed.Windowed`; with the
+record cache on, once per window and cache flush (Kafka Streams' ``CachingWindowStore``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from streams_runtime.processors.base import ProcessorContext
 from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
-from streams_runtime.record import Record
+from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import ValueAndTimestamp
 from streams_runtime.state import WindowStore
 from streams_runtime.windowed import Windowed
@@ -59,14 +60,31 @@ class _TimestampedWindowAggregate(WindowedAggregateProcessor[WindowStore, W]):
     def _put(
         self, record: Record[Any, Any], key_bytes: bytes, start: int, end: int, agg: _Aggregate
     ) -> None:
-        """Store ``agg`` as the window's aggregate (``None`` deletes it) and forward it."""
-        assert self._store is not None
+        """Store ``agg`` as the window's aggregate (``None`` deletes it) and forward it (the
+        cache forwards it when it flushes, when the store is cached)."""
         raw = self._value_serde.serialize(agg.value)
         stored = None if raw is None else ValueAndTimestamp(raw, agg.timestamp).to_bytes()
-        self._store.put(key_bytes, start, end, stored, record.timestamp)
-        self.forward(
-            Record(Windowed(record.key, start, end), agg.value, agg.timestamp, record.headers)
-        )
+        self._write(key_bytes, start, end, stored, record.timestamp, record.headers)
+        if not self.cached:
+            self.forward(
+                Record(Windowed(record.key, start, end), agg.value, agg.timestamp, record.headers)
+            )
+
+    def _flushed_record(  # noqa: PLR0917 - one flushed window
+        self,
+        key: Any,
+        start: int,
+        end: int,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> Record[Any, Any]:
+        # Stamped with the aggregate's timestamp; a delete with its write's (Kafka Streams'
+        # TimestampedCacheFlushListener).
+        if value is None:
+            return Record(Windowed(key, start, end), None, timestamp, headers)
+        agg = self._decode(value)
+        return Record(Windowed(key, start, end), agg.value, agg.timestamp, headers)
 
 
 class TimeWindowAggregateProcessor(_TimestampedWindowAggregate[TimeWindows]):

@@ -1,7 +1,12 @@
 """What session, time and sliding window aggregations share: they are time-driven (each keeps
 its own observed stream time, moved by data and control records), hold progress back by how far
 behind the latest time their output can be stamped, and purge expired windows from their store
-(:class:`~streams_runtime.processors.retention.RetentionPurge`)."""
+(:class:`~streams_runtime.processors.retention.RetentionPurge`).
+
+With the record cache on, their store is a
+:class:`~streams_runtime.state.CachingSessionStore`: updates are forwarded when the cache
+flushes them, once per window and flush (Kafka Streams' ``SessionCacheFlushListener`` and
+``TimestampedCacheFlushListener``), not as they happen."""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ from typing import Any, Generic, TypeVar
 
 from streams_runtime.processors.base import NO_PROGRESS, AggregateProcessor, ProcessorContext
 from streams_runtime.processors.retention import RetentionPurge
+from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde
-from streams_runtime.state import SessionStore
+from streams_runtime.state import CachingSessionStore, SessionStore
 from streams_runtime.windows import WindowSpec
 
 __all__ = ["WindowedAggregateProcessor"]
@@ -45,6 +51,12 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
         self.observed_stream_time = -1
         self._accepted = NO_PROGRESS  # largest timestamp aggregated (not dropped)
         self._purge = RetentionPurge()
+        self._cached = False  # updates are forwarded by the cache's flushes
+
+    @property
+    def cached(self) -> bool:
+        """Whether the store is cached, and so updates are forwarded when flushed."""
+        return self._cached
 
     @abstractmethod
     def _open_store(self, context: ProcessorContext) -> S:
@@ -54,16 +66,70 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
     def _expired(self, start: int, end: int) -> bool:
         """Whether no record can update the window ``[start, end]`` any more."""
 
+    @abstractmethod
+    def _flushed_record(  # noqa: PLR0917 - one flushed window
+        self,
+        key: Any,
+        start: int,
+        end: int,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> Record[Any, Any]:
+        """What to forward for the flushed window ``[start, end]`` of ``key``: its value
+        (``None``: deleted), the timestamp and the headers of its latest write."""
+
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self._store = self._open_store(context)
+        self._store = store = self._open_store(context)
         self.observed_stream_time = max(self.observed_stream_time, context.stream_time)
+        self._cached = isinstance(store, CachingSessionStore)
+        if isinstance(store, CachingSessionStore):
+            store.set_flush_listener(self._forward_flushed)
+
+    def _forward_flushed(  # noqa: PLR0917 - the flush listener's signature
+        self,
+        key: bytes,
+        start: int,
+        end: int,
+        new: bytes | None,
+        old: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> None:
+        # The old value is not forwarded: uncached updates carry none either (the windowed
+        # tables downstream, suppression and toStream, never read it).
+        key_object = self._key_serde.deserialize(key)
+        self.forward(self._flushed_record(key_object, start, end, new, timestamp, headers))
+
+    def _write(  # noqa: PLR0917 - the store's put, plus the record context
+        self,
+        key: bytes,
+        start: int,
+        end: int,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> None:
+        """Write the window; a cached store keeps ``headers`` for when it forwards the update."""
+        store = self._store
+        assert store is not None
+        if isinstance(store, CachingSessionStore):
+            store.put(key, start, end, value, timestamp, headers)
+        else:
+            store.put(key, start, end, value, timestamp)
 
     def _late(self) -> None:
         assert self._context is not None
         self._context.record_dropped(self._store_name, "late")
 
     def advance(self, timestamp: int) -> None:
+        store = self._store
+        if timestamp > self.observed_stream_time and isinstance(store, CachingSessionStore):
+            # Time-driven children (suppression) must see every update before the time that
+            # may close its window, or a final result would miss the cached update. Kafka
+            # Streams has no control records, so this flush never changes what it would emit.
+            store.flush_cache()
         self.observed_stream_time = max(self.observed_stream_time, timestamp)
         super().advance(timestamp)
 

@@ -6,10 +6,13 @@
 - ``directory``: a task's state directory, its lock and the checkpoint file;
 - ``restore``: the one changelog restore path of active tasks and standbys, with the
   committed-input rule (:func:`input_committed`) and the corrections;
+- ``caching``, ``caching_windows``, ``task_caches``: the record cache and the stores read and
+  written through it;
 - ``manager``: :class:`TaskStateManager`, one task's stores and their flush/commit lifecycle.
 """
 
-from streams_runtime.state.caching import CachingKeyValueStore, TaskCaches, ThreadCache
+from streams_runtime.state.caching import CachingKeyValueStore, ThreadCache
+from streams_runtime.state.caching_windows import CachingSessionStore, CachingWindowStore
 from streams_runtime.state.changelog import (
     SOURCE_HEADER,
     ChangelogWriter,
@@ -46,10 +49,13 @@ from streams_runtime.state.restore import (
 )
 from streams_runtime.state.spec import StoreSpec, changelog_topic_config
 from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStore, open_store
+from streams_runtime.state.task_caches import TaskCaches
 
 __all__ = [
     "SOURCE_HEADER",
     "CachingKeyValueStore",
+    "CachingSessionStore",
+    "CachingWindowStore",
     "ChangelogWriter",
     "ChangelogWrites",
     "Checkpoint",

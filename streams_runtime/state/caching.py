@@ -1,5 +1,7 @@
 """The record cache (Kafka Streams' ``ThreadCache``, ``NamedCache`` and
-``CachingKeyValueStore``).
+``CachingKeyValueStore``); the cached session and window stores are in
+:mod:`streams_runtime.state.caching_windows`, a task's cached stores in
+:mod:`streams_runtime.state.task_caches`.
 
 One :class:`ThreadCache` per stream thread holds ``statestore_cache_max_bytes`` (Kafka Streams'
 ``statestore.cache.max.bytes``) for all of its tasks' cached stores, one :class:`NamedCache`
@@ -15,14 +17,16 @@ cached write of the interval. A key neither stored nor cached before is not writ
 latest value is a delete. The listener (a table processor) forwards ``Change(new, old)``, as
 Kafka Streams' ``TimestampedCacheFlushListener`` does.
 
-Only the stream thread touches a cache; interactive queries read the underlying stores.
+Only the stream thread writes a cache; interactive queries read through it from their own
+threads.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar
 
 from streams_runtime.record import Headers, TopicPartitionId
 from streams_runtime.state.changelog import SourcePosition
@@ -30,16 +34,17 @@ from streams_runtime.state.stores import KeyValueStore
 
 __all__ = [
     "CacheEntry",
+    "CacheStats",
     "CachingKeyValueStore",
     "FlushListener",
     "NamedCache",
-    "TaskCaches",
     "ThreadCache",
+    "merge_ordered",
 ]
 
 # Per entry, besides key and value bytes: what Kafka Streams counts for an ``LRUNode`` and its
 # ``LRUCacheEntry`` (links, dirty flag, timestamp, offset, partition), roughly.
-_ENTRY_OVERHEAD = 64
+ENTRY_OVERHEAD = 64
 
 FlushListener = Callable[[bytes, bytes | None, bytes | None, int, Headers | None], None]
 """``(key, new value, old value, timestamp, headers)`` of one flushed dirty entry."""
@@ -68,17 +73,40 @@ class CacheEntry:
         self.dirty = True
 
 
+class CacheStats:
+    """What one named cache counted (read by the metrics collector from another thread)."""
+
+    __slots__ = ("evictions", "flushes", "hits", "misses")
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self.flushes = 0
+
+    @property
+    def hit_ratio(self) -> float:
+        """Hits per read of the cache so far (Kafka Streams' ``hit-ratio``), 0 before a read."""
+        reads = self.hits + self.misses
+        return self.hits / reads if reads else 0.0
+
+
 class NamedCache:
     """One store partition's share of the thread cache: entries in least recently used order,
     and the dirty keys in the order of their latest write (Kafka Streams' ``NamedCache``)."""
 
-    def __init__(self, thread: ThreadCache, name: str) -> None:
+    def __init__(self, thread: ThreadCache, name: str, task: str = "", store: str = "") -> None:
         self.thread = thread
         self.name = name
+        self.task = task  # metric labels
+        self.store = store
         self.size_bytes = 0
+        self.stats = CacheStats()
         self._entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
         self._dirty: dict[bytes, None] = {}
         self.listener: Callable[[list[tuple[bytes, CacheEntry]]], None] | None = None
+        self.dropped: Callable[[bytes], None] | None = None
+        """Called with each key that leaves the cache (evicted, a flushed delete, cleared)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -88,13 +116,21 @@ class NamedCache:
         return bool(self._dirty)
 
     def get(self, key: bytes) -> CacheEntry | None:
+        """The entry of ``key`` (a read: counted, and the entry becomes the most recent)."""
         entry = self._entries.get(key)
-        if entry is not None:
-            # An interactive query reads from another thread: the stream thread may have
-            # evicted the key meanwhile.
-            with contextlib.suppress(KeyError):
-                self._entries.move_to_end(key)
+        if entry is None:
+            self.stats.misses += 1
+            return None
+        self.stats.hits += 1
+        # An interactive query reads from another thread: the stream thread may have
+        # evicted the key meanwhile.
+        with contextlib.suppress(KeyError):
+            self._entries.move_to_end(key)
         return entry
+
+    def peek(self, key: bytes) -> CacheEntry | None:
+        """The entry of ``key``, neither counted nor moved (range reads, as Kafka Streams')."""
+        return self._entries.get(key)
 
     def put(self, key: bytes, entry: CacheEntry) -> None:
         old = self._entries.get(key)
@@ -107,15 +143,28 @@ class NamedCache:
         self._dirty[key] = None
         self.thread.maybe_evict(self)
 
+    def discard(self, key: bytes) -> None:
+        """Drop ``key`` without writing it anywhere (an expired window after a flush)."""
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._dirty.pop(key, None)
+            self._resize(-entry.size)
+            self._dropped(key)
+
     def snapshot(self) -> list[tuple[bytes, CacheEntry]]:
         """Every entry, least recently used first (the order is left as it is)."""
-        return list(self._entries.items())
+        for _ in range(8):
+            # Interactive queries snapshot from their threads while the stream thread writes.
+            with contextlib.suppress(RuntimeError):
+                return list(self._entries.items())
+        return list(self._entries.copy().items())
 
     def flush(self, evicted: tuple[bytes, CacheEntry] | None = None) -> None:
         """Hand every dirty entry (``evicted`` first) to the listener; they are clean after,
         and cached deletes are dropped."""
         if not self._dirty:
             return
+        self.stats.flushes += 1
         entries: list[tuple[bytes, CacheEntry]] = []
         if evicted is not None:
             entries.append(evicted)
@@ -132,19 +181,29 @@ class NamedCache:
             if entry.value is None and self._entries.get(key) is entry:
                 del self._entries[key]
                 self._resize(-entry.size)
+                self._dropped(key)
 
     def evict(self) -> None:
         """Drop the least recently used entry, flushing the cache first when it is dirty."""
         key, entry = self._entries.popitem(last=False)
         self._resize(-entry.size)
+        self.stats.evictions += 1
+        self._dropped(key)
         if key in self._dirty:
             self.flush((key, entry))
 
     def clear(self) -> None:
         """Drop every entry, dirty or not (the task closes without a commit)."""
         self._resize(-self.size_bytes)
+        keys = list(self._entries)
         self._entries.clear()
         self._dirty.clear()
+        for key in keys:
+            self._dropped(key)
+
+    def _dropped(self, key: bytes) -> None:
+        if self.dropped is not None:
+            self.dropped(key)
 
     def _resize(self, delta: int) -> None:
         self.size_bytes += delta
@@ -158,15 +217,66 @@ class ThreadCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.size_bytes = 0
-        self.evictions = 0
+        self._named: dict[str, NamedCache] = {}
 
-    def named(self, name: str) -> NamedCache:
-        return NamedCache(self, name)
+    @property
+    def evictions(self) -> int:
+        """Entries evicted from the named caches open now."""
+        return sum(cache.stats.evictions for cache in self.caches())
+
+    def named(self, name: str, task: str = "", store: str = "") -> NamedCache:
+        """A new named cache ``name`` (replacing one of that name, which is cleared) of the
+        store ``store`` of task ``task``."""
+        old = self._named.pop(name, None)
+        if old is not None:
+            old.clear()
+        cache = self._named[name] = NamedCache(self, name, task, store)
+        return cache
+
+    def release(self, cache: NamedCache) -> None:
+        """Clear ``cache`` and forget it (its task closed)."""
+        cache.clear()
+        if self._named.get(cache.name) is cache:
+            del self._named[cache.name]
+
+    def caches(self) -> list[NamedCache]:
+        """The named caches open now (a copy: the metrics read it from another thread)."""
+        return list(self._named.values())
 
     def maybe_evict(self, cache: NamedCache) -> None:
         while self.size_bytes > self.max_bytes and len(cache):
             cache.evict()
-            self.evictions += 1
+
+
+class _Ordered(Protocol):
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+K = TypeVar("K", bound=_Ordered)
+V = TypeVar("V")
+
+
+def merge_ordered(
+    stored: Iterable[tuple[K, V]], cached: Iterable[tuple[K, V | None]]
+) -> Iterator[tuple[K, V]]:
+    """Kafka Streams' ``MergedSortedCacheKeyValueBytesStoreIterator``: the entries of
+    ``stored`` overlaid with ``cached`` (both sorted by key, unique keys), ``None`` in the cache
+    hiding the stored entry; one pass, nothing materialised."""
+    stored_it, cached_it = iter(stored), iter(cached)
+    s = next(stored_it, None)
+    c = next(cached_it, None)
+    while s is not None or c is not None:
+        if c is None or (s is not None and s[0] < c[0]):
+            assert s is not None
+            yield s
+            s = next(stored_it, None)
+            continue
+        if s is not None and not c[0] < s[0]:  # same key: the cache wins
+            s = next(stored_it, None)
+        key, value = c
+        if value is not None:
+            yield key, value
+        c = next(cached_it, None)
 
 
 class CachingKeyValueStore(KeyValueStore):
@@ -197,21 +307,17 @@ class CachingKeyValueStore(KeyValueStore):
         """Cache ``key`` (``None``: a cached delete), dirty, with the record context: the
         ``headers`` downstream will see, and the input record being processed."""
         position = self._position
-        size = len(key) + (0 if value is None else len(value)) + _ENTRY_OVERHEAD
+        size = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
         self.cache.put(
             key, CacheEntry(value, timestamp, headers, position.tp, position.offset, size)
         )
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        merged = dict(super().items())
-        for key, entry in self.cache.snapshot():
-            if entry.value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = entry.value
-        return iter(sorted(merged.items()))
+        cached = sorted((key, entry.value) for key, entry in self.cache.snapshot())
+        return merge_ordered(super().items(), cached)
 
-    def __len__(self) -> int:
+    def count(self) -> int:
+        """Entries in the merged view of cache and store (a scan of both)."""
         return sum(1 for _ in self.items())
 
     def flush_cache(self) -> None:
@@ -234,48 +340,3 @@ class CachingKeyValueStore(KeyValueStore):
                     listener(key, entry.value, old, entry.timestamp, entry.headers)
         finally:
             position.tp, position.offset = saved
-
-
-class TaskCaches:
-    """One task's cached stores (Kafka Streams' ``ProcessorStateManager.flushCache``): each
-    cached store partition wrapped once, in the order processors asked for them (topological),
-    all flushed before the task commits."""
-
-    def __init__(self, thread: ThreadCache | None, task: str, position: SourcePosition) -> None:
-        self._thread = thread
-        self._task = task
-        self._position = position
-        self._stores: dict[str, CachingKeyValueStore] = {}
-
-    @property
-    def enabled(self) -> bool:
-        return self._thread is not None and self._thread.max_bytes > 0
-
-    def kv_store(self, store: KeyValueStore) -> KeyValueStore:
-        """``store`` read and written through its cache (``store`` itself when caching is off)."""
-        if self._thread is None or not self.enabled:
-            return store
-        cached = self._stores.get(store.name)
-        if cached is None or cached.engine is not store.engine:
-            named = self._thread.named(f"{self._task}-{store.name}")
-            cached = self._stores[store.name] = CachingKeyValueStore(store, named, self._position)
-        return cached
-
-    def cached(self, name: str) -> CachingKeyValueStore | None:
-        """The cached store ``name``, ``None`` when it is not cached."""
-        return self._stores.get(name)
-
-    def flush(self) -> None:
-        """Flush every cache, upstream stores first, until none is dirty: what a flush forwards
-        may dirty a downstream store's cache, and nothing is left for after the commit."""
-        stores = list(self._stores.values())
-        while any(store.cache.dirty for store in stores):
-            for store in stores:
-                store.cache.flush()
-
-    def clear(self) -> None:
-        """Drop every cached entry, written or not (the task closes; without a commit, its
-        input is processed again)."""
-        for store in self._stores.values():
-            store.cache.clear()
-        self._stores.clear()

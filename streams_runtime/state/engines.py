@@ -79,7 +79,9 @@ class KeyValueEngine(Protocol):
         iteration sees them is unspecified."""
         ...
 
-    def __len__(self) -> int: ...
+    def count(self) -> int:
+        """How many entries there are (RocksDB scans: never a truth test)."""
+        ...
 
     def commit(self) -> None:
         """Make the writes since the last commit durable (no-op in memory)."""
@@ -125,7 +127,9 @@ class SessionEngine(Protocol):
         """
         ...
 
-    def __len__(self) -> int: ...
+    def count(self) -> int:
+        """How many entries there are (RocksDB scans: never a truth test)."""
+        ...
 
     def commit(self) -> None:
         """Make the writes since the last commit durable (no-op in memory)."""
@@ -167,7 +171,7 @@ class InMemoryKeyValueEngine:
             snapshot = sorted(self._data.items())
         return iter(snapshot)
 
-    def __len__(self) -> int:
+    def count(self) -> int:
         return len(self._data)
 
     def commit(self) -> None:
@@ -246,7 +250,7 @@ class InMemorySessionEngine:
             self._count -= purged
         return purged
 
-    def __len__(self) -> int:
+    def count(self) -> int:
         return self._count
 
     def commit(self) -> None:
@@ -319,7 +323,7 @@ class _SqliteEngine:
             rows: list[tuple[Any, ...]] = self._cursor.execute(sql, params).fetchall()
             return rows
 
-    def __len__(self) -> int:
+    def count(self) -> int:
         row = self._query_one(f"SELECT COUNT(*) FROM {self._table}")  # noqa: S608 (constant)
         assert row is not None
         return int(row[0])

@@ -189,7 +189,7 @@ class RocksDbKeyValueEngine(_RocksDbEngine):
             pending = sorted(self._pending.items())
         return _merge(self._committed(), pending)
 
-    def __len__(self) -> int:
+    def count(self) -> int:
         # RocksDB keeps no exact count (only an estimate): count by scanning, which only tests
         # and diagnostics ask for.
         return sum(1 for _ in self.items())
@@ -279,6 +279,6 @@ class RocksDbSessionEngine(_RocksDbEngine):
             self.remove(key, start, ended)
         return len(expired)
 
-    def __len__(self) -> int:
+    def count(self) -> int:
         # No exact count in RocksDB: scan (tests and diagnostics only).
         return sum(1 for _ in self.items())

@@ -63,8 +63,9 @@ class KeyValueStore:
         """All entries, sorted by key."""
         return self.engine.items()
 
-    def __len__(self) -> int:
-        return len(self.engine)
+    def count(self) -> int:
+        """How many entries the store holds (may scan the store: never a truth test)."""
+        return self.engine.count()
 
     def restore(self, key: bytes, value: bytes | None) -> None:
         """Apply one changelog record (no logging)."""
@@ -128,8 +129,14 @@ class SessionStore:
         topic's time retention removes them there); returns how many were dropped."""
         return self.engine.purge_ended_before(end)
 
-    def __len__(self) -> int:
-        return len(self.engine)
+    def count(self) -> int:
+        """How many sessions the store holds (may scan the store: never a truth test)."""
+        return self.engine.count()
+
+    def expire(self, key: bytes, start: int, end: int, timestamp: int) -> None:
+        """Delete a window retention expired (a tombstone in the changelog); a cached store
+        bypasses its cache, as expiry is no update to forward."""
+        self.put(key, start, end, None, timestamp)
 
     def restore(self, changelog_key: bytes, value: bytes | None) -> None:
         """Apply one changelog record (no logging); ``ValueError`` on a malformed key."""
@@ -155,7 +162,7 @@ class WindowStore(SessionStore):
     def fetch_range(self, key: bytes, time_from: int, time_to: int) -> list[tuple[int, int, bytes]]:
         """Windows ``(start, end, value)`` of ``key`` starting in ``[time_from, time_to]``,
         sorted by ``(start, end)``."""
-        return [w for w in self.engine.find(key, time_from, time_to) if w[0] >= time_from]
+        return [w for w in self.find_sessions(key, time_from, time_to) if w[0] >= time_from]
 
     def __repr__(self) -> str:
         return f"WindowStore({self.name!r}, partition={self.partition})"

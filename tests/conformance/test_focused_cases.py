@@ -286,12 +286,25 @@ def test_an_update_dropped_by_emit_on_change_keeps_an_aggregate_s_older_timestam
     assert _counts(runtime["table-filter"]["out4"]) == [(b"a0", 1, 100), (b"a0", 2, 200)]
 
 
-CACHED_CASES = ("table-count", "repartition-count", "session-count-suppressed")
+CACHED_CASES = (
+    "table-count",
+    "repartition-count",
+    "session-count-suppressed",
+    "session-aggregate-suppressed",
+    "tumbling-count-suppressed",
+    "hopping-aggregate-suppressed",
+    "sliding-count-suppressed",
+)
+# Suppressed windowed results Kafka Streams emits once each whatever the cache merged: the whole
+# output is compared. (A sliding window can be emitted twice, Kafka Streams' own edge at
+# exactly end + grace, and which update the first emission carries depends on the cache.)
+WHOLE_OUTPUT_CASES = CACHED_CASES[2:6]
 
 
 def test_with_equal_record_caches_final_results_agree(both_engines: RunBoth) -> None:
     # The same 10 MiB cache on both sides: which intermediate updates are merged depends on
-    # commit timing, so only each key's final result (value and timestamp) is compared. Two
+    # commit timing, so only each key's final result (value and timestamp) is compared, and
+    # the whole suppressed output of windowed aggregations (each final result once). Two
     # bursts per key, far apart: a session each, the second one closed by the sentinel.
     windows = SessionWindows(gap_ms=1_000)
     records = [
@@ -308,3 +321,6 @@ def test_with_equal_record_caches_final_results_agree(both_engines: RunBoth) -> 
         want = final_results(case, kstreams[name]["out"])
         assert want, name
         assert final_results(case, runtime[name]["out"]) == want, name
+        if name in WHOLE_OUTPUT_CASES:
+            expected = sorted(_data(kstreams[name]["out"]))
+            assert sorted(_data(runtime[name]["out"])) == expected, name

@@ -167,7 +167,12 @@ def wait_for_every_session(reader: TopicReader, expected: Counter[Session]) -> N
 
 @pytest.mark.parametrize(
     "mode",
-    ["exactly_once/memory", "at_least_once/memory", "exactly_once/sqlite", "exactly_once/rocksdb"],
+    [
+        "exactly_once/memory",
+        "at_least_once/memory",
+        "exactly_once/sqlite",
+        "exactly_once/rocksdb/cached",  # the record cache on: its flushes are crash safe too
+    ],
 )
 def test_sigkill_mid_stream(
     mode: str,
@@ -176,11 +181,14 @@ def test_sigkill_mid_stream(
     app_env: Callable[[str, str], dict[str, str]],
     reader_for: Callable[[str, int], TopicReader],
 ) -> None:
-    guarantee, engine = mode.split("/")
+    guarantee, engine, *cached = mode.split("/")
     source, sink = create_topic("events", partitions=PARTITIONS), create_topic("sessions")
     events = generate_events(6000, seed=7)
     expected = expected_sessions(events)
-    runner = KilledRepeatedly(app_env(guarantee, engine), [source, sink, str(GAP_MS)])
+    env = app_env(guarantee, engine)
+    if cached:
+        env["PROGRESS_CONTROL_RUNTIME_STATESTORE_CACHE_MAX_BYTES"] = str(10 * 1024 * 1024)
+    runner = KilledRepeatedly(env, [source, sink, str(GAP_MS)])
     runner.start()
     writer = produce_in_background(kafka_bootstrap, source, events)
     rng = random.Random(11)  # noqa: S311 - reproducible kill times

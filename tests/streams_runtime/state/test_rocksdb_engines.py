@@ -61,7 +61,7 @@ def test_a_crash_loses_only_the_writes_since_the_last_commit(tmp_path: Path) -> 
     # cwd: ``-c`` puts it first on sys.path, so the child imports this tree's runtime.
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60, cwd=REPO)
     kv = make_kv_engine("rocksdb", path)
-    assert len(kv) == 1000
+    assert kv.count() == 1000
     assert {value for _, value in kv.items()} == {b"committed"}
     assert kv.get(b"new") is None
     kv.close()
@@ -117,7 +117,7 @@ def test_session_keys_keep_byte_order_and_never_mix_prefixes(tmp_path: Path) -> 
     assert engine.find(b"a", 4, 25) == [(20, 30, b"pending")]
     assert engine.purge_ended_before(4) == len(keys)
     engine.commit()
-    assert len(engine) == len(keys)
+    assert engine.count() == len(keys)
     engine.close()
 
 

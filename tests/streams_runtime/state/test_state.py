@@ -160,7 +160,7 @@ def manager(  # noqa: PLR0917
 def test_kv_engine_basics(kind: EngineKind, tmp_path: Path) -> None:
     engine = kv_engine(kind, tmp_path)
     assert engine.get(b"a") is None
-    assert len(engine) == 0
+    assert engine.count() == 0
     engine.put(b"b", b"2")
     engine.put(b"a", b"1")
     engine.put(b"c", b"")
@@ -168,13 +168,13 @@ def test_kv_engine_basics(kind: EngineKind, tmp_path: Path) -> None:
     assert engine.get(b"b") == b"22"
     assert engine.get(b"c") == b""
     assert list(engine.items()) == [(b"a", b"1"), (b"b", b"22"), (b"c", b"")]
-    assert len(engine) == 3
+    assert engine.count() == 3
     engine.delete(b"a")
     engine.delete(b"missing")
     assert list(engine.items()) == [(b"b", b"22"), (b"c", b"")]
     engine.commit()
     engine.clear()
-    assert len(engine) == 0
+    assert engine.count() == 0
     assert list(engine.items()) == []
     engine.close()
 
@@ -200,7 +200,7 @@ def test_kv_engine_items_sorted_by_bytes_across_pages_and_writes(
     # Sorted, no duplicates; whether the entry deleted mid-iteration still shows is unspecified
     # (a snapshot in memory, pages in SQLite).
     assert [key for key in seen if key != b"\x00\x06"] == expected
-    assert len(engine) == len(expected)
+    assert engine.count() == len(expected)
     engine.close()
 
 
@@ -222,7 +222,7 @@ def test_persistent_kv_engine_durability(kind: EngineKind, tmp_path: Path) -> No
     reopened.clear()  # durable, and discards the open transaction too
     reopened.close()
     again = make_kv_engine(kind, path)
-    assert len(again) == 0
+    assert again.count() == 0
     if kind == "sqlite":
         mode = again._conn.execute("PRAGMA journal_mode").fetchone()[0]  # type: ignore[attr-defined]
         assert mode == "wal"
@@ -248,7 +248,7 @@ def test_engine_factories_reject_bad_arguments() -> None:
         make_session_engine("sqlite", None)
     with pytest.raises(ValueError, match="rocksdb engine needs a path"):
         make_session_engine("rocksdb", None)
-    assert len(make_kv_engine("memory")) == 0
+    assert make_kv_engine("memory").count() == 0
 
 
 # ------------------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ def test_session_engine_find(kind: EngineKind, tmp_path: Path) -> None:
     assert engine.find(b"missing", 0, 1000) == []
     engine.put(b"k", 100, 200, b"a2")  # replaces
     assert engine.find(b"k", 150, 150) == [(100, 200, b"a2")]
-    assert len(engine) == 4
+    assert engine.count() == 4
     engine.close()
 
 
@@ -295,9 +295,9 @@ def test_session_engine_remove_items_purge(kind: EngineKind, tmp_path: Path) -> 
     assert [item[0] for item in items] == sorted(item[0] for item in items)
     engine.remove(b"\x00\x01", 5, 6)
     engine.remove(b"\x00\x01", 5, 7)  # absent: no-op
-    assert len(engine) == 700
+    assert engine.count() == 700
     assert engine.purge_ended_before(110) == 100  # ends 10..109
-    assert len(engine) == 600
+    assert engine.count() == 600
     assert engine.find(b"\x00\x63", -1000, 1000) == []
     assert engine.find(b"\x00\x64", -1000, 1000) == [(100, 110, b"v")]
     assert engine.purge_ended_before(110) == 0
@@ -305,7 +305,7 @@ def test_session_engine_remove_items_purge(kind: EngineKind, tmp_path: Path) -> 
         engine.put(b"k", 10, 9, b"x")
     engine.commit()
     engine.clear()
-    assert len(engine) == 0
+    assert engine.count() == 0
     engine.close()
 
 
@@ -317,7 +317,7 @@ def test_persistent_session_engine_durability(kind: EngineKind, tmp_path: Path) 
     engine.commit()
     engine.put(b"k", 3, 4, b"lost")
     engine.purge_ended_before(100)
-    assert len(engine) == 0
+    assert engine.count() == 0
     engine.close()
     reopened = make_session_engine(kind, path)
     assert list(reopened.items()) == [(b"k", 1, 2, b"kept")]
@@ -414,7 +414,7 @@ def test_key_value_store_logs_writes_not_restores() -> None:
     store.restore(b"b", None)
     assert store.get(b"a") is None
     assert list(store.items()) == [(b"c", b"3")]
-    assert len(store) == 1
+    assert store.count() == 1
     assert [(s[2], s[3], s[4]) for s in sink.sent] == [
         (b"a", b"1", 100),
         (b"b", b"2", 101),
@@ -423,7 +423,7 @@ def test_key_value_store_logs_writes_not_restores() -> None:
     unlogged = KeyValueStore("plain", 0, make_kv_engine("memory"), None)
     unlogged.put(b"a", b"1", 1)
     unlogged.delete(b"a", 2)
-    assert len(unlogged) == 0
+    assert unlogged.count() == 0
 
 
 def test_session_store_logs_writes_not_restores() -> None:
@@ -443,7 +443,7 @@ def test_session_store_logs_writes_not_restores() -> None:
     assert store.fetch(b"u", 30, 41) is None
     assert list(store.items()) == [(b"u", 30, 40, b"y"), (b"v", 1, 2, b"z")]
     store.restore(session_changelog_key(b"v", 1, 2), None)
-    assert len(store) == 1
+    assert store.count() == 1
     assert store.purge_ended_before(41) == 1
     assert [(s[2], s[3]) for s in sink.sent] == [
         (session_changelog_key(b"u", 10, 20), b"x"),
@@ -539,8 +539,8 @@ def test_checkpoint_write_delete_reuse_without_changelog(kind: EngineKind, tmp_p
     third = manager(tmp_path, specs, kind)
     result = third.restore({INPUT: 1})
     assert not result.reused_checkpoint
-    assert len(third.kv_store("kv")) == 0
-    assert len(third.session_store("s")) == 0
+    assert third.kv_store("kv").count() == 0
+    assert third.session_store("s").count() == 0
     third.kv_store("kv").put(b"k", b"v3", 3)
     third.commit({INPUT: 2})
     third.close()
@@ -576,7 +576,7 @@ def test_new_store_not_in_checkpoint_is_wiped_others_reused(
     assert result.reused_checkpoint
     assert result.stores_wiped == ["b"]
     assert second.kv_store("a").get(b"k") == b"v"
-    assert len(second.kv_store("b")) == 0
+    assert second.kv_store("b").count() == 0
     second.close()
 
 
@@ -980,7 +980,7 @@ def test_sqlite_standby_resumes_from_its_checkpoint(  # noqa: PLR0915 - one scen
 
     (directory / CHECKPOINT_FILE).write_text("{not json", encoding="utf-8")
     third = StandbyReplica(KV, sp, topic, directory)
-    assert (third.resumed_from, third.position(), len(third.store)) == (-1, -1, 0)
+    assert (third.resumed_from, third.position(), third.store.count()) == (-1, -1, 0)
     read_into(third, kafka_bootstrap)
     assert third.records_read == 5
     assert dict(third.store.items()) == dict(store.items())
@@ -1081,7 +1081,7 @@ def test_restore_reads_committed_transactions_only_and_terminates(
         result = r.restore({source: 100}, timeout_s=30)
         assert r.kv_store("counts").get(b"k") == b"committed"
         assert r.kv_store("counts").get(b"other") is None
-        assert len(r.session_store("sessions")) == 0
+        assert r.session_store("sessions").count() == 0
         assert result.records_applied == 1
         assert result.records_skipped_uncommitted == 0
         assert result.duration_s < 20

@@ -42,7 +42,7 @@ def test_restore_reads_the_session_changelog_key_format(store: WindowStore) -> N
     store.restore(session_changelog_key(b"k", 0, 60_000), b"3")
     assert store.fetch_range(b"k", 0, 0) == [(0, 60_000, b"3")]
     store.restore(session_changelog_key(b"k", 0, 60_000), None)
-    assert len(store) == 0
+    assert store.count() == 0
 
 
 def test_window_specs_need_a_retention() -> None:
