@@ -130,8 +130,8 @@ def with_plugin(
     user's own), then ``table_property``: librdkafka sets properties in the dict's order, and the
     plugin can claim its property only once loaded."""
     result = {k: v for k, v in config.items() if k != PLUGIN_PATHS}
-    theirs = [p for p in str(config.get(PLUGIN_PATHS) or "").split(";") if p.strip()]
-    result[PLUGIN_PATHS] = ";".join([*theirs, plugin_path])
+    theirs = str(config.get(PLUGIN_PATHS) or "").rstrip("; ")  # as the user wrote them
+    result[PLUGIN_PATHS] = f"{theirs};{plugin_path}" if theirs else plugin_path
     result[table_property] = str(table_id)
     return result
 
