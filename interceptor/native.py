@@ -80,9 +80,11 @@ def librdkafka_paths_in_maps(maps: str) -> list[str]:
     return paths
 
 
+_PACKAGE_DIR = Path(confluent_kafka.__file__).resolve().parent
+
+
 def find_librdkafka(
-    maps_file: Path = Path("/proc/self/maps"),
-    package_dir: Path = Path(confluent_kafka.__file__).resolve().parent,
+    maps_file: Path = Path("/proc/self/maps"), package_dir: Path = _PACKAGE_DIR
 ) -> str | None:
     """The librdkafka file ``confluent_kafka.cimpl`` loaded, ``None`` when that is unclear.
 

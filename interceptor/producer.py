@@ -271,17 +271,17 @@ class _NativeAcksProducer(Producer):
     """A :class:`Producer` whose acks the native recorder stores: librdkafka's methods as they
     are (the instance's class is switched to this one when the plugin is bound)."""
 
-    produce = KafkaProducer.produce  # type: ignore[assignment]
-    poll = KafkaProducer.poll  # type: ignore[assignment]
-    produce_batch = KafkaProducer.produce_batch  # type: ignore[assignment]
+    produce = KafkaProducer.produce
+    poll = KafkaProducer.poll
+    produce_batch = KafkaProducer.produce_batch
 
 
 class _NativeAcksSerializingProducer(SerializingProducer):
     """A :class:`SerializingProducer` whose acks the native recorder stores."""
 
-    produce = KafkaSerializingProducer.produce  # type: ignore[assignment]
-    poll = KafkaProducer.poll  # type: ignore[assignment]
-    produce_batch = KafkaProducer.produce_batch  # type: ignore[assignment]
+    produce = KafkaSerializingProducer.produce
+    poll = KafkaProducer.poll
+    produce_batch = KafkaProducer.produce_batch
 
 
 _NATIVE_CLASSES: dict[type, type] = {

@@ -33,7 +33,9 @@ class MetricsSnapshot:
 class ProgressControlMetrics:
     """Thread-safe counters updated by the scheduler and the tick producer's callbacks."""
 
-    def __init__(self, idle_partitions: Callable[[], int], *, ack_recording: str = "python") -> None:
+    def __init__(
+        self, idle_partitions: Callable[[], int], *, ack_recording: str = "python"
+    ) -> None:
         self._lock = threading.Lock()
         self._ack_recording = ack_recording
         self._idle_partitions = idle_partitions

@@ -26,10 +26,11 @@ FAST = {
     "progress.control.max.records": 2,
 }
 
-MAPS = """\
+WHEEL_LIB = "/venv/site-packages/confluent_kafka.libs/librdkafka-0cb94173.so.1"
+MAPS = f"""\
 55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 1 /usr/bin/python3.11
-7f0000000000-7f0000001000 r-xp 00000000 08:01 2 /venv/site-packages/confluent_kafka.libs/librdkafka-0cb94173.so.1
-7f0000001000-7f0000002000 r--p 00001000 08:01 2 /venv/site-packages/confluent_kafka.libs/librdkafka-0cb94173.so.1
+7f0000000000-7f0000001000 r-xp 00000000 08:01 2 {WHEEL_LIB}
+7f0000001000-7f0000002000 r--p 00001000 08:01 2 {WHEEL_LIB}
 7f0000003000-7f0000004000 r-xp 00000000 08:01 3 /usr/lib/librdkafka++.so.1
 7f0000005000-7f0000006000 rw-p 00000000 00:00 0 [heap]
 7f0000006000-7f0000007000 r-xp 00000000 08:01 4 /usr/lib/x86_64-linux-gnu/librdkafka.so.1
@@ -134,7 +135,8 @@ def test_acks_are_recorded_in_c_with_their_timestamps_and_ack_times(
     topic = create_topic("native-acks", partitions=3)
     producer = _native_producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
     progress = producer.progress_control
-    assert progress is not None and progress.ack_table is not None
+    assert progress is not None
+    assert progress.ack_table is not None
     try:
         assert producer.produce.__self__ is producer  # librdkafka's method: no Python frame
         assert type(producer.produce).__name__ == "builtin_function_or_method"
@@ -175,7 +177,8 @@ def test_failed_deliveries_are_not_acks_and_the_users_callbacks_see_them(
         {"bootstrap.servers": kafka_bootstrap, "on_delivery": on_delivery, "linger.ms": 10_000}
     )
     progress = producer.progress_control
-    assert progress is not None and progress.ack_table is not None
+    assert progress is not None
+    assert progress.ack_table is not None
     try:
         producer.produce(topic, b"purged", partition=0, timestamp=1_000)
         producer.purge()
@@ -188,9 +191,7 @@ def test_failed_deliveries_are_not_acks_and_the_users_callbacks_see_them(
     finally:
         producer.close()
     values = [(err is None, value) for err, value, _ in reports]
-    assert sorted(values, key=str) == sorted(
-        [(False, b"purged"), (True, b"ok")], key=str
-    )
+    assert sorted(values, key=str) == sorted([(False, b"purged"), (True, b"ok")], key=str)
     assert {thread for _, _, thread in reports} == {threading.main_thread()}
 
 
@@ -248,7 +249,8 @@ def test_the_users_own_plugins_are_kept(
         {"bootstrap.servers": kafka_bootstrap, "plugin.library.paths": str(library)}
     )
     progress = producer.progress_control
-    assert progress is not None and progress.ack_table is not None
+    assert progress is not None
+    assert progress.ack_table is not None
     try:
         assert calls.value == 1
         producer.produce(topic, b"v", partition=0)
