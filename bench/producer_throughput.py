@@ -46,6 +46,9 @@ VARIANTS = {
     "d": "interceptor.Producer, no callback",
 }
 _ack_recording: set[str] = set()  # the interceptor's path in (c) and (d), printed at the end
+# CPU time of the whole process (all threads: librdkafka's too) per record, per variant: on a
+# loaded machine wall-clock rates swing with the neighbours, CPU per record much less.
+_cpu_us: dict[str, list[float]] = {name: [] for name in VARIANTS}
 
 
 class DeliveryCounter:
@@ -97,6 +100,7 @@ def _run(variant: str, bootstrap_servers: str, records: int) -> float:
         produce: Callable[..., None] = producer.produce
         poll = producer.poll
         started = time.perf_counter()
+        cpu_started = time.process_time()
         for i in range(records):
             while True:
                 try:
@@ -108,6 +112,7 @@ def _run(variant: str, bootstrap_servers: str, records: int) -> float:
                 poll(0)
         remaining = producer.flush(FLUSH_TIMEOUT_S)
         elapsed = time.perf_counter() - started
+        _cpu_us[variant].append((time.process_time() - cpu_started) / records * 1e6)
     finally:
         producer.close()  # the interceptor's also stops its scheduler thread
     if remaining:
@@ -140,6 +145,12 @@ def main() -> None:
     for name in names:
         runs = [round(r) for r in rates[name]]
         print(f"({name}) {VARIANTS[name]:<36} {median[name]:>11,.0f} records/s  {runs}")
+    cpu = {name: statistics.median(values) for name, values in _cpu_us.items()}
+    print(
+        "CPU per record, median (all threads): "
+        + ", ".join(f"({name}) {cpu[name]:.3f} us" for name in names)
+        + f"; (b)/(c) {cpu['b'] / cpu['c']:.3f}, (a)/(d) {cpu['a'] / cpu['d']:.3f}"
+    )
     print(f"(c)/(b): {median['c'] / median['b']:.3f}  (goal >= 0.95)")
     print(f"(c)/(a): {median['c'] / median['a']:.3f}")
     print(f"(d)/(a): {median['d'] / median['a']:.3f}  (no callback: goal ~1)")
