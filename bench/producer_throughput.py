@@ -1,11 +1,16 @@
 """Producer throughput on a real broker: plain confluent-kafka vs ``interceptor.Producer``.
 
-Three variants, measured in the same run in interleaved (rotating) order, each repeated
+Four variants, measured in the same run in interleaved (rotating) order, each repeated
 ``BENCH_REPEATS`` times (default 3, median taken):
 
 (a) plain ``confluent_kafka.Producer``, no delivery callback;
 (b) plain ``confluent_kafka.Producer`` with a trivial config-level ``on_delivery`` (a counter);
-(c) ``interceptor.Producer`` with the same ``on_delivery`` and default progress-control settings.
+(c) ``interceptor.Producer`` with the same ``on_delivery`` and default progress-control settings;
+(d) ``interceptor.Producer`` with no callback: against (a), what a producer that never asked for a
+    callback pays.
+
+The interceptor records acks natively (a librdkafka plugin) when it loads; set
+``PROGRESS_CONTROL_ACK_RECORDING=python`` to measure the Python fallback. The path used is printed.
 
 Each run sends ``BENCH_RECORDS`` (default 1,000,000) 100-byte records to a fresh 4-partition topic;
 time runs from the first ``produce()`` until ``flush()`` returns. The connection and metadata are
@@ -38,7 +43,12 @@ VARIANTS = {
     "a": "plain Producer, no callback",
     "b": "plain Producer + on_delivery",
     "c": "interceptor.Producer + on_delivery",
+    "d": "interceptor.Producer, no callback",
 }
+_ack_recording: set[str] = set()  # the interceptor's path in (c) and (d), printed at the end
+# CPU time of the whole process (all threads: librdkafka's too) per record, per variant: on a
+# loaded machine wall-clock rates swing with the neighbours, CPU per record much less.
+_cpu_us: dict[str, list[float]] = {name: [] for name in VARIANTS}
 
 
 class DeliveryCounter:
@@ -76,16 +86,21 @@ def _run(variant: str, bootstrap_servers: str, records: int) -> float:
     producer: KafkaProducer
     if variant == "a":
         producer = KafkaProducer(config)
+    elif variant == "d":
+        producer = InterceptorProducer(config)
     else:
         counter = DeliveryCounter()
         config["on_delivery"] = counter
         producer = (KafkaProducer if variant == "b" else InterceptorProducer)(config)
+    if isinstance(producer, InterceptorProducer) and producer.progress_control is not None:
+        _ack_recording.add(producer.progress_control.ack_recording)
     try:
         producer.list_topics(topic, timeout=30)  # connect and fetch metadata off the clock
         value = b"x" * RECORD_SIZE
         produce: Callable[..., None] = producer.produce
         poll = producer.poll
         started = time.perf_counter()
+        cpu_started = time.process_time()
         for i in range(records):
             while True:
                 try:
@@ -97,6 +112,7 @@ def _run(variant: str, bootstrap_servers: str, records: int) -> float:
                 poll(0)
         remaining = producer.flush(FLUSH_TIMEOUT_S)
         elapsed = time.perf_counter() - started
+        _cpu_us[variant].append((time.process_time() - cpu_started) / records * 1e6)
     finally:
         producer.close()  # the interceptor's also stops its scheduler thread
     if remaining:
@@ -123,19 +139,28 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in rates.items()}
     print(
         f"{records:,} x {RECORD_SIZE}-byte records, {PARTITIONS} partitions, "
-        f"median of {repeats} (interleaved); callback counts verified = {records:,}"
+        f"median of {repeats} (interleaved); callback counts verified = {records:,}; "
+        f"interceptor ack recording: {', '.join(sorted(_ack_recording))}"
     )
     for name in names:
         runs = [round(r) for r in rates[name]]
         print(f"({name}) {VARIANTS[name]:<36} {median[name]:>11,.0f} records/s  {runs}")
+    cpu = {name: statistics.median(values) for name, values in _cpu_us.items()}
+    print(
+        "CPU per record, median (all threads): "
+        + ", ".join(f"({name}) {cpu[name]:.3f} us" for name in names)
+        + f"; (b)/(c) {cpu['b'] / cpu['c']:.3f}, (a)/(d) {cpu['a'] / cpu['d']:.3f}"
+    )
     print(f"(c)/(b): {median['c'] / median['b']:.3f}  (goal >= 0.95)")
     print(f"(c)/(a): {median['c'] / median['a']:.3f}")
-    # The same ratio per round (runs next to each other): steadier when the machine's load drifts.
-    paired = [c / b for c, b in zip(rates["c"], rates["b"], strict=True)]
-    print(
-        f"(c)/(b) per round: median {statistics.median(paired):.3f}  "
-        f"{[round(r, 3) for r in paired]}"
-    )
+    print(f"(d)/(a): {median['d'] / median['a']:.3f}  (no callback: goal ~1)")
+    # The same ratios per round (runs next to each other): steadier when the machine's load drifts.
+    for top, bottom in (("c", "b"), ("d", "a")):
+        paired = [t / b for t, b in zip(rates[top], rates[bottom], strict=True)]
+        print(
+            f"({top})/({bottom}) per round: median {statistics.median(paired):.3f}  "
+            f"{[round(r, 3) for r in paired]}"
+        )
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 
+from interceptor.native import AckTableLike
 from interceptor.report import ReportSender
 from interceptor.settings import InterceptorSettings, Mode
 from progress_control.ticks.activity import PartitionActivity, TopicPartition
@@ -27,6 +29,13 @@ logger = logging.getLogger(__name__)
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 _TICK_REPORT_POLL_S = 1.0  # serve tick delivery reports even when no tick is due
+# The native recorder's table is drained right before every tick decision; between those, this
+# often (at most), so that a new partition is tracked well before its first deadline.
+_DRAIN_MAX_S = 0.25
+
+
+def _drain_period_s(start_ms: int) -> float:
+    return max(0.01, min(_DRAIN_MAX_S, start_ms / 4000))
 
 
 def _direct(callback: DeliveryCallback) -> DeliveryCallback:
@@ -41,15 +50,32 @@ def _direct(callback: DeliveryCallback) -> DeliveryCallback:
 
 
 class ProgressControl:
-    """Records a producer's data acks and keeps its idle partitions' stream time moving."""
+    """Records a producer's data acks and keeps its idle partitions' stream time moving.
 
-    def __init__(self, settings: InterceptorSettings, host_config: Mapping[str, Any]) -> None:
+    Acks arrive one of two ways: with ``ack_table``, the native recorder (a librdkafka
+    interceptor, :mod:`interceptor.native`) stores them in C and :meth:`drain_acks` reads them
+    from the scheduler thread; without, the producer wraps its delivery callbacks with
+    :meth:`delivery_callback` and calls :meth:`commit_acks` after serving them.
+    """
+
+    def __init__(
+        self,
+        settings: InterceptorSettings,
+        host_config: Mapping[str, Any],
+        ack_table: AckTableLike | None = None,
+    ) -> None:
         self.settings = settings
+        self.ack_table = ack_table
+        self.ack_recording = "python" if ack_table is None else "native"
+        """Which path records this producer's acks: ``native`` or ``python``."""
+        self._drain_lock = threading.Lock()
         include_topic = settings.topic_filter()
         self._activity = PartitionActivity(settings.tick_schedule(), include_topic=include_topic)
         self.pending_acks: dict[Any, Any] = self._activity.pending
         """Acks recorded and not yet committed; the producer tests it before :meth:`commit_acks`."""
-        self._metrics = ProgressControlMetrics(self._activity.idle_partitions)
+        self._metrics = ProgressControlMetrics(
+            self._activity.idle_partitions, ack_recording=self.ack_recording
+        )
         self._errors_logged = 0
         self._closed = False
         self._sender: TickSender | None = None
@@ -64,14 +90,48 @@ class ProgressControl:
             )
             # Only the scheduler's thread is used: reports go out periodically, no ticks are due.
             self._scheduler = IdlePartitionScheduler(self._activity, lambda _: None)
-            self._scheduler.add_interval_job(
-                self._reporter.send, settings.report_interval_ms / 1000
-            )
+            self._scheduler.add_interval_job(self._report, settings.report_interval_ms / 1000)
         else:
             self._sender = TickSender(settings, host_config, self._metrics)
-            self._scheduler = IdlePartitionScheduler(self._activity, self._sender.send)
+            self._scheduler = IdlePartitionScheduler(
+                self._activity, self._sender.send, before_wake=self.drain_acks
+            )
             self._scheduler.add_interval_job(self._sender.poll, _TICK_REPORT_POLL_S)
+            if ack_table is not None:
+                self._scheduler.add_interval_job(
+                    self.drain_acks, _drain_period_s(settings.start_ms)
+                )
         self._scheduler.start()
+
+    def drain_acks(self) -> None:
+        """Move the acks the native recorder stored since the last call into the activity map
+        (their exact ack times), and track new partitions. Without it, nothing to do."""
+        table = self.ack_table
+        if table is None:
+            return
+        activity = self._activity
+        with self._drain_lock:  # two drains must not apply their entries out of order
+            drained = table.drain()
+            if not drained:
+                return
+            acks = [
+                (
+                    (topic, partition),
+                    timestamp_ms
+                    if timestamp_type != TIMESTAMP_NOT_AVAILABLE and timestamp_ms >= 0
+                    else activity.wall_clock_at(ack),
+                    ack,
+                )
+                for topic, partition, timestamp_type, timestamp_ms, ack, _count in drained
+            ]
+            new = activity.record_acks(acks)
+        for key in new:
+            self._new_partition(key)
+
+    def _report(self) -> None:
+        assert self._reporter is not None
+        self.drain_acks()
+        self._reporter.send()
 
     def delivery_callback(self, user_callback: DeliveryCallback | None) -> DeliveryCallback:
         """A delivery callback that records the ack, then calls ``user_callback`` (if any) with
@@ -136,6 +196,7 @@ class ProgressControl:
             return
         self._closed = True
         self._scheduler.shutdown()
+        self.drain_acks()  # report mode's last report includes them
         if self._sender is not None:
             remaining = self._sender.flush(timeout_s)
             if remaining:
@@ -144,5 +205,5 @@ class ProgressControl:
                     {"undelivered": remaining},
                 )
         if self._reporter is not None:
-            self._reporter.send()
+            self._report()
             self._reporter.close()

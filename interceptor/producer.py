@@ -7,11 +7,18 @@
         "progress.control.start.ms": 5000,   # every progress.control.* key is ours; stripped
     })
 
-Both a config-level ``on_delivery`` and per-call callbacks are wrapped: every ack is recorded, and
-the application's callback still runs with the same arguments, in the same thread. A producer
-without a callback of its own gets one that only records. The acks a call serves (``poll()``,
-``flush()``, committing or aborting a transaction) are stamped with one clock reading when that call
-returns; ``flush()`` returns to stamp them every ``_ACK_COMMIT_S`` while it waits.
+Acks are recorded one of two ways (``progress.control.ack.recording``, :mod:`interceptor.native`):
+
+- natively, by default when the plugin loads: a librdkafka interceptor records each ack in C with
+  its exact time. The application's callbacks are handed to librdkafka untouched, and
+  ``produce()``, ``poll()`` and ``produce_batch()`` are librdkafka's own methods: nothing runs in
+  Python per record. ``producer.progress_control.ack_recording`` (and the metrics) say ``native``.
+- in Python, the fallback: a config-level ``on_delivery`` and per-call callbacks are wrapped, so
+  every ack is recorded and the application's callback still runs with the same arguments, in the
+  same thread; a producer without a callback of its own gets one that only records. The acks a
+  call serves (``poll()``, ``flush()``, committing or aborting a transaction) are stamped with one
+  clock reading when that call returns; ``flush()`` returns to stamp them every ``_ACK_COMMIT_S``
+  while it waits.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from confluent_kafka.cimpl import Producer as KafkaProducer
 from confluent_kafka.serializing_producer import SerializingProducer as KafkaSerializingProducer
 
 from interceptor.control import DeliveryCallback, ProgressControl
+from interceptor.native import native_acks
 from interceptor.settings import InterceptorSettings, split_config
 from progress_control.ticks.metrics import MetricsSnapshot, PrometheusCollector
 
@@ -45,23 +53,37 @@ class _ProgressControlled:
     _progress: ProgressControl | None
     _pending: dict[Any, Any] | None
     """The acks recorded since the last commit (empty or ``None`` means nothing to do)."""
+    _wrap: Callable[[DeliveryCallback | None], DeliveryCallback] | None
+    """Wraps a callback to record acks in Python; ``None`` when acks are recorded natively."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         ours, theirs = split_config({**(config or {}), **kwargs})
         settings = InterceptorSettings.from_config(ours)  # fails fast, naming the setting
         self._progress = None
         self._pending = None
+        self._wrap = None
         if settings.enabled:
-            progress = ProgressControl(settings, theirs)
-            theirs["on_delivery"] = progress.delivery_callback(theirs.get("on_delivery"))
+            native = native_acks(settings.ack_recording)
+            table = None if native is None else native.new_table()
+            progress = ProgressControl(settings, theirs, table)
+            if native is not None and table is not None:
+                theirs = native.producer_config(theirs, table)
+            else:
+                theirs["on_delivery"] = progress.delivery_callback(theirs.get("on_delivery"))
+                self._pending = progress.pending_acks
+                self._wrap = progress.delivery_callback
             self._progress = progress
-            self._pending = progress.pending_acks
         try:
             super().__init__(theirs)  # type: ignore[call-arg]
         except BaseException:
             if self._progress is not None:
                 self._progress.close(timeout_s=0)
             raise
+        native_class = _NATIVE_CLASSES.get(type(self))
+        if self._progress is not None and self._wrap is None and native_class is not None:
+            # librdkafka's own produce()/poll(): nothing in Python per record. Only for our
+            # classes themselves: an application's subclass keeps its overrides.
+            self.__class__ = native_class
         if self._progress is not None:
             # Stop the scheduler thread when the producer is collected or the process exits.
             weakref.finalize(self, self._progress.close, _CLOSE_AT_EXIT_S)
@@ -78,7 +100,10 @@ class _ProgressControlled:
         if self._progress is None:
             flushed: int = _kafka_flush(self, timeout)
             return flushed
-        remaining = self._flush_in_chunks(timeout)
+        if self._pending is None:  # native: acks are stamped where they happen
+            remaining: int = _kafka_flush(self, timeout)
+        else:
+            remaining = self._flush_in_chunks(timeout)
         # Ticks wait no longer than the caller agreed to (nor than a bound when it did not):
         # an app flushing with a short timeout during an outage must not block on our ticks.
         bound = _TICK_FLUSH_S if timeout < 0 else min(timeout, _TICK_FLUSH_S)
@@ -124,9 +149,9 @@ class _ProgressControlled:
         """``produce_batch`` with every ack recorded: a batch-level callback and the messages'
         own ``callback`` entries would bypass the recording one, so they are wrapped for the
         call (and the entries restored after it: the messages are the caller's dicts)."""
-        progress = self._progress
+        wrap = self._wrap
         user_callback = on_delivery or callback
-        if progress is None:
+        if wrap is None:
             if user_callback is None:
                 queued: int = _kafka_produce_batch(self, topic, messages, partition)
             else:
@@ -136,7 +161,7 @@ class _ProgressControlled:
             return queued
         own = [(m, m["callback"]) for m in messages if isinstance(m, dict) and m.get("callback")]
         for message, message_callback in own:
-            message["callback"] = progress.delivery_callback(message_callback)
+            message["callback"] = wrap(message_callback)
         try:
             if user_callback is None:
                 queued = _kafka_produce_batch(self, topic, messages, partition)
@@ -146,7 +171,7 @@ class _ProgressControlled:
                     topic,
                     messages,
                     partition,
-                    on_delivery=progress.delivery_callback(user_callback),
+                    on_delivery=wrap(user_callback),
                 )
         finally:
             for message, message_callback in own:
@@ -210,8 +235,8 @@ class Producer(_ProgressControlled, KafkaProducer):
             else:
                 _kafka_produce(self, topic, value, key, partition)
             return
-        if user_callback is not None and self._progress is not None:
-            user_callback = self._progress.delivery_callback(user_callback)
+        if user_callback is not None and self._wrap is not None:
+            user_callback = self._wrap(user_callback)
         _kafka_produce(
             self,
             topic,
@@ -237,6 +262,29 @@ class SerializingProducer(_ProgressControlled, KafkaSerializingProducer):
         timestamp: int = 0,
         headers: Headers = None,
     ) -> None:
-        if on_delivery is not None and self._progress is not None:
-            on_delivery = self._progress.delivery_callback(on_delivery)
+        if on_delivery is not None and self._wrap is not None:
+            on_delivery = self._wrap(on_delivery)
         _serializing_produce(self, topic, key, value, partition, on_delivery, timestamp, headers)
+
+
+class _NativeAcksProducer(Producer):
+    """A :class:`Producer` whose acks the native recorder stores: librdkafka's methods as they
+    are (the instance's class is switched to this one when the plugin is bound)."""
+
+    produce = KafkaProducer.produce
+    poll = KafkaProducer.poll
+    produce_batch = KafkaProducer.produce_batch
+
+
+class _NativeAcksSerializingProducer(SerializingProducer):
+    """A :class:`SerializingProducer` whose acks the native recorder stores."""
+
+    produce = KafkaSerializingProducer.produce
+    poll = KafkaProducer.poll
+    produce_batch = KafkaProducer.produce_batch
+
+
+_NATIVE_CLASSES: dict[type, type] = {
+    Producer: _NativeAcksProducer,
+    SerializingProducer: _NativeAcksSerializingProducer,
+}

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 from progress_control.ticks.activity_report import parse_report_address
 from progress_control.ticks.settings import CONFIG_PREFIX, TickSettings
 
-__all__ = ["InterceptorSettings", "Mode", "split_config"]
+__all__ = ["AckRecording", "InterceptorSettings", "Mode", "split_config"]
 
 
 class Mode(enum.StrEnum):
@@ -26,6 +26,17 @@ class Mode(enum.StrEnum):
     """Send control records to idle partitions itself."""
     REPORT = "report"
     """Only ship acks to a sidecar in the pod (:mod:`interceptor.report`)."""
+
+
+class AckRecording(enum.StrEnum):
+    """How the producer's acks reach progress control (:mod:`interceptor.native`)."""
+
+    AUTO = "auto"
+    """Natively when the plugin loads, else in Python (logged once)."""
+    NATIVE = "native"
+    """Natively; a producer fails to start when the plugin is unavailable."""
+    PYTHON = "python"
+    """In Python: a wrapper around the delivery callbacks (one Python call per ack)."""
 
 
 class InterceptorSettings(TickSettings):
@@ -39,6 +50,11 @@ class InterceptorSettings(TickSettings):
         "host:port.",
     )
     report_interval_ms: int = Field(1_000, ge=10, description="Report mode: send period.")
+    ack_recording: AckRecording = Field(
+        AckRecording.AUTO,
+        description="auto: a librdkafka interceptor plugin records acks in C when it loads, "
+        "else Python callbacks do; native: the plugin or fail; python: always Python.",
+    )
 
     @field_validator("report_address")
     @classmethod

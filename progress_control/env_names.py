@@ -35,8 +35,9 @@ def _words(text: str) -> frozenset[str]:
 COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
     # interceptor (InterceptorSettings) and sidecar (SidecarSettings)
     "PROGRESS_CONTROL_": _words(
-        """admin_timeout_s backoff_exponential backoff_ms backoff_multiplier enabled end_ms
-        http_host http_max_connections http_port http_request_timeout_ms jitter_ms kafka
+        """ack_recording admin_timeout_s backoff_exponential backoff_ms backoff_multiplier
+        enabled end_ms http_host http_max_connections http_port http_request_timeout_ms
+        jitter_ms kafka
         kafka_secrets_dir key log_format log_level max_records max_skew_ms
         max_tracked_partitions metadata_refresh_ms mode queue_max_messages
         report_address report_allowed_uids report_interval_ms report_listen

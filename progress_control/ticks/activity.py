@@ -138,6 +138,24 @@ class PartitionActivity:
                 latest[key] = (record, now)
         return new
 
+    def record_acks(self, acks: list[tuple[TopicPartition, int, float]]) -> list[TopicPartition]:
+        """Record acks stamped where they happened (the native recorder): each
+        ``(partition, data timestamp ms, monotonic ack time)`` becomes the partition's latest
+        entry; return the partitions seen for the first time, for :meth:`track`."""
+        new: list[TopicPartition] = []
+        latest = self.latest
+        with self._commit_lock:
+            now = self._clock()
+            for key, timestamp_ms, ack in acks:
+                if key not in latest:
+                    new.append(key)
+                latest[key] = (timestamp_ms, min(ack, now))
+        return new
+
+    def wall_clock_at(self, ack_monotonic: float) -> int:
+        """Wall-clock milliseconds at a past monotonic time (a record without a timestamp)."""
+        return int((self._wall_clock() - (self._clock() - ack_monotonic)) * 1000)
+
     def track(self, key: TopicPartition) -> float | None:
         """Start scheduling a partition seen for the first time; return its first deadline, or
         ``None`` when its topic is excluded or it is already tracked."""

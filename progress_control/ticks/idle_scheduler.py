@@ -34,9 +34,12 @@ class IdlePartitionScheduler:
         send: Callable[[list[DueTick]], None],
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        before_wake: Callable[[], None] = lambda: None,
     ) -> None:
         self._activity = activity
         self._send = send
+        self._before_wake = before_wake
+        """Runs right before each deadline is looked at (the native recorder drains its acks)."""
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._earliest_wake: float | None = None
@@ -82,6 +85,7 @@ class IdlePartitionScheduler:
         with self._lock:
             self._earliest_wake = None
         try:
+            self._before_wake()
             due = self._activity.take_due()
             if due:
                 self._send(due)

@@ -26,13 +26,18 @@ class MetricsSnapshot:
     partitions_idle: int
     last_tick_ms: dict[tuple[str, int], int] = field(default_factory=dict)
     """Timestamp of the last acknowledged tick per partition."""
+    ack_recording: str = "python"
+    """How a producer's acks are recorded: ``native`` (a librdkafka interceptor) or ``python``."""
 
 
 class ProgressControlMetrics:
     """Thread-safe counters updated by the scheduler and the tick producer's callbacks."""
 
-    def __init__(self, idle_partitions: Callable[[], int]) -> None:
+    def __init__(
+        self, idle_partitions: Callable[[], int], *, ack_recording: str = "python"
+    ) -> None:
         self._lock = threading.Lock()
+        self._ack_recording = ack_recording
         self._idle_partitions = idle_partitions
         self._sent = self._failed = self._skipped = self._reports = 0
         self._last_tick: dict[tuple[str, int], int] = {}
@@ -58,7 +63,13 @@ class ProgressControlMetrics:
         idle = self._idle_partitions()
         with self._lock:
             return MetricsSnapshot(
-                self._sent, self._failed, self._skipped, self._reports, idle, dict(self._last_tick)
+                self._sent,
+                self._failed,
+                self._skipped,
+                self._reports,
+                idle,
+                dict(self._last_tick),
+                self._ack_recording,
             )
 
 

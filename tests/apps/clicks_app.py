@@ -68,6 +68,7 @@ def main() -> None:
                 "failed": len(failed),
                 "max_produce_s": max_produce_s,
                 "ticks_sent": metrics.ticks_sent if metrics else None,
+                "ack_recording": metrics.ack_recording if metrics else None,
             }
         ),
         flush=True,

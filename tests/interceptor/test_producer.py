@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from progress_control.protocol import (
     parse_control_headers,
 )
 from progress_control.settings import ConfigurationError
+from progress_control.ticks.activity import AckEntry
 from progress_control.ticks.activity_report import PartitionReport, decode_report
 from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
@@ -33,6 +34,39 @@ from tests.paths import APPS
 
 APP = APPS / "clicks_app.py"
 CLI = [sys.executable, "-m", "progress_control.cli"]
+
+ACK_RECORDING = "PROGRESS_CONTROL_ACK_RECORDING"
+
+
+@pytest.fixture(autouse=True, scope="module", params=["native", "python"])
+def ack_recording(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test here runs on both ack paths: the librdkafka plugin and the Python callbacks.
+    ``native`` fails (not falls back) when the plugin is unavailable."""
+    before = os.environ.get(ACK_RECORDING)
+    os.environ[ACK_RECORDING] = request.param
+    try:
+        yield str(request.param)
+    finally:
+        if before is None:
+            del os.environ[ACK_RECORDING]
+        else:
+            os.environ[ACK_RECORDING] = before
+
+
+# The instance's class: with the plugin recording acks, librdkafka's methods as they are.
+PRODUCER_CLASSES = {"interceptor.producer.Producer", "interceptor.producer._NativeAcksProducer"}
+
+
+def last_ack(producer: Producer | SerializingProducer, topic: str, partition: int) -> AckEntry:
+    """``(data timestamp ms, monotonic ack time)`` of a partition's last recorded ack, on
+    either path (the native one drained first, as the scheduler does before deciding)."""
+    progress = producer.progress_control
+    assert progress is not None
+    progress.drain_acks()
+    progress.commit_acks()
+    source, ack = progress._activity.latest[(topic, partition)]
+    return progress._activity.data_timestamp(source, ack), ack
+
 
 FAST = {
     "progress.control.start.ms": 400,
@@ -163,15 +197,15 @@ def test_produce_batch_acks_are_recorded_through_the_applications_callbacks(
     producer = Producer({"bootstrap.servers": kafka_bootstrap, **FAST})
     try:
         # Partition 0: the batch-level callback; partition 1: a message's own; partition 2: none.
+        before_ms = int(time.time() * 1000)
         assert producer.produce_batch(topic, [{"value": b"a"}], 0, on_delivery=batch_callback) == 1
         own = {"value": b"b", "callback": own_callback}
         assert producer.produce_batch(topic, [own], 1) == 1
         assert own["callback"] is own_callback  # the caller's dict is given back as it was
         assert producer.produce_batch(topic, [{"value": b"c"}], 2) == 1
         assert producer.flush(10) == 0
-        latest = producer.progress_control._activity.latest  # type: ignore[union-attr]
-        for partition, value in enumerate((b"a", b"b", b"c")):
-            assert latest[(topic, partition)][0].value() == value
+        for partition in range(3):  # batch mode takes no timestamps: each is the produce time
+            assert last_ack(producer, topic, partition)[0] >= before_ms
     finally:
         producer.close()
     assert seen == {"batch": [b"a"], "own": [b"b"]}
@@ -193,31 +227,30 @@ def test_acks_are_recorded_with_and_without_an_application_callback(
         {"bootstrap.servers": kafka_bootstrap, "on_delivery": callback, "linger.ms": 10_000, **FAST}
     )
     try:
-        # No callback of its own: acks are recorded, stamped when the flush that served them ran.
-        for partition in (0, 1):
-            plain.produce(topic, b"v", partition=partition)
+        # No callback of its own: acks are recorded (natively when they happen, in Python when
+        # the flush that served them ran).
         before = time.monotonic()
+        for partition in (0, 1):
+            plain.produce(topic, b"v", partition=partition, timestamp=1_000 + partition)
         assert plain.flush(10) == 0
         after = time.monotonic()
-        latest = plain.progress_control._activity.latest  # type: ignore[union-attr]
         for partition in (0, 1):
-            msg, ack = latest[(topic, partition)]
-            assert (msg.topic(), msg.partition(), msg.value()) == (topic, partition, b"v")
+            timestamp, ack = last_ack(plain, topic, partition)
+            assert timestamp == 1_000 + partition
             assert before <= ack <= after
 
         # The application's callback gets every report, errors included; errors are not acks.
-        app.produce(topic, b"purged", partition=0)
+        app.produce(topic, b"purged", partition=0, timestamp=2_000)
         app.purge()
         app.poll(5)
-        app.produce(topic, b"ok", partition=0)
+        app.produce(topic, b"ok", partition=0, timestamp=3_000)
         assert app.flush(10) == 0
-        latest = app.progress_control._activity.latest  # type: ignore[union-attr]
-        assert latest[(topic, 0)][0].value() == b"ok"
+        assert last_ack(app, topic, 0)[0] == 3_000
         # An exception in it still reaches the caller, as with a plain producer; the ack counts.
-        app.produce(topic, b"boom", partition=0)
+        app.produce(topic, b"boom", partition=0, timestamp=4_000)
         with pytest.raises(RuntimeError, match="application's callback failed"):
             app.flush(10)
-        assert latest[(topic, 0)][0].value() == b"boom"
+        assert last_ack(app, topic, 0)[0] == 4_000
     finally:
         plain.close()
         app.close()
@@ -263,6 +296,7 @@ def _app_env(**settings: str) -> dict[str, str]:
         PROGRESS_CONTROL_MAX_RECORDS="2",
         PYTHONPATH=os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")]),
     )
+    env[ACK_RECORDING] = os.environ[ACK_RECORDING]  # this module's path, in the app too
     return env | settings
 
 
@@ -298,7 +332,8 @@ def test_unmodified_app_gets_ticks_under_progress_control_run(
         "2",
         env=_app_env(),
     )
-    assert summary["producer_class"] == "interceptor.producer.Producer"
+    assert summary["producer_class"] in PRODUCER_CLASSES
+    assert summary["ack_recording"] == os.environ[ACK_RECORDING]
     assert summary["delivered"] == 20  # the app's own on_delivery saw every record
     assert summary["failed"] == 0
     assert summary["ticks_sent"] == 4
@@ -377,7 +412,7 @@ def test_broker_outage_never_blocks_the_app(tmp_path: Path) -> None:
             process.kill()
     assert process.returncode == 0, stderr
     summary = json.loads(stdout.strip().splitlines()[-1])
-    assert summary["producer_class"] == "interceptor.producer.Producer"
+    assert summary["producer_class"] in PRODUCER_CLASSES
     assert summary["max_produce_s"] < 1.0  # produce() stays a local enqueue during the outage
 
 
