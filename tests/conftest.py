@@ -142,7 +142,7 @@ def run_app(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., App]
 def spark() -> Iterator[SparkSession]:
     """One local[2] SparkSession (with Spark's Kafka connector) for the whole test session; the
     main job's test reuses it too (``spark_session`` returns the running session)."""
-    from spark_jobs import spark_session
+    from progress_control.spark import spark_session
 
     session = spark_session("local[2]", "progress-control-tests")
     yield session

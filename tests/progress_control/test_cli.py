@@ -18,7 +18,7 @@ CLI = [sys.executable, "-m", "progress_control.cli"]
 
 
 def test_demo_rejects_bad_options_naming_them() -> None:
-    # The demo itself runs in tests/pipeline/test_demo.py; here only its command line.
+    # The demo itself runs in tests/progress_control/demo/test_demo.py; here only its command line.
     for args, message in [
         (["--users", "0"], "argument --users: must be positive"),
         (["--gap", "soon"], "argument --gap: not a number"),

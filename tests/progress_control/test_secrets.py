@@ -15,9 +15,9 @@ from pydantic import BaseModel
 
 from interceptor.settings import InterceptorSettings
 from progress_control.settings import ConfigurationError, load_settings
+from progress_control.spark.settings import load_job_settings
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
-from spark_jobs.settings import load_job_settings
 from streams_runtime import App, AppState, StreamsBuilder
 from streams_runtime.settings import RuntimeSettings
 from tests.helpers import wait_for

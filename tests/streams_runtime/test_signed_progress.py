@@ -30,7 +30,7 @@ from tests.streams_runtime.test_progress_downstream import session_as_click
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_jobs.stream_config import StreamMetrics
+    from progress_control.spark.stream_config import StreamMetrics
 
 pytestmark = [pytest.mark.broker, pytest.mark.network]  # network: Spark's connector jars
 
@@ -162,7 +162,12 @@ def _spark_sessions(
 ) -> tuple[list[Session], StreamMetrics]:
     """The Spark streaming job over ``topic``, its keys read as a deployment would (env), once
     ``expected`` sessions closed; and its metrics."""
-    from spark_jobs import KafkaSource, SessionizationStream, StreamConfig, load_job_settings
+    from progress_control.spark import (
+        KafkaSource,
+        SessionizationStream,
+        StreamConfig,
+        load_job_settings,
+    )
 
     config = StreamConfig(
         source=KafkaSource(bootstrap, topic),

@@ -11,11 +11,11 @@ Plan of the sessions query::
 
 Accepted control records' timestamps advance the watermark because they pass through
 ``withWatermark`` before being dropped. A control record that fails validation
-(:mod:`spark_jobs.trust`: malformed, negative or too far in the future, not from an allowed source,
-not signed by a configured key) is dropped *before* the watermark: it is neither data nor time,
-only counted per reason and logged once per source and reason on the driver. Malformed data
-records are dropped there too (they go to the errors output and are counted; a broken record does
-not move time).
+(:mod:`progress_control.spark.trust`: malformed, negative or too far in the future, not from an
+allowed source, not signed by a configured key) is dropped *before* the watermark: it is neither
+data nor time, only counted per reason and logged once per source and reason on the driver.
+Malformed data records are dropped there too (they go to the errors output and are counted; a broken
+record does not move time).
 
 The order matters and Spark's optimizer would otherwise undo it: it pushes filters that do not
 reference the event-time column *below* ``EventTimeWatermark``, so a plain ``where(not
@@ -31,8 +31,8 @@ the observed metrics, collected per batch by a query listener
 The optional Kafka sink is a third, stateless query that streams the committed Parquet output to a
 topic, each session as JSON in the streams runtime's format ``{"user", "start", "end", "count"}``.
 
-The job's settings and results are :mod:`spark_jobs.stream_config` (re-exported here); the
-listener is :mod:`spark_jobs.stream_progress`.
+The job's settings and results are :mod:`progress_control.spark.stream_config` (re-exported here);
+the listener is :mod:`progress_control.spark.stream_progress`.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.durations import format_interval
-from spark_jobs.sessionize import Session, collect_sessions, sessionize_events
-from spark_jobs.source import (
+from progress_control.spark.durations import format_interval
+from progress_control.spark.sessionize import Session, collect_sessions, sessionize_events
+from progress_control.spark.source import (
     KafkaSource,
     MalformedRecord,
     collect_errors,
@@ -68,9 +68,14 @@ from spark_jobs.source import (
     read_kafka,
     record_counts,
 )
-from spark_jobs.stream_config import StreamConfig, StreamFailedError, StreamMetrics, StreamResult
-from spark_jobs.stream_progress import BatchProgress, ProgressListener
-from spark_jobs.trust import RejectionLog, redact_key_material
+from progress_control.spark.stream_config import (
+    StreamConfig,
+    StreamFailedError,
+    StreamMetrics,
+    StreamResult,
+)
+from progress_control.spark.stream_progress import BatchProgress, ProgressListener
+from progress_control.spark.trust import RejectionLog, redact_key_material
 
 __all__ = [
     "ERRORS_SCHEMA",

@@ -2,10 +2,10 @@
 
 :func:`parse_records` turns raw Kafka rows into one row per record with the columns in
 :data:`PARSED_COLUMNS`: control records are recognised by their ``progress-control`` header (and
-only by it) and validated (:mod:`spark_jobs.trust`), click events are parsed strictly from JSON,
-and anything else gets an ``error`` explaining why. Nothing here raises on bad data: a malformed
-record is a row with an error, a control record that fails validation a row with the reason, so a
-streaming job keeps running and both can be counted.
+only by it) and validated (:mod:`progress_control.spark.trust`), click events are parsed strictly
+from JSON, and anything else gets an ``error`` explaining why. Nothing here raises on bad data: a
+malformed record is a row with an error, a control record that fails validation a row with the
+reason, so a streaming job keeps running and both can be counted.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from progress_control.protocol import CONTROL_HEADER
-from progress_control.trust import TrustPolicy
-from spark_jobs.trust import (
+from progress_control.spark.trust import (
     ACCEPTED,
     REJECTION_REASONS,
     RejectionSample,
@@ -27,6 +26,7 @@ from spark_jobs.trust import (
     well_formed_marker,
     with_control_verdict,
 )
+from progress_control.trust import TrustPolicy
 
 __all__ = [
     "ERROR_COLUMNS",
@@ -65,8 +65,8 @@ PARSED_COLUMNS = (
 """Columns of :func:`parse_records`. ``event_time`` is the Kafka record timestamp; ``is_control``
 is true for every record carrying a ``progress-control`` header (never data, valid or not);
 ``control`` is ``accepted`` for a control record that may move time, else the reason it is skipped
-(:data:`spark_jobs.trust.REJECTION_REASONS`), null for other records; ``control_source`` the
-marker's source id (``?`` when unreadable); ``user`` and ``page`` are set for valid events only;
+(:data:`progress_control.spark.trust.REJECTION_REASONS`), null for other records; ``control_source``
+the marker's source id (``?`` when unreadable); ``user`` and ``page`` are set for valid events only;
 ``error`` is set for malformed data records only."""
 
 ERROR_COLUMNS = ("topic", "partition", "offset", "event_time", "error", "key", "value")
@@ -323,7 +323,7 @@ def has_control_header(headers: Column) -> Column:
 def is_control_record(headers: Column) -> Column:
     """Spark's version of :func:`progress_control.protocol.is_control_record`, over the Kafka
     source's ``headers`` column: exactly one ``progress-control`` header, well formed. Whether it
-    may move time is :func:`spark_jobs.trust.with_control_verdict`'s decision."""
+    may move time is :func:`progress_control.spark.trust.with_control_verdict`'s decision."""
     count, first = control_headers(headers)
     return (count == 1) & valid_marker(first)
 

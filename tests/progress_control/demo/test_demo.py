@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.clicks import plan_clicks
+from progress_control.demo.clicks import plan_clicks
 from progress_control.protocol import is_control_record
 from tests.helpers import TopicReader
 

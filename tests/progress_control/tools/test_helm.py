@@ -1,6 +1,6 @@
-"""tools/helm.py's first-run build shows what it does and how far it got (issue 17), with a
-stand-in ``go`` that reports as the real one does: ``go: downloading`` lines while modules are
-fetched, and ``go install -v`` package paths as they are compiled."""
+"""progress_control/tools/helm.py's first-run build shows what it does and how far it got (issue
+17), with a stand-in ``go`` that reports as the real one does: ``go: downloading`` lines while
+modules are fetched, and ``go install -v`` package paths as they are compiled."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.steps
-from tools.helm import HELM_VERSION, HelmBuildError, helm_binary, helm_needs_build
+import progress_control.demo.steps
+from progress_control.tools.helm import HELM_VERSION, HelmBuildError, helm_binary, helm_needs_build
 
 _GO_MOD = "module helm.sh/helm/v3\n\nrequire (\n\tk8s.io/client-go v0.35.1\n)\n"
 
@@ -50,7 +50,7 @@ def _fake_go(tmp_path: Path, *, install_exit: int = 0) -> Path:
 @pytest.fixture
 def quick_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PROGRESS_CONTROL_HELM", raising=False)
-    monkeypatch.setattr(pipeline.steps, "PLAIN_PROGRESS_S", 0.3)
+    monkeypatch.setattr(progress_control.demo.steps, "PLAIN_PROGRESS_S", 0.3)
 
 
 @pytest.mark.usefixtures("quick_progress")

@@ -1,9 +1,11 @@
-"""``python -m spark_jobs stream|batch|reconcile``: the Spark jobs from the command line.
+"""``python -m progress_control.spark stream|batch|reconcile``: the Spark jobs from the command
+line.
 
 Every option is validated before Spark starts; a bad value names its option
 (``argument --gap: not a duration: '30x' ...``) and exits with status 2. So are the
-settings read from ``PROGRESS_CONTROL_SPARK_*`` env variables (:mod:`spark_jobs.settings`: which
-control records move time, verification keys): keys never come from the command line.
+settings read from ``PROGRESS_CONTROL_SPARK_*`` env variables
+(:mod:`progress_control.spark.settings`: which control records move time, verification keys): keys
+never come from the command line.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from typing import TYPE_CHECKING
 
 from progress_control.argtypes import positive_int
 from progress_control.settings import ConfigurationError
-from spark_jobs.durations import parse_duration_ms, parse_instant_ms
-from spark_jobs.settings import load_job_settings
+from progress_control.spark.durations import parse_duration_ms, parse_instant_ms
+from progress_control.spark.settings import load_job_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_jobs.batch import BatchRange
+    from progress_control.spark.batch import BatchRange
 
 __all__ = ["build_parser", "main"]
 
@@ -32,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args.trust = load_job_settings().trust_policy()
     except ConfigurationError as exc:
-        print(f"python -m spark_jobs: error: {exc}", file=sys.stderr)
+        print(f"python -m progress_control.spark: error: {exc}", file=sys.stderr)
         return 2
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
@@ -65,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     parser = argparse.ArgumentParser(
-        prog="python -m spark_jobs",
+        prog="python -m progress_control.spark",
         description="Sessionize click events from Kafka with Spark; control records advance "
         "event time so sessions close without new data.",
     )
@@ -119,8 +121,8 @@ def _add_range(parser: argparse.ArgumentParser) -> None:
 
 
 def _stream(args: argparse.Namespace) -> int:
-    from spark_jobs.source import KafkaSource
-    from spark_jobs.stream import SessionizationStream, StreamConfig
+    from progress_control.spark.source import KafkaSource
+    from progress_control.spark.stream import SessionizationStream, StreamConfig
 
     config = StreamConfig(
         source=KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option)),
@@ -156,8 +158,8 @@ def _stream(args: argparse.Namespace) -> int:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    from spark_jobs.batch import run_batch
-    from spark_jobs.source import KafkaSource
+    from progress_control.spark.batch import run_batch
+    from progress_control.spark.source import KafkaSource
 
     root = args.output.rstrip("/")
     result = run_batch(
@@ -181,8 +183,8 @@ def _batch(args: argparse.Namespace) -> int:
 
 
 def _reconcile(args: argparse.Namespace) -> int:
-    from spark_jobs.reconcile import reconcile_topics
-    from spark_jobs.source import KafkaSource
+    from progress_control.spark.reconcile import reconcile_topics
+    from progress_control.spark.source import KafkaSource
 
     report = reconcile_topics(
         _spark(args, "sessionization-reconcile"),
@@ -204,18 +206,18 @@ def _skipped(rejected: Mapping[str, int]) -> str:
 
 
 def _range(args: argparse.Namespace) -> BatchRange:
-    from spark_jobs.batch import BatchRange
+    from progress_control.spark.batch import BatchRange
 
     try:
         return BatchRange(
             args.starting_offsets, args.ending_offsets, args.start_time, args.end_time
         )
     except ValueError as exc:
-        raise SystemExit(f"python -m spark_jobs: error: --from/--to: {exc}") from exc
+        raise SystemExit(f"python -m progress_control.spark: error: --from/--to: {exc}") from exc
 
 
 def _spark(args: argparse.Namespace, app_name: str) -> SparkSession:
-    from spark_jobs.session import spark_session
+    from progress_control.spark.session import spark_session
 
     return spark_session(args.master, app_name, dict(args.conf))
 

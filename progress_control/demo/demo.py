@@ -30,12 +30,12 @@ from typing import Any, TextIO
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.clicks import ClickPlan, ClickProducer, plan_clicks
-from pipeline.fetching import MavenDownloads, jars_cached
-from pipeline.logs import DemoLogs
-from pipeline.plot import Sample, plot_time
-from pipeline.steps import Steps
-from pipeline.topology import sessionization
+from progress_control.demo.clicks import ClickPlan, ClickProducer, plan_clicks
+from progress_control.demo.fetching import MavenDownloads, jars_cached
+from progress_control.demo.logs import DemoLogs
+from progress_control.demo.plot import Sample, plot_time
+from progress_control.demo.steps import Steps
+from progress_control.demo.topology import sessionization
 from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from progress_control.dev.jars import JarSet, fetch_jars, kafka_broker_jars
 from progress_control.protocol import is_control_record
@@ -45,7 +45,7 @@ from streams_runtime import App
 __all__ = ["DemoOptions", "ModeReport", "run_demo"]
 
 _SAMPLE_S = 0.5
-_CLIENT_LOG = logging.getLogger("pipeline.librdkafka")
+_CLIENT_LOG = logging.getLogger("progress_control.demo.librdkafka")
 """librdkafka's log of the demo's own clients (Python logging: demo.log, never the terminal)."""
 
 
@@ -62,8 +62,8 @@ class DemoOptions:
     master: str = "local[2]"
     bootstrap_servers: str | None = None
     log_dir: Path | None = None
-    """Where Spark's log goes (``spark.log``, see :mod:`pipeline.logs`); ``None``: Spark logs as
-    it is configured already."""
+    """Where Spark's log goes (``spark.log``, see :mod:`progress_control.demo.logs`); ``None``:
+    Spark logs as it is configured already."""
 
 
 @dataclass
@@ -140,7 +140,7 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
         spark = None
         if options.spark:
             with steps.step("Starting Spark with its Kafka connector"):
-                from spark_jobs.session import spark_session
+                from progress_control.spark.session import spark_session
 
                 spark = spark_session(
                     options.master,
@@ -252,8 +252,8 @@ def _start_pipeline(
         spark_output,
     )
     if spark is not None:
-        from spark_jobs.source import KafkaSource
-        from spark_jobs.stream import SessionizationStream, StreamConfig
+        from progress_control.spark.source import KafkaSource
+        from progress_control.spark.stream import SessionizationStream, StreamConfig
 
         job = SessionizationStream(
             spark,

@@ -25,15 +25,7 @@ from pyspark.sql import functions as sf
 
 from progress_control.protocol import ControlMarker, ControlRecord
 from progress_control.settings import ConfigurationError
-from progress_control.trust import (
-    ControlRecordValidator,
-    SigningKey,
-    TrustPolicy,
-    Verdict,
-    parse_keys,
-    sign,
-)
-from spark_jobs import (
+from progress_control.spark import (
     BatchRange,
     DifferenceKind,
     KafkaSource,
@@ -53,9 +45,17 @@ from spark_jobs import (
     run_batch,
     sessionize,
 )
-from spark_jobs.cli import build_parser, main
-from spark_jobs.reconcile import parse_runtime_session
-from spark_jobs.trust import RejectionLog, RejectionSample, with_control_verdict
+from progress_control.spark.cli import build_parser, main
+from progress_control.spark.reconcile import parse_runtime_session
+from progress_control.spark.trust import RejectionLog, RejectionSample, with_control_verdict
+from progress_control.trust import (
+    ControlRecordValidator,
+    SigningKey,
+    TrustPolicy,
+    Verdict,
+    parse_keys,
+    sign,
+)
 from tests.helpers import unique_name, wait_for
 
 GAP_MS = 5_000
@@ -554,13 +554,13 @@ def forged_run(
         return PARTITIONS + 3 + 1  # and the broken marker _produce_clicks wrote
 
     handler = _Collect()
-    logging.getLogger("spark_jobs.trust").addHandler(handler)
+    logging.getLogger("progress_control.spark.trust").addHandler(handler)
     try:
         before, sessions_before, sessions, after = _run_until_closed(
             spark, config, producer, rejected, lambda: _produce_ticks(producer, topic, TICK_MS)
         )
     finally:
-        logging.getLogger("spark_jobs.trust").removeHandler(handler)
+        logging.getLogger("progress_control.spark.trust").removeHandler(handler)
     return TrustRun(topic, before, sessions_before, sessions, after, handler.messages)
 
 
@@ -831,7 +831,7 @@ def test_rejection_log_logs_once_per_source_and_reason(caplog: pytest.LogCapture
         RejectionSample("future-timestamp", "s1", "t", 1),
         RejectionSample("unsigned", "s1", "t", 0),
     ]
-    with caplog.at_level(logging.WARNING, logger="spark_jobs.trust"):
+    with caplog.at_level(logging.WARNING, logger="progress_control.spark.trust"):
         log.report(samples)
         log.report(samples)
     assert len(caplog.records) == 2

@@ -1,5 +1,5 @@
-"""What the streaming sessionization job (:mod:`spark_jobs.stream`) is given and gives back:
-its settings (:class:`StreamConfig`), its counts (:class:`StreamMetrics`), the outputs of a
+"""What the streaming sessionization job (:mod:`progress_control.spark.stream`) is given and gives
+back: its settings (:class:`StreamConfig`), its counts (:class:`StreamMetrics`), the outputs of a
 timed run (:class:`StreamResult`) and the error a failed query raises."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from progress_control.spark.sessionize import Session
+from progress_control.spark.source import KafkaSource, MalformedRecord
 from progress_control.trust import TrustPolicy
-from spark_jobs.sessionize import Session
-from spark_jobs.source import KafkaSource, MalformedRecord
 
 __all__ = ["StreamConfig", "StreamFailedError", "StreamMetrics", "StreamResult"]
 
@@ -45,7 +45,8 @@ class StreamConfig:
     errors_path: str | None = None
     trust: TrustPolicy = field(default_factory=TrustPolicy)
     """Which control records move the watermark (:class:`progress_control.trust.TrustPolicy`;
-    :meth:`spark_jobs.settings.SparkJobSettings.trust_policy` reads it from the environment)."""
+    :meth:`progress_control.spark.settings.SparkJobSettings.trust_policy` reads it from the
+    environment)."""
 
     def __post_init__(self) -> None:
         if self.gap_ms <= 0:

@@ -13,7 +13,7 @@ forgotten once the watermark reaches its window end (``last event + gap``), and 
 watermark is not late (late is strictly before it). An event at exactly ``last event + gap`` that
 arrives after a tick (or any record) moved the watermark there starts a new session, exactly
 ``gap`` after the emitted one; a batch over the same records merges them. See
-:mod:`spark_jobs.reconcile`, which reports such splits instead of hiding them.
+:mod:`progress_control.spark.reconcile`, which reports such splits instead of hiding them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
-from spark_jobs.durations import format_interval
+from progress_control.spark.durations import format_interval
 
 __all__ = [
     "SESSION_COLUMNS",
@@ -56,8 +56,8 @@ def data_rows(parsed: DataFrame) -> DataFrame:
     """Valid click events only: control records and malformed records dropped.
 
     In a streaming query this must come *after* ``withWatermark`` and a barrier that keeps the
-    optimizer from pushing the filter below the watermark (see :mod:`spark_jobs.stream`):
-    control records exist to advance the watermark.
+    optimizer from pushing the filter below the watermark (see
+    :mod:`progress_control.spark.stream`): control records exist to advance the watermark.
     """
     return parsed.where(~sf.col("is_control") & sf.col("error").isNull())
 
@@ -90,8 +90,8 @@ def sessionize(events: DataFrame, gap_ms: int) -> DataFrame:
 
 
 def sessionize_events(parsed: DataFrame, gap_ms: int) -> DataFrame:
-    """Sessions of parsed records (:func:`spark_jobs.source.parse_records` columns): the job's
-    sessionization, control and malformed records excluded."""
+    """Sessions of parsed records (:func:`progress_control.spark.source.parse_records` columns): the
+    job's sessionization, control and malformed records excluded."""
     return sessionize(data_rows(parsed), gap_ms)
 
 

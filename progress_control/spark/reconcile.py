@@ -30,10 +30,10 @@ from typing import Protocol, TypeGuard
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
+from progress_control.spark.batch import BatchRange, batch_sessions, read_range
+from progress_control.spark.sessionize import collect_sessions
+from progress_control.spark.source import KafkaSource, has_control_header
 from progress_control.trust import TrustPolicy
-from spark_jobs.batch import BatchRange, batch_sessions, read_range
-from spark_jobs.sessionize import collect_sessions
-from spark_jobs.source import KafkaSource, has_control_header
 
 __all__ = [
     "Difference",

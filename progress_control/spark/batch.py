@@ -3,13 +3,13 @@
 For backfills (rebuild the sessions of a day) and reconciliation (compare with what the stream
 or the streams runtime produced). The range is given as Kafka offsets (``earliest``/``latest`` or
 per-partition JSON) or as record timestamps; sessions are computed with the same
-:func:`spark_jobs.sessionize.sessionize_events` as the streaming job, so on the same records they
-are the same rows.
+:func:`progress_control.spark.sessionize.sessionize_events` as the streaming job, so on the same
+records they are the same rows.
 
-Control records are validated with the streaming job's rules (:mod:`spark_jobs.trust`; the wall
-clock of the future-timestamp check is the query's start): one that fails is neither data nor
-time, counted per reason (:attr:`BatchResult.rejected_control_records`) and logged once per source
-and reason.
+Control records are validated with the streaming job's rules (:mod:`progress_control.spark.trust`;
+the wall clock of the future-timestamp check is the query's start): one that fails is neither data
+nor time, counted per reason (:attr:`BatchResult.rejected_control_records`) and logged once per
+source and reason.
 
 A batch sees every session, including those still open at the end of the range. With
 ``closed_only`` it keeps what the streaming job would have emitted after reading the same
@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as sf
 
-from progress_control.trust import TrustPolicy
-from spark_jobs.sessionize import sessionize_events
-from spark_jobs.source import (
+from progress_control.spark.sessionize import sessionize_events
+from progress_control.spark.source import (
     KafkaSource,
     RecordCounts,
     error_rows,
@@ -36,7 +35,8 @@ from spark_jobs.source import (
     read_kafka,
     record_counts,
 )
-from spark_jobs.trust import RejectionLog, redact_key_material
+from progress_control.spark.trust import RejectionLog, redact_key_material
+from progress_control.trust import TrustPolicy
 
 __all__ = ["BatchRange", "BatchResult", "batch_sessions", "read_range", "run_batch"]
 
@@ -89,12 +89,14 @@ def batch_sessions(
     observation: Observation | None = None,
     trust: TrustPolicy | None = None,
 ) -> DataFrame:
-    """Sessions (columns :data:`spark_jobs.sessionize.SESSION_COLUMNS`) of a range of records.
+    """Sessions (columns :data:`progress_control.spark.sessionize.SESSION_COLUMNS`) of a range of
+    records.
 
     ``trust`` says which control records count (default: the
     :class:`~progress_control.trust.TrustPolicy` defaults). ``observation``, if given, receives
-    :func:`spark_jobs.source.record_counts` (read them with
-    :meth:`spark_jobs.source.RecordCounts.from_metrics`) once an action on the result has run.
+    :func:`progress_control.spark.source.record_counts` (read them with
+    :meth:`progress_control.spark.source.RecordCounts.from_metrics`) once an action on the result
+    has run.
     """
     if watermark_delay_ms < 0:
         raise ValueError(f"watermark_delay_ms must be >= 0, got {watermark_delay_ms}")

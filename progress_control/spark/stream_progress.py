@@ -1,7 +1,7 @@
 """How the streaming job learns its counts: a Spark query listener collects the observed metrics
 of each micro-batch (and the watermark after it) into a :class:`BatchProgress`, from which
-:meth:`spark_jobs.stream.SessionizationStream.metrics` sums
-:class:`spark_jobs.stream_config.StreamMetrics`."""
+:meth:`progress_control.spark.stream.SessionizationStream.metrics` sums
+:class:`progress_control.spark.stream_config.StreamMetrics`."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from spark_jobs.source import RecordCounts
-from spark_jobs.trust import RejectionLog
+from progress_control.spark.source import RecordCounts
+from progress_control.spark.trust import RejectionLog
 
 __all__ = ["BatchProgress", "ProgressListener", "iso_to_ms"]
 

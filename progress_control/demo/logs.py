@@ -4,7 +4,7 @@ steps, the report and real errors.
 ``<output>/logs/``:
 
 - ``spark.log``: the Spark driver's log4j2 output (the JVM is configured with a log4j2 file, see
-  :func:`spark_jobs.session.spark_session`);
+  :func:`progress_control.spark.session.spark_session`);
 - ``demo.log``: Python logging at INFO and above: the runtime, the interceptor, and librdkafka's
   logs of the clients the demo configures with a ``logger``;
 - ``native-stderr.log``: what native code writes to the process's stderr: the JVM launcher's

@@ -6,9 +6,10 @@
 ``go install helm.sh/helm/v3/cmd/helm@v<HELM_VERSION>``. The build takes a few minutes on a cold
 Go cache; a file lock keeps concurrent test runs from building twice.
 
-A build shows what it does and how far it got, as two steps (:class:`pipeline.steps.Steps`: a
-spinner on a terminal, a line every 15 s otherwise): the Go modules Helm needs, counted as ``go``
-downloads them, then the packages compiled out of all Helm's packages (``go install -v``)::
+A build shows what it does and how far it got, as two steps
+(:class:`progress_control.demo.steps.Steps`: a spinner on a terminal, a line every 15 s otherwise):
+the Go modules Helm needs, counted as ``go`` downloads them, then the packages compiled out of all
+Helm's packages (``go install -v``)::
 
     [1/2] Downloading Helm v3.22.0's Go modules ... 15s: 87 modules downloaded (k8s.io/api v0.35.0)
     [2/2] Compiling Helm v3.22.0 ... 60s: 412/702 packages compiled (k8s.io/client-go/rest)
@@ -143,7 +144,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _build(staging: Path, out: TextIO) -> None:
-    from pipeline.steps import Steps  # the demo's step display; the dev install has it
+    from progress_control.demo.steps import Steps  # the demo's step display; the dev install has it
 
     go = find_go()
     module = f"{HELM_MODULE}@v{HELM_VERSION}"

@@ -2,14 +2,15 @@
 
 Control records (see :mod:`progress_control.protocol`) advance the streaming job's watermark and
 are dropped before aggregation, so sessions close after the gap even when no new data arrives.
-They are validated first (:mod:`spark_jobs.trust`, the rules of :mod:`progress_control.trust`);
-one that fails is neither data nor time, only counted and logged. Which ones pass is a
-:class:`progress_control.trust.TrustPolicy` (``StreamConfig.trust``, ``run_batch(trust=...)``),
-read from ``PROGRESS_CONTROL_SPARK_*`` env variables by :func:`load_job_settings`.
+They are validated first (:mod:`progress_control.spark.trust`, the rules of
+:mod:`progress_control.trust`); one that fails is neither data nor time, only counted and logged.
+Which ones pass is a :class:`progress_control.trust.TrustPolicy` (``StreamConfig.trust``,
+``run_batch(trust=...)``), read from ``PROGRESS_CONTROL_SPARK_*`` env variables by
+:func:`load_job_settings`.
 
 Typical use::
 
-    from spark_jobs import KafkaSource, StreamConfig, run_stream, spark_session
+    from progress_control.spark import KafkaSource, StreamConfig, run_stream, spark_session
 
     spark = spark_session("local[2]")
     result = run_stream(
@@ -23,11 +24,11 @@ Typical use::
 
 from progress_control.extras import require_extra
 
-require_extra("spark", "spark_jobs", "pyspark")
+require_extra("spark", "progress_control.spark", "pyspark")
 
-from spark_jobs.batch import BatchRange, BatchResult, batch_sessions, run_batch
-from spark_jobs.durations import format_interval, parse_duration_ms, parse_instant_ms
-from spark_jobs.reconcile import (
+from progress_control.spark.batch import BatchRange, BatchResult, batch_sessions, run_batch
+from progress_control.spark.durations import format_interval, parse_duration_ms, parse_instant_ms
+from progress_control.spark.reconcile import (
     Difference,
     DifferenceKind,
     ReconciliationReport,
@@ -36,17 +37,22 @@ from spark_jobs.reconcile import (
     reconcile,
     reconcile_topics,
 )
-from spark_jobs.session import connector_jars, spark_session
-from spark_jobs.sessionize import Session, collect_sessions, sessionize, sessionize_events
-from spark_jobs.settings import SparkJobSettings, load_job_settings
-from spark_jobs.source import (
+from progress_control.spark.session import connector_jars, spark_session
+from progress_control.spark.sessionize import (
+    Session,
+    collect_sessions,
+    sessionize,
+    sessionize_events,
+)
+from progress_control.spark.settings import SparkJobSettings, load_job_settings
+from progress_control.spark.source import (
     KafkaSource,
     MalformedRecord,
     RecordCounts,
     parse_records,
     read_kafka,
 )
-from spark_jobs.stream import (
+from progress_control.spark.stream import (
     SessionizationStream,
     StreamConfig,
     StreamFailedError,
