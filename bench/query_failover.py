@@ -16,7 +16,7 @@ and fresh processes and state dirs:
    which forwards to the active); queries/s and p50/p99 latency of the answers from that active,
    and routed/local (measured again, up to 3 times, if the key's placement moved meanwhile).
    The forwarding instance keeps its connections to the active alive
-   (:class:`~streams_runtime.query_client.QueryForwarder`); the hop alone is measured too: the
+   (:class:`~streams_runtime.queries.client.QueryForwarder`); the hop alone is measured too: the
    same closed loop to the active with ``local=true``, as forwards ask, through a
    ``QueryForwarder`` (pooled, kept alive) vs with a new connection per query (as forwards
    were made before);
@@ -54,7 +54,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from bench._kafka import create_topic, unique_name
 from progress_control.dev.broker import EmbeddedKafkaBroker
 from streams_runtime.murmur2 import partition_for_key
-from streams_runtime.query_client import ForwardError, QueryForwarder
+from streams_runtime.queries.client import ForwardError, QueryForwarder
 from tests.apps.table_cluster import (
     KEY,
     MAX_LAG,

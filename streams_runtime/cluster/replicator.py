@@ -7,7 +7,7 @@ It
   tombstone;
 - reads the membership topic from the beginning with an assign-only consumer into a
   :class:`~streams_runtime.cluster.membership.MembershipView`, believing only records that verify
-  (:mod:`streams_runtime.query_security`);
+  (:mod:`streams_runtime.cluster.membership_auth`);
 - places standbys (:mod:`streams_runtime.cluster.placement`) and keeps its
   :class:`~streams_runtime.cluster.standby.StandbyReplica` copies warm with one read_committed
   consumer of their changelog partitions;
@@ -44,15 +44,11 @@ from streams_runtime.cluster.membership import (
     partitions_by_store,
     store_partitions,
 )
+from streams_runtime.cluster.membership_auth import MembershipAuthenticator, membership_key
 from streams_runtime.cluster.placement import standby_placement
 from streams_runtime.cluster.standby import StandbyReplica, standby_directory
 from streams_runtime.cluster.standby_files import checkpoint_standbys, open_standby
-from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.query_security import (
-    MembershipAuthenticator,
-    membership_key,
-    security_metrics,
-)
+from streams_runtime.metrics import RuntimeMetrics, security_metrics
 from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings, StateEngine
 from streams_runtime.state import (

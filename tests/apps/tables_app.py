@@ -22,7 +22,7 @@ from pathlib import Path
 
 from progress_control.logging import configure_logging
 from streams_runtime import App, StreamsBuilder
-from streams_runtime.commit_strategy import OffsetCommitHook
+from streams_runtime.processing.commit_strategy import OffsetCommitHook
 from streams_runtime.serdes import String
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import TaskMigratedError
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
 from streams_runtime.settings import RuntimeSettings
 from tests.helpers import TopicReader, unique_name
 
@@ -51,9 +51,9 @@ def test_an_aborted_transaction_is_one_warning_line(
     collector = collector_for(**{"linger.ms": "5000"})  # every record still queued
     for i in range(200):
         collector.send(topic, b"k", str(i).encode(), 1_000 + i, None)
-    with caplog.at_level(logging.INFO, logger="streams_runtime.collector"):
+    with caplog.at_level(logging.INFO, logger="streams_runtime.processing.collector"):
         collector.abort()
-    lines = [r for r in caplog.records if r.name == "streams_runtime.collector"]
+    lines = [r for r in caplog.records if r.name == "streams_runtime.processing.collector"]
     assert [(r.levelno, r.getMessage()) for r in lines] == [
         (
             logging.WARNING,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from streams_runtime.collector import RecordCollector
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
 from streams_runtime.settings import RuntimeSettings
 from tests.progress_control.ticks.test_client_errors_logged_once import dead_port, error_counts
 

@@ -8,15 +8,15 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from streams_runtime.collector import RecordCollector
-from streams_runtime.commit_strategy import (
+from streams_runtime.errors import BadRecordError, StreamsError
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.commit_strategy import (
     AtLeastOnceCommit,
     CommitResult,
     CommitStrategy,
     ExactlyOnceCommit,
     commit_strategy_for,
 )
-from streams_runtime.errors import BadRecordError, StreamsError
 from streams_runtime.record import SourceRecord
 from streams_runtime.settings import RuntimeSettings
 

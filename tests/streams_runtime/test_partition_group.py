@@ -1,5 +1,6 @@
-"""RecordQueue and PartitionGroup (streams_runtime.partition_group): record choice, stream and
-partition time, and KIP-695 lag-gated idling, with a fake clock and fake lags (DESIGN §5)."""
+"""RecordQueue and PartitionGroup (streams_runtime.processing.partition_group): record choice,
+stream and partition time, and KIP-695 lag-gated idling, with a fake clock and fake lags (DESIGN
+§5)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams_runtime.partition_group import (
+from streams_runtime.processing.partition_group import (
     PartitionGroup,
     ReadyReason,
     RecordQueue,

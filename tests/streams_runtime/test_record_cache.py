@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from streams_runtime import App, StreamsBuilder
-from streams_runtime.query_results import QueryError
+from streams_runtime.queries.results import QueryError
 from streams_runtime.serdes import Integer, Json, String
 from tests.helpers import TopicReader, wait_for
 from tests.streams_runtime.processors.test_tables import produce, updates

@@ -10,15 +10,15 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from streams_runtime import StreamsBuilder
-from streams_runtime.collector import RecordCollector
-from streams_runtime.commit_strategy import AtLeastOnceCommit, CommitResult
 from streams_runtime.errors import BadRecordHandler, StreamsError
-from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.commit_strategy import AtLeastOnceCommit, CommitResult
+from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.processing.task_manager import TaskManager
 from streams_runtime.record import TaskId
 from streams_runtime.serdes import Json, String
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.task_manager import TaskManager
 from tests.helpers import unique_name, wait_for
 
 pytestmark = pytest.mark.broker

@@ -37,22 +37,21 @@ from streams_runtime.cluster import (
     rendezvous_standbys,
     standby_placement,
 )
+from streams_runtime.cluster.membership_auth import (
+    LEFT_MS_HEADER,
+    MAC_HEADER,
+    MembershipAuthenticator,
+    MembershipVerdict,
+    membership_key,
+)
 from streams_runtime.murmur2 import murmur2, partition_for_key, to_positive
-from streams_runtime.query_results import (
+from streams_runtime.queries.results import (
     InvalidKeyError,
     NotAvailableError,
     QueryError,
     UnknownStoreError,
 )
-from streams_runtime.query_security import (
-    LEFT_MS_HEADER,
-    MAC_HEADER,
-    MembershipAuthenticator,
-    MembershipVerdict,
-    is_loopback_host,
-    membership_key,
-    query_token,
-)
+from streams_runtime.queries.security import is_loopback_host, query_token
 from streams_runtime.serdes import Integer, String
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import changelog_topic

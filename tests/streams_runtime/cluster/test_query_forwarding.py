@@ -25,9 +25,9 @@ from confluent_kafka import Producer
 
 from streams_runtime import App
 from streams_runtime.cluster import MemberInfo
-from streams_runtime.query_client import ForwardError, QueryForwarder
-from streams_runtime.query_results import NotAvailableError, QueryError
-from streams_runtime.query_security import MembershipAuthenticator
+from streams_runtime.cluster.membership_auth import MembershipAuthenticator
+from streams_runtime.queries.client import ForwardError, QueryForwarder
+from streams_runtime.queries.results import NotAvailableError, QueryError
 from streams_runtime.serdes import String
 from tests.helpers import wait_for
 from tests.streams_runtime.cluster.test_queries import (

@@ -11,17 +11,17 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from streams_runtime.collector import RecordCollector
-from streams_runtime.commit_strategy import CommitResult, CommitStrategy
 from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError
-from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.commit_strategy import CommitResult, CommitStrategy
+from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.processing.repartition_purge import RepartitionPurger
+from streams_runtime.processing.state_updater import StateUpdater
+from streams_runtime.processing.task import StreamTask, WarmStores
 from streams_runtime.record import TaskId, TopicPartitionId
-from streams_runtime.repartition_purge import RepartitionPurger
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import ThreadCache
-from streams_runtime.state_updater import StateUpdater
-from streams_runtime.task import StreamTask, WarmStores
 from streams_runtime.topology import Topology
 
 __all__ = ["TaskManager"]

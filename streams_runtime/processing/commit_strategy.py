@@ -20,8 +20,8 @@ from typing import ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordError, StreamsError
+from streams_runtime.processing.collector import RecordCollector
 from streams_runtime.settings import RuntimeSettings
 
 __all__ = [

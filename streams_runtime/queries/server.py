@@ -15,7 +15,7 @@
 
 With a token (``query_token``) every other request needs ``Authorization: Bearer <token>``
 (401 otherwise, compared in constant time). Binding a non-loopback address without one is
-refused at start-up (:mod:`streams_runtime.query_security`). Every error is a JSON body
+refused at start-up (:mod:`streams_runtime.queries.security`). Every error is a JSON body
 ``{"error": ..., "message": ...}``; no request can stop the server.
 
 Slow or idle clients cannot starve queries: the connections are owned by
@@ -23,7 +23,7 @@ Slow or idle clients cannot starve queries: the connections are owned by
 ``query_workers`` threads answering complete requests, ``query_request_timeout_ms`` to send a
 header, at most ``query_max_connections`` connections, TLS handshakes in the I/O thread). This
 module configures it and checks the address it bound; what a request means, its routing and its
-answer, is :mod:`streams_runtime.query_endpoints`.
+answer, is :mod:`streams_runtime.queries.endpoints`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import logging
 
 from progress_control.http_server import BoundedHttpServer, PrometheusConnectionMetrics
 from streams_runtime.health import InstanceHealth
-from streams_runtime.queries import InteractiveQueries
-from streams_runtime.query_endpoints import QueryEndpoints
-from streams_runtime.query_security import (
+from streams_runtime.metrics import security_metrics
+from streams_runtime.queries.endpoints import QueryEndpoints
+from streams_runtime.queries.router import InteractiveQueries
+from streams_runtime.queries.security import (
     is_loopback_host,
     query_token,
-    security_metrics,
     server_ssl_context,
 )
 from streams_runtime.settings import RuntimeSettings

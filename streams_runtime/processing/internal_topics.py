@@ -10,7 +10,7 @@ import time
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams_runtime.repartition_purge import REPARTITION_TOPIC_CONFIG
+from streams_runtime.processing.repartition_purge import REPARTITION_TOPIC_CONFIG
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
 from streams_runtime.state import changelog_topic, changelog_topic_config
 from streams_runtime.topology import Subtopology, Topology, TopologyError

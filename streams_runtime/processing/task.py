@@ -12,10 +12,10 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordHandler, StreamsError
 from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.partition_group import LagProvider, PartitionGroup
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.partition_group import LagProvider, PartitionGroup
 from streams_runtime.processors import NO_PROGRESS, Processor, SinkProcessor, SourceProcessor
 from streams_runtime.progress import TaskCommitMetadata, merged_bounds
 from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicPartitionId

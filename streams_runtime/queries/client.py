@@ -7,7 +7,7 @@ endpoint and nowhere else:
   :class:`urllib3.PoolManager` does not consult the environment, unlike ``urllib.request``);
 - **no redirects**: a 3xx answer fails the forward; its ``Location`` is never followed;
 - **no retries**: a failed forward fails at once, and the router asks the next copy
-  (:meth:`streams_runtime.queries.InteractiveQueries.get`);
+  (:meth:`streams_runtime.queries.router.InteractiveQueries.get`);
 - **keep-alive**: connections to each member are pooled and reused, so a forward costs a
   request, not a TCP (and TLS) handshake.
 """
@@ -21,7 +21,7 @@ import urllib.parse
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from streams_runtime.query_results import QueryResult
+from streams_runtime.queries.results import QueryResult
 
 __all__ = ["ForwardError", "QueryForwarder"]
 

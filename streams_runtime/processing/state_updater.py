@@ -17,8 +17,8 @@ import time
 from collections import deque
 
 from streams_runtime.errors import as_exception
+from streams_runtime.processing.task import StreamTask
 from streams_runtime.record import TaskId
-from streams_runtime.task import StreamTask
 
 __all__ = ["StateUpdater"]
 

@@ -3,7 +3,7 @@
 ``InteractiveQueries.get(store, key, allow_stale, max_lag)`` answers any key on any instance:
 
 1. the live active copy (this instance's, or forwarded over HTTP to the instance that owns it,
-   by :class:`~streams_runtime.query_client.QueryForwarder`);
+   by :class:`~streams_runtime.queries.client.QueryForwarder`);
 2. with ``allow_stale``: otherwise the most caught-up live standby (or restoring active) whose
    offset lag is within ``max_lag`` (lags from the membership records, checked again by the
    instance that serves);
@@ -25,8 +25,8 @@ from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.store_provider import LocalStoreProvider
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.murmur2 import partition_for_key
-from streams_runtime.query_client import ForwardError, QueryForwarder
-from streams_runtime.query_results import (
+from streams_runtime.queries.client import ForwardError, QueryForwarder
+from streams_runtime.queries.results import (
     InvalidKeyError,
     KeyQueryMetadata,
     NoReplicaWithinBoundError,
@@ -34,7 +34,7 @@ from streams_runtime.query_results import (
     QueryResult,
     UnknownStoreError,
 )
-from streams_runtime.query_security import client_ssl_context, query_token
+from streams_runtime.queries.security import client_ssl_context, query_token
 from streams_runtime.record import TaskId
 from streams_runtime.serdes import (
     Bytes,
@@ -156,8 +156,8 @@ class InteractiveQueries:
 
     def _members(self) -> dict[str, MemberInfo]:
         """The live members this instance believes: only records that verified with the
-        membership secret enter the view (:mod:`streams_runtime.query_security`), so queries
-        and the token are forwarded to verified members only."""
+        membership secret enter the view (:mod:`streams_runtime.cluster.membership_auth`), so
+        queries and the token are forwarded to verified members only."""
         if self.replicator is None:
             return {}
         members = self.replicator.view.live()

@@ -1,7 +1,7 @@
 """The processing loop (Kafka Streams' ``StreamThread``): one consumer, records routed to the
-tasks of its :class:`~streams_runtime.task_manager.TaskManager`, back-pressure, when to tick
-(:mod:`streams_runtime.progress`), and when to commit (the task manager commits, under the
-thread's one :class:`~streams_runtime.commit_strategy.CommitStrategy`)."""
+tasks of its :class:`~streams_runtime.processing.task_manager.TaskManager`, back-pressure, when to
+tick (:mod:`streams_runtime.progress`), and when to commit (the task manager commits, under the
+thread's one :class:`~streams_runtime.processing.commit_strategy.CommitStrategy`)."""
 
 from __future__ import annotations
 
@@ -24,17 +24,17 @@ from confluent_kafka import (
 from progress_control.protocol import has_control_header
 from progress_control.trust import ControlRecordSource, ControlRecordValidator, Verdict
 from streams_runtime.app_state import AppState
-from streams_runtime.collector import RecordCollector
-from streams_runtime.commit_strategy import OffsetCommitHook, commit_strategy_for
 from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError, as_exception
 from streams_runtime.health import Heartbeat
-from streams_runtime.input_partitions import InputPartitions
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.commit_strategy import OffsetCommitHook, commit_strategy_for
+from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.processing.task import StreamTask, WarmStores
+from streams_runtime.processing.task_manager import TaskManager
 from streams_runtime.progress import CommittedBounds, TickWriter, WriterTasks
 from streams_runtime.record import SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.task import StreamTask, WarmStores
-from streams_runtime.task_manager import TaskManager
 from streams_runtime.topology import Topology
 
 __all__ = ["StreamThread"]

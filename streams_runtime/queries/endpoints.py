@@ -2,7 +2,7 @@
 
 :class:`QueryEndpoints` checks the bearer token and maps each path (``/stores/{store}/keys/{key}``,
 ``/metadata/{store}/{key}``, ``/lags``, ``/health``, ``/health/live``, ``/health/ready``; see
-:mod:`streams_runtime.query_server`)
+:mod:`streams_runtime.queries.server`)
 to a status and a JSON body; :meth:`QueryEndpoints.respond` is what the server calls per request.
 It owns no connection: that is :class:`progress_control.http_server.BoundedHttpServer`'s job.
 """
@@ -15,14 +15,15 @@ from http import HTTPStatus
 
 from progress_control.http_server import HttpRequest, HttpResponse
 from streams_runtime.health import InstanceHealth
-from streams_runtime.queries import InteractiveQueries, key_from_text
-from streams_runtime.query_results import InvalidKeyError, QueryError
-from streams_runtime.query_security import SecurityMetrics, tokens_equal
+from streams_runtime.metrics import SecurityMetrics
+from streams_runtime.queries.results import InvalidKeyError, QueryError
+from streams_runtime.queries.router import InteractiveQueries, key_from_text
+from streams_runtime.queries.security import tokens_equal
 
 __all__ = ["QueryEndpoints"]
 
 # The server's logger: failed-query logs keep the name they had before the endpoints moved here.
-logger = logging.getLogger("streams_runtime.query_server")
+logger = logging.getLogger("streams_runtime.queries.server")
 
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no", ""}
