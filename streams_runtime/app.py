@@ -25,6 +25,7 @@ from streams_runtime.processing.internal_topics import prepare_topics
 from streams_runtime.processing.stream_thread import StreamThread
 from streams_runtime.queries.results import KeyQueryMetadata, NotAvailableError, QueryResult
 from streams_runtime.queries.router import InteractiveQueries
+from streams_runtime.queries.security import query_address
 from streams_runtime.queries.server import QueryServer
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.topology import Topology
@@ -181,12 +182,12 @@ class App:
             metrics=self.metrics,
         )
         query_server = None
-        if settings.application_server is not None:
-            host, _, port = settings.application_server.rpartition(":")
+        address = query_address(settings)
+        if address is not None:
             query_server = QueryServer(
-                self.queries, settings.query_bind_host or host, int(port), settings, self.health
+                self.queries, address.bind_host, address.port, settings, self.health
             )
-            self.query_endpoint = f"{host}:{query_server.port}"
+            self.query_endpoint = f"{address.advertised_host}:{query_server.port}"
             query_server.start()
         if self.replicator is not None:
             self.replicator.endpoint = self.query_endpoint

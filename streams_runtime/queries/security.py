@@ -1,5 +1,5 @@
 """Who may ask the query server (issue 16; docs/operations/security.md): a bearer token, the
-address the server binds (one rule, :func:`query_bind_host`) and TLS. Unsafe or inconsistent
+address the server binds (one rule, :func:`query_address`) and TLS. Unsafe or inconsistent
 settings are refused at start-up, naming them (:func:`check_query_settings`).
 
 Membership records are signed with :mod:`streams_runtime.cluster.membership_auth`; what the
@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import ipaddress
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,10 +20,11 @@ if TYPE_CHECKING:
     from streams_runtime.settings import RuntimeSettings
 
 __all__ = [
+    "QueryAddress",
     "check_query_settings",
     "client_ssl_context",
     "is_loopback_host",
-    "query_bind_host",
+    "query_address",
     "query_token",
     "read_secret",
     "server_ssl_context",
@@ -57,11 +59,25 @@ def is_loopback_host(host: str) -> bool:
     return address.is_loopback
 
 
-def query_bind_host(settings: RuntimeSettings) -> str | None:
-    """The address the query server binds (``None``: no query server)."""
+@dataclass(frozen=True)
+class QueryAddress:
+    """Where the query server listens and what it advertises: the one bind-host rule, used by
+    the start-up check (:func:`check_query_settings`) and by the app that binds."""
+
+    advertised_host: str
+    """The host of ``application_server``, as other instances reach this one."""
+    bind_host: str
+    """``query_bind_host`` when set, else the advertised host."""
+    port: int
+    """The port of ``application_server`` (0: any free port)."""
+
+
+def query_address(settings: RuntimeSettings) -> QueryAddress | None:
+    """The query server's address (``None``: no query server)."""
     if settings.application_server is None:
         return None
-    return settings.query_bind_host or settings.application_server.rpartition(":")[0]
+    host, _, port = settings.application_server.rpartition(":")
+    return QueryAddress(host, settings.query_bind_host or host, int(port))
 
 
 def read_secret(path: Path, setting: str) -> str:
@@ -120,7 +136,8 @@ def check_query_settings(settings: RuntimeSettings) -> None:
             f"set one of {setting_name('query_token')} and {setting_name('query_token_file')}"
         )
     token = query_token(settings)
-    host = query_bind_host(settings)
+    address = query_address(settings)
+    host = None if address is None else address.bind_host
     exposed = host is not None and not is_loopback_host(host)
     if exposed and token is None and not settings.query_allow_unauthenticated:
         raise ValueError(

@@ -51,7 +51,12 @@ from streams_runtime.queries.results import (
     QueryError,
     UnknownStoreError,
 )
-from streams_runtime.queries.security import is_loopback_host, query_token
+from streams_runtime.queries.security import (
+    QueryAddress,
+    is_loopback_host,
+    query_address,
+    query_token,
+)
 from streams_runtime.serdes import Integer, String
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import changelog_topic
@@ -411,6 +416,35 @@ def test_loopback_hosts() -> None:
     for host in ("0.0.0.0", "", "::", "10.0.0.5", "example.com", "::ffff:10.0.0.1"):  # noqa: S104
         assert not is_loopback_host(host), host
     assert is_loopback_host("::ffff:127.0.0.1")
+
+
+def test_one_bind_host_rule_for_the_check_and_the_bind() -> None:
+    def address(**settings: Any) -> QueryAddress | None:
+        return query_address(
+            load_settings(
+                RuntimeSettings, application_id="a", bootstrap_servers="b:9092", **settings
+            )
+        )
+
+    assert address() is None
+    assert address(application_server="10.0.0.5:8080", query_token=TOKEN) == QueryAddress(
+        "10.0.0.5", "10.0.0.5", 8080
+    )
+    assert address(application_server="app-0.svc:0", query_bind_host="127.0.0.1") == QueryAddress(
+        "app-0.svc", "127.0.0.1", 0
+    )
+    # The check refuses what the app would bind: the bind host, not the advertised one.
+    assert "query_token" in settings_error(
+        application_server="127.0.0.1:0",
+        query_bind_host="0.0.0.0",  # noqa: S104
+    )
+    load_settings(
+        RuntimeSettings,
+        application_id="a",
+        bootstrap_servers="b:9092",
+        application_server="app-0.svc:0",
+        query_bind_host="127.0.0.1",
+    )
 
 
 def settings_error(**settings: Any) -> str:
