@@ -5,6 +5,7 @@
 - ``placement``: which instances keep a standby of a store partition (rendezvous hashing);
 - ``standby``: a standby replica, applying its changelog and keeping its committed copy;
 - ``replicator``: the thread that publishes and reads membership and feeds the standbys;
+- ``changelog_lags``: how far behind each local copy is, and the offsets that takes;
 - ``store_provider``: the local copies of stores that interactive queries read.
 
 The query router is :mod:`streams_runtime.queries.router`.
