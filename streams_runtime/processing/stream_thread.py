@@ -6,8 +6,6 @@ thread's one :class:`~streams_runtime.processing.commit_strategy.CommitStrategy`
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import sys
 import threading
 import time
@@ -22,7 +20,7 @@ from confluent_kafka import (
 )
 
 from progress_control.protocol import has_control_header
-from progress_control.trust import ControlRecordSource, ControlRecordValidator, Verdict
+from progress_control.trust import ControlRecordValidator, Verdict
 from streams_runtime.app_state import AppState
 from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError, as_exception
 from streams_runtime.health import Heartbeat
@@ -32,7 +30,7 @@ from streams_runtime.processing.commit_strategy import OffsetCommitHook, commit_
 from streams_runtime.processing.input_partitions import InputPartitions
 from streams_runtime.processing.task import StreamTask, WarmStores
 from streams_runtime.processing.task_manager import TaskManager
-from streams_runtime.progress import CommittedBounds, TickWriter, WriterTasks
+from streams_runtime.progress import Progress
 from streams_runtime.record import SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.topology import Topology
@@ -124,30 +122,17 @@ class StreamThread:
         )
         # Ticks follow the committed bounds of every task writing a topic, read back by a thread
         # of their own (:mod:`streams_runtime.progress`).
-        self._bounds: CommittedBounds | None = None
-        self._ticks: TickWriter | None = None
+        self._progress: Progress | None = None
         if settings.progress_propagation:
-            writers = WriterTasks(topology, partition_counts)
-            self._bounds = CommittedBounds(
-                writers,
-                settings.consumer_config(),
-                group_id=settings.application_id,
-                interval_s=settings.progress_interval_ms / 1000,
-                metrics=metrics,
-            )
-            # A source id is at most 255 bytes; application ids have no limit.
-            source_id = f"streams:{settings.application_id[:160]}:{socket.gethostname()[:64]}"
-            source_id += f":{os.getpid()}"
-            self._ticks = TickWriter(
-                writers,
-                self._bounds.promise,
-                source=ControlRecordSource(source_id, signing_key=settings.signing_key),
+            self._progress = Progress(
+                topology,
+                settings,
+                partition_counts,
                 send=lambda topic, partition, key, timestamp, headers: self.collector.send(
                     topic, key, None, timestamp, headers, partition=partition
                 ),
                 partitions_of=self._partitions_of,
                 metrics=metrics,
-                interval_s=settings.progress_interval_ms / 1000,
             )
 
     # -- what other threads read (membership, interactive queries) --------------------------
@@ -207,12 +192,10 @@ class StreamThread:
         ``REBALANCING`` on every revocation, loss or rejoin, ``PENDING_SHUTDOWN`` once
         stopping."""
         self._subscribe()
-        if self._bounds is not None:
-            self._bounds.start()
+        if self._progress is not None:
+            self._progress.start()
         interval = self._settings.commit_interval_s
-        progress_every = self._settings.progress_interval_ms / 1000
         next_commit = time.monotonic() + interval
-        next_progress = time.monotonic() + progress_every
         next_wait_log = time.monotonic() + _WAIT_LOG_S
         poll_s = self._settings.poll_timeout_ms / 1000
         failure: BaseException | None = None
@@ -233,13 +216,13 @@ class StreamThread:
                     self.collector.poll()
                     now = time.monotonic()
                     self.task_manager.publish_lag(now)
-                    if self._ticks is not None and (now >= next_progress or self._bounds_raised()):
-                        next_progress = now + progress_every
-                        if next_commit - now > progress_every and self._progress_waits_for_commit():
+                    if self._progress is not None and self._progress.due(now):
+                        if (
+                            next_commit - now > self._progress.interval_s
+                            and self._progress_waits_for_commit()
+                        ):
                             next_commit = now
-                        self._ticks.propagate(
-                            self.task_manager.active_tasks, self.collector.written
-                        )
+                        self._progress.tick(self.task_manager.active_tasks, self.collector.written)
                     if now >= next_commit:
                         self.commit()
                         next_commit = time.monotonic() + interval
@@ -357,7 +340,7 @@ class StreamThread:
             lambda: self.task_manager.shutdown(failure),
             self.consumer.close,
             self.collector.close,
-            self._bounds.stop if self._bounds is not None else None,
+            self._progress.stop if self._progress is not None else None,
         ):
             if step is None:
                 continue
@@ -371,11 +354,8 @@ class StreamThread:
 
     def commit(self) -> None:
         """Commit every task now (the loop calls this every commit interval)."""
-        if self.task_manager.commit() and self._bounds is not None:
-            self._bounds.wake()
-
-    def _bounds_raised(self) -> bool:
-        return self._bounds is not None and self._bounds.raised()
+        if self.task_manager.commit() and self._progress is not None:
+            self._progress.committed()
 
     def _route(self, messages: Sequence[Message]) -> None:
         # Keyed by plain (topic, partition) tuples: no TopicPartitionId per record.
