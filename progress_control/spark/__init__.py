@@ -22,9 +22,9 @@ Typical use::
     for session in result.sessions: ...
 """
 
-from progress_control.extras import require_extra
+from progress_control.extras import require_extra as _require_extra
 
-require_extra("spark", "progress_control.spark", "pyspark")
+_require_extra("spark", "progress_control.spark", "pyspark")
 
 from progress_control.spark.batch import BatchRange, BatchResult, batch_sessions, run_batch
 from progress_control.spark.durations import format_interval, parse_duration_ms, parse_instant_ms

@@ -109,6 +109,7 @@ def test_configuration_errors_never_show_a_secret(load: Callable[[], object]) ->
     assert_hidden(str(excinfo.value))
 
 
+@pytest.mark.broker
 def test_a_running_sidecar_logs_no_secret(
     kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -122,6 +123,7 @@ def test_a_running_sidecar_logs_no_secret(
     assert_hidden(caplog.text)
 
 
+@pytest.mark.broker
 def test_a_running_app_logs_no_secret(
     kafka_bootstrap: str,
     create_topic: Callable[..., str],

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Producer
 
-from tests.helpers import wait_for
+from harness.waiting import wait_for
 
 T = TypeVar("T")
 
@@ -43,7 +43,7 @@ MAX_LAG = 2  # below a changelog partition's length: a fresh, empty standby is n
 STABLE_POLLS = 5  # 0.5 s apart
 NEW_ACTIVE_STREAK = 20
 SESSION_TIMEOUT_MS = 6000
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 Answer = tuple[int, dict[str, Any]]
 
@@ -110,7 +110,7 @@ class Instance:
         self.metrics_port = _free_port()
         self.log_path = log
         self._log = log.open("ab")
-        command = [sys.executable, "-m", "tests.apps.table_cluster", "--instance", source]
+        command = [sys.executable, "-m", "harness.table_cluster", "--instance", source]
         self.process = subprocess.Popen(
             command if output is None else [*command, output],
             env={
@@ -432,5 +432,5 @@ class TableCluster:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["--instance"] or len(sys.argv) not in (3, 4):
-        sys.exit("usage: python -m tests.apps.table_cluster --instance SOURCE_TOPIC [OUTPUT]")
+        sys.exit("usage: python -m harness.table_cluster --instance SOURCE_TOPIC [OUTPUT]")
     _instance_main(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else None)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from harness.sessions_app import session_counts
 from progress_control.protocol import ControlMarker, ControlRecord
 from streams_runtime import App
-from tests.apps.sessions_app import session_counts
 from tests.helpers import TopicReader, unique_name, wait_for
 from tests.streams_runtime.test_restart import (
     GAP_MS,

@@ -30,7 +30,7 @@ from streams_runtime.queries.client import ForwardError, QueryForwarder
 from streams_runtime.queries.results import NotAvailableError, QueryError
 from streams_runtime.serdes import String
 from tests.helpers import wait_for
-from tests.streams_runtime.cluster.test_queries import (
+from tests.streams_runtime.queries.test_queries import (
     TOKEN,
     all_partitions_placed,
     produce_table,

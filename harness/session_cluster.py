@@ -56,6 +56,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.waiting import unique_name, wait_for
 from progress_control.protocol import (
     MalformedControlHeaderError,
     has_control_header,
@@ -64,7 +65,6 @@ from progress_control.protocol import (
 from streams_runtime import SessionWindows, StreamsBuilder, until_window_closes
 from streams_runtime.murmur2 import partition_for_key
 from streams_runtime.serdes import Json, String
-from tests.helpers import unique_name, wait_for
 
 T = TypeVar("T")
 
@@ -80,7 +80,7 @@ ALOS_COMMIT_INTERVAL_MS = 500
 the replayed span must stay below gap + grace (see :attr:`Plan.victim_s`): 500 ms."""
 INPUT_TICK_START_MS = 1_000
 """An input partition idle for a second gets a tick from the interceptor (then every second)."""
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FLUSH_PREFIX = "flush-"
 STABLE_POLLS = 3
 STARTUP_TIMEOUT_S = 180.0
@@ -651,7 +651,7 @@ class Instance:
             [
                 sys.executable,
                 "-m",
-                "tests.apps.session_cluster",
+                "harness.session_cluster",
                 "--instance",
                 config.source,
                 config.sink,
@@ -1389,7 +1389,7 @@ def _close_delays(
 
 def _main() -> None:
     if sys.argv[1:2] != ["--instance"] or len(sys.argv) != 5:
-        sys.exit("usage: python -m tests.apps.session_cluster --instance SOURCE SINK PORT_FILE")
+        sys.exit("usage: python -m harness.session_cluster --instance SOURCE SINK PORT_FILE")
     _instance_main(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
 
 
