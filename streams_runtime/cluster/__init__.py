@@ -1,4 +1,4 @@
-"""The cluster side of an instance (KIP-535, DESIGN §5), one job per module:
+"""The cluster side of an instance (KIP-535, docs/runtime/queries.md), one job per module:
 
 - ``membership``: the membership record (wire format), lags, and the view of live members;
 - ``membership_auth``: signing and verifying membership records (HMAC);

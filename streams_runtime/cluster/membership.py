@@ -1,4 +1,4 @@
-"""The membership wire format and view (KIP-535, DESIGN §5).
+"""The membership wire format and view (KIP-535, docs/runtime/queries.md).
 
 Every instance publishes its :class:`MemberInfo` (query endpoint, active / restoring / standby
 store partitions, per-store-partition lag, heartbeat) as JSON keyed by its instance id to the

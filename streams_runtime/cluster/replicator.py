@@ -1,4 +1,5 @@
-"""The replicator: one thread per instance for membership and standbys (KIP-535, DESIGN §5).
+"""The replicator: one thread per instance for membership and standbys (KIP-535,
+docs/runtime/queries.md).
 
 It
 
@@ -386,7 +387,7 @@ class Replicator:
     ) -> dict[str, WarmStore]:
         """The committed state of ``task``'s stores that have a standby here, as of
         ``committed_inputs`` (the task's committed input offsets): a task becoming active
-        restores from these and the changelogs' tails (DESIGN §5)."""
+        restores from these and the changelogs' tails (docs/runtime/state.md)."""
         warm: dict[str, WarmStore] = {}
         with self._standby_lock:
             for name, (_spec, sub, _topic, _count) in self.stores.items():

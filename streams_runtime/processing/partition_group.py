@@ -1,5 +1,5 @@
 """Per-task input buffering and record choice: Kafka Streams' ``RecordQueue`` and
-``PartitionGroup``, with KIP-695 lag-gated idling (``max.task.idle.ms``), DESIGN §5.
+``PartitionGroup``, with KIP-695 lag-gated idling (``max.task.idle.ms``), docs/design.md §5.
 
 Pure logic: lag and wall clock come in as callables, so the consumer loop owns all I/O and tests
 can drive time by hand.

@@ -1,8 +1,8 @@
-"""Signed progress, end to end (issue 24, "Signed end to end"; DESIGN §2 "Trust", §5 "One tick
-writer"): a producer signs its ticks with ``ops-1``; a runtime that verifies them and signs its
-own (``runtime-1``) sessionizes through a repartition topic; a second runtime and the Spark
-streaming job read its output verifying ``runtime-1`` only. After the data stops, ticks alone
-close every session at every hop, and no reader rejects a tick of ours.
+"""Signed progress, end to end (issue 24, "Signed end to end"; docs/concepts/trust.md;
+docs/concepts/promise.md, "One tick writer"): a producer signs its ticks with ``ops-1``; a runtime
+that verifies them and signs its own (``runtime-1``) sessionizes through a repartition topic; a
+second runtime and the Spark streaming job read its output verifying ``runtime-1`` only. After the
+data stops, ticks alone close every session at every hop, and no reader rejects a tick of ours.
 
 Before the runtime signed its own ticks, it rejected them on its own repartition topic as
 ``unsigned``, and no session closed after the data stopped (the issue's point 4).

@@ -1,5 +1,5 @@
-"""A tick is a promise from every writer (issue 24, DESIGN §5): runtime processes of one
-application, on the real broker, through a SIGKILL, a SIGSTOP, a rolling restart and a start
+"""A tick is a promise from every writer (issue 24, docs/concepts/promise.md): runtime processes of
+one application, on the real broker, through a SIGKILL, a SIGSTOP, a rolling restart and a start
 with one input partition minutes behind (``harness/session_cluster.py`` runs them).
 
 Each run checks:

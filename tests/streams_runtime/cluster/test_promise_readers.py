@@ -1,6 +1,6 @@
 """Readers we do not control, on the output of a runtime running as 3 processes through a
 fault: with the runtime's ticks they give the same results as without them, only earlier
-(issue 24, DESIGN §5 "Progress: a promise from every writer", §6).
+(issue 24, docs/concepts/promise.md, docs/spark.md).
 
 The runtime is issue 24's application run by ``harness/session_cluster.py`` (``select_key(user)
 → group_by_key → session count (gap 2 s, grace 1 s) → suppress(until_window_closes) → to(out)``,

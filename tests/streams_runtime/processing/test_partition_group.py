@@ -1,6 +1,6 @@
 """RecordQueue and PartitionGroup (streams_runtime.processing.partition_group): record choice,
-stream and partition time, and KIP-695 lag-gated idling, with a fake clock and fake lags (DESIGN
-§5)."""
+stream and partition time, and KIP-695 lag-gated idling, with a fake clock and fake lags
+(docs/design.md §5)."""
 
 from __future__ import annotations
 

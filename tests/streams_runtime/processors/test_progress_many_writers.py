@@ -1,6 +1,6 @@
 """The progress promise with many writers per partition, as pure logic (no broker): a tick on a
 shared partition promises that no record anyone in the application still writes there is older
-than the tick (on in-order input; DESIGN §5 "Progress: a promise from every writer", issue 24).
+than the tick (on in-order input; docs/concepts/promise.md, issue 24).
 
 What is real and what is modelled:
 

@@ -1,4 +1,4 @@
-"""Interactive queries, membership and standbys (KIP-535, DESIGN §5): murmur2, standby
+"""Interactive queries, membership and standbys (KIP-535, docs/runtime/queries.md): murmur2, standby
 placement, lag reporting against the broker's offsets, bad input to the query server, and its
 security (issue 16): tokens, exposure, slow clients, signed membership records, TLS. The
 three-instance failover (SIGKILL the active while a client keeps querying) is a benchmark:
