@@ -325,11 +325,14 @@ class RejectionLog:
             if not self._logged.first((sample.source, sample.reason)):
                 continue
             logger.warning(
-                "%s: skipped a control record from source %r on %s[%d]: %s; further ones from "
-                "this source for this reason are counted, not logged",
-                self._job,
-                sample.source,
-                sample.topic,
-                sample.partition,
-                sample.reason,
+                "%(job)s: skipped a control record from source %(source)r on "
+                "%(topic)s[%(partition)d]: %(reason)s; further ones from this source for this "
+                "reason are counted, not logged",
+                {
+                    "job": self._job,
+                    "source": sample.source,
+                    "topic": sample.topic,
+                    "partition": sample.partition,
+                    "reason": sample.reason,
+                },
             )

@@ -36,7 +36,8 @@ _ENV = "PROGRESS_CONTROL_RUNTIME_"
 
 
 def setting_name(name: str) -> str:
-    """A runtime setting as error messages name it: ``name (env PROGRESS_CONTROL_RUNTIME_NAME)``."""
+    """A runtime setting as error messages name it, with its env variable:
+    ``name (env PROGRESS_CONTROL_RUNTIME_<NAME>)``."""
     return f"{name} (env {_ENV}{name.upper()})"
 
 
