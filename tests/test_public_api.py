@@ -9,6 +9,8 @@ by path inside the project only.
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 import types
 
 import pytest
@@ -196,3 +198,18 @@ def test_a_package_namespace_holds_only_its_public_names(name: str) -> None:
 @pytest.mark.parametrize("name", INTERNAL)
 def test_internal_packages_export_nothing(name: str) -> None:
     assert importlib.import_module(name).__all__ == []
+
+
+def test_the_core_never_imports_the_demo_the_spark_jobs_or_the_dev_tools() -> None:
+    """What a producer or a runtime app imports stays off the extras' code: the demo and the
+    Spark jobs (which fail without their extra), the dev broker and its poms, the Helm build."""
+    code = (
+        "import sys\n"
+        "import progress_control, interceptor, sidecar.service, streams_runtime\n"
+        "from streams_runtime import App\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(("
+        "'progress_control.dev', 'progress_control.demo', 'progress_control.spark',"
+        " 'progress_control.tools', 'pyspark', 'matplotlib')))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
