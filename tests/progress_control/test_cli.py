@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.helpers import wait_for
@@ -31,6 +32,7 @@ def test_demo_rejects_bad_options_naming_them() -> None:
         assert message in result.stderr
 
 
+@pytest.mark.broker  # starts the jar broker itself
 def test_broker_command_runs_in_foreground_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [*CLI, "broker", "--data-dir", str(tmp_path / "data")],
