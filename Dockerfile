@@ -19,7 +19,6 @@ COPY progress_control ./progress_control
 COPY interceptor ./interceptor
 COPY sidecar ./sidecar
 COPY streams_runtime ./streams_runtime
-COPY spark_jobs ./spark_jobs
 RUN pip wheel --wheel-dir /wheels .
 
 # Runtime stage.

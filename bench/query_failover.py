@@ -1,6 +1,6 @@
 """Interactive-query failover on a real broker: SIGKILL the active of a key while it is queried.
 
-Three runtime processes (``tests/apps/table_cluster.py``: a String table of a 3-partition topic
+Three runtime processes (``harness/table_cluster.py``: a String table of a 3-partition topic
 in the store ``store``, one standby replica per partition, commit interval 100 ms, session
 timeout 6 s, a query token; here also the table's updates written to an output topic) share one
 application id; the failover test drives the same cluster.
@@ -16,7 +16,7 @@ and fresh processes and state dirs:
    which forwards to the active); queries/s and p50/p99 latency of the answers from that active,
    and routed/local (measured again, up to 3 times, if the key's placement moved meanwhile).
    The forwarding instance keeps its connections to the active alive
-   (:class:`~streams_runtime.query_client.QueryForwarder`); the hop alone is measured too: the
+   (:class:`~streams_runtime.queries.client.QueryForwarder`); the hop alone is measured too: the
    same closed loop to the active with ``local=true``, as forwards ask, through a
    ``QueryForwarder`` (pooled, kept alive) vs with a new connection per query (as forwards
    were made before);
@@ -52,10 +52,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from bench._kafka import create_topic, unique_name
-from progress_control.dev.broker import EmbeddedKafkaBroker
-from streams_runtime.murmur2 import partition_for_key
-from streams_runtime.query_client import ForwardError, QueryForwarder
-from tests.apps.table_cluster import (
+from harness.table_cluster import (
     KEY,
     MAX_LAG,
     PARTITIONS,
@@ -68,6 +65,9 @@ from tests.apps.table_cluster import (
     http_get,
     query,
 )
+from progress_control.dev.broker import EmbeddedKafkaBroker
+from streams_runtime.murmur2 import partition_for_key
+from streams_runtime.queries.client import ForwardError, QueryForwarder
 
 PLACEMENT_TIMEOUT_S = 180.0
 BASELINE_ATTEMPTS = 3

@@ -33,10 +33,10 @@ from typing import Any
 from bench._clicks import GAP_MS, PARTITIONS, USERS, Clicks, count_output
 from bench._kafka import create_topic, end_offsets, unique_name
 from bench._plain_loop import consume_produce
+from harness.sessions_app import session_counts
 from progress_control.dev.broker import EmbeddedKafkaBroker
 from streams_runtime import App
 from streams_runtime.serdes import Json
-from tests.apps.sessions_app import session_counts
 
 SESSION_CLICKS = int(os.environ.get("BENCH_SESSION_CLICKS", "10"))  # per user per session
 TIMEOUT_S = 1_800.0  # per variant

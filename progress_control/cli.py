@@ -155,8 +155,8 @@ def _broker_settings_help() -> str:
 
 def _demo(args: argparse.Namespace) -> int:
     require_extra("demo", "the demo", "matplotlib", *([] if args.no_spark else ["pyspark"]))
-    from pipeline.demo import DemoOptions, run_demo
-    from pipeline.logs import demo_logging
+    from progress_control.demo.demo import DemoOptions, run_demo
+    from progress_control.demo.logs import demo_logging
 
     log_dir = args.output_dir / "logs"
     options = DemoOptions(

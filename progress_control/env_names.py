@@ -86,10 +86,10 @@ PROCESS_NAMES = frozenset(
         "PROGRESS_CONTROL_CONFIG_FILE",  # the sidecar's YAML file
         "PROGRESS_CONTROL_AUTOLOAD",  # interceptor/_site/sitecustomize.py
         "PROGRESS_CONTROL_CACHE_DIR",  # jar cache (progress_control.settings.default_cache_dir)
-        "PROGRESS_CONTROL_MAVEN_REPO",  # progress_control/dev/jars.py, pipeline/fetching.py
+        "PROGRESS_CONTROL_MAVEN_REPO",  # progress_control/{dev/jars.py,demo/fetching.py}
         "PROGRESS_CONTROL_MVN",  # progress_control/dev/jars.py
-        "PROGRESS_CONTROL_HELM",  # tools/helm.py
-        "PROGRESS_CONTROL_GO",  # tools/helm.py
+        "PROGRESS_CONTROL_HELM",  # progress_control/tools/helm.py
+        "PROGRESS_CONTROL_GO",  # progress_control/tools/helm.py
         "PROGRESS_CONTROL_VENV",  # ./dev
         "PROGRESS_CONTROL_TEST_BROKER",  # tests/conftest.py
         "PROGRESS_CONTROL_TEST_KAFKA_IMAGE",  # tests/conftest.py

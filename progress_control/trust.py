@@ -1,4 +1,5 @@
-"""Which control records may move time: validation, signing and verification (DESIGN §2 "Trust").
+"""Which control records may move time: validation, signing and verification
+(docs/concepts/trust.md).
 
 Anyone who can write a topic can write a record with the ``progress-control`` header, so every
 consumer we ship checks a control record before it moves time. A record carrying the header is

@@ -1,4 +1,4 @@
-"""Which reported activity the sidecar accepts (DESIGN §2 "Trust", applied to reports).
+"""Which reported activity the sidecar accepts (docs/concepts/trust.md, applied to reports).
 
 Any process in the pod can send a UDP datagram to the report port, so a report gets the checks a
 control record gets, and more, before it can schedule ticks or take memory:

@@ -22,7 +22,7 @@ from streams_runtime.dsl import (
     until_window_closes,
 )
 from streams_runtime.errors import BadRecordError, StreamsError
-from streams_runtime.query_results import KeyQueryMetadata, QueryResult
+from streams_runtime.queries.results import KeyQueryMetadata, QueryResult
 from streams_runtime.record import Record
 from streams_runtime.settings import (
     BadRecordPolicy,

@@ -16,17 +16,18 @@ from streams_runtime.app_state import AppState
 from streams_runtime.cluster.membership import LagInfo
 from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.store_provider import LocalStoreProvider
-from streams_runtime.commit_strategy import OffsetCommitHook
 from streams_runtime.dsl import StreamsBuilder
 from streams_runtime.errors import as_exception
 from streams_runtime.health import Heartbeat, InstanceHealth, TaskView, serve_metrics_and_health
-from streams_runtime.internal_topics import prepare_topics
 from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.queries import InteractiveQueries
-from streams_runtime.query_results import KeyQueryMetadata, NotAvailableError, QueryResult
-from streams_runtime.query_server import QueryServer
+from streams_runtime.processing.commit_strategy import OffsetCommitHook
+from streams_runtime.processing.internal_topics import prepare_topics
+from streams_runtime.processing.stream_thread import StreamThread
+from streams_runtime.queries.results import KeyQueryMetadata, NotAvailableError, QueryResult
+from streams_runtime.queries.router import InteractiveQueries
+from streams_runtime.queries.security import query_address
+from streams_runtime.queries.server import QueryServer
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.stream_thread import StreamThread
 from streams_runtime.topology import Topology
 
 __all__ = ["App"]
@@ -42,7 +43,8 @@ class App:
         app.run()  # until SIGTERM / Ctrl-C, or app.close() from another thread
 
     ``before_offset_commit`` is a fault-injection point for crash tests
-    (:data:`~streams_runtime.commit_strategy.OffsetCommitHook`); leave it unset otherwise.
+    (:data:`~streams_runtime.processing.commit_strategy.OffsetCommitHook`); leave it unset
+    otherwise.
     """
 
     def __init__(
@@ -180,12 +182,12 @@ class App:
             metrics=self.metrics,
         )
         query_server = None
-        if settings.application_server is not None:
-            host, _, port = settings.application_server.rpartition(":")
+        address = query_address(settings)
+        if address is not None:
             query_server = QueryServer(
-                self.queries, settings.query_bind_host or host, int(port), settings, self.health
+                self.queries, address.bind_host, address.port, settings, self.health
             )
-            self.query_endpoint = f"{host}:{query_server.port}"
+            self.query_endpoint = f"{address.advertised_host}:{query_server.port}"
             query_server.start()
         if self.replicator is not None:
             self.replicator.endpoint = self.query_endpoint
@@ -216,8 +218,8 @@ class App:
     ) -> QueryResult:
         """The value of ``key`` in ``store``, from the live active copy wherever it runs, or
         with ``allow_stale`` from the most caught-up copy within ``max_lag`` records; raises
-        :class:`~streams_runtime.query_results.QueryError` subclasses (unknown store, bad key, none
-        within the bound)."""
+        :class:`~streams_runtime.queries.results.QueryError` subclasses (unknown store, bad key,
+        none within the bound)."""
         return self._running_queries().get(store, key, allow_stale=allow_stale, max_lag=max_lag)
 
     def start(self) -> None:

@@ -4,8 +4,8 @@ Kafka Streams leaves probes to its users, who build them from ``KafkaStreams.sta
 thread liveness; this module is that, once:
 
 - **live**: the stream thread is making progress. Its loop beats a :class:`Heartbeat` every
-  turn (restoration runs beside the loop, :mod:`streams_runtime.state_updater`, so it turns
-  while stores restore too). Live fails once the last beat is older than
+  turn (restoration runs beside the loop, :mod:`streams_runtime.processing.state_updater`, so it
+  turns while stores restore too). Live fails once the last beat is older than
   ``liveness_deadline_ms`` (default ``max(60 s, 3 * max(poll_timeout_ms, commit_interval_ms))``),
   and at once in ``ERROR`` or ``NOT_RUNNING``.
 - **ready**: the app is ``RUNNING`` (Kafka Streams' sense: every active task restored and

@@ -3,11 +3,22 @@ process, as in tests, never collide)."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import weakref
+from collections import Counter as CounterDict
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from streams_runtime.state.cache_metrics import RecordCacheCollector
 
-__all__ = ["RuntimeMetrics"]
+__all__ = ["RuntimeMetrics", "SecurityMetrics", "security_metrics"]
+
+# Rejected membership records are logged as the replicator reads them.
+logger = logging.getLogger("streams_runtime.cluster.membership_auth")
+
+_MAX_LOGGED = 1000  # forged records may carry endless keys: log the first of this many
 
 # Per-record processing time: microseconds to a second.
 _RECORD_LATENCY_BUCKETS = (1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.1, 1.0)
@@ -190,3 +201,74 @@ class RuntimeMetrics:
     def exposition(self) -> bytes:
         """The metrics in Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class SecurityMetrics:
+    """Counters of what the query server and the membership reader turned away."""
+
+    def __init__(self, metrics: RuntimeMetrics) -> None:
+        r = metrics.registry
+        self.membership_rejected = Counter(
+            "streams_membership_records_rejected",
+            "Membership records ignored, by reason (unsigned, bad-signature, key-mismatch,"
+            " malformed, replayed: older than the record held for that instance).",
+            ["reason"],
+            registry=r,
+        ).labels
+        self.connections_closed = Counter(
+            "streams_query_connections_closed",
+            "Query server connections closed by the server before a request was answered, by"
+            " reason (timeout: no complete request in query_request_timeout_ms; evicted: the"
+            " oldest idle connection, to make room at query_max_connections; refused: at the"
+            " cap with every connection busy; too-large: request header over the limit;"
+            " tls: handshake failed).",
+            ["reason"],
+            registry=r,
+        ).labels
+        self.unauthorized = Counter(
+            "streams_query_unauthorized",
+            "Query requests refused with 401 (missing or wrong bearer token).",
+            registry=r,
+        )
+        self.open_connections = Gauge(
+            "streams_query_connections", "Open query server connections.", registry=r
+        )
+        self._lock = threading.Lock()
+        self._logged: set[tuple[str, str]] = set()
+        self._rejections: CounterDict[str] = CounterDict()
+
+    def reject_membership(self, instance: str, reason: str, detail: str = "") -> None:
+        """Count an ignored membership record; log it once per claimed instance and reason."""
+        self.membership_rejected(reason).inc()
+        with self._lock:
+            self._rejections[reason] += 1
+            first = len(self._logged) < _MAX_LOGGED and (instance, reason) not in self._logged
+            if first:
+                self._logged.add((instance, reason))
+        if first:
+            logger.warning(
+                "ignoring membership record claiming instance %(instance)r: %(reason)s"
+                + (" (%(detail)s)" if detail else "")
+                + " (logged once)",
+                {"instance": instance[:100], "reason": reason, "detail": detail},
+            )
+
+    @property
+    def membership_rejections(self) -> Mapping[str, int]:
+        """Ignored membership records so far, per reason."""
+        with self._lock:
+            return dict(self._rejections)
+
+
+_METRICS: weakref.WeakKeyDictionary[RuntimeMetrics, SecurityMetrics] = weakref.WeakKeyDictionary()
+_METRICS_LOCK = threading.Lock()
+
+
+def security_metrics(metrics: RuntimeMetrics) -> SecurityMetrics:
+    """The one :class:`SecurityMetrics` of an app's registry (the server and the replicator
+    both count into it)."""
+    with _METRICS_LOCK:
+        found = _METRICS.get(metrics)
+        if found is None:
+            found = _METRICS[metrics] = SecurityMetrics(metrics)
+        return found

@@ -26,12 +26,16 @@ after a failover, a pause or a restart. So:
   only the partitions it is responsible for (those whose writer task, chosen by partition number,
   it owns), so a cluster sends as many ticks as a single instance. Ticks are signed with the
   runtime's signing key when it has one (:class:`~progress_control.trust.ControlRecordSource`).
+
+The stream thread holds one :class:`Progress`: these three, and when to tick.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -44,10 +48,12 @@ from progress_control.trust import ControlRecordSource
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processors import NO_PROGRESS
 from streams_runtime.record import Headers, TaskId, TopicPartitionId
+from streams_runtime.settings import RuntimeSettings
 from streams_runtime.topology import Topology
 
 __all__ = [
     "CommittedBounds",
+    "Progress",
     "TaskCommitMetadata",
     "TickWriter",
     "WriterTasks",
@@ -336,3 +342,68 @@ class TickWriter:
         if sent:
             self._metrics.progress_ticks.inc(sent)
         return sent
+
+
+class Progress:
+    """The stream thread's progress, in one place: the writer tasks of each topic, their
+    committed bounds (:class:`CommittedBounds`, read on a thread of their own), when to tick,
+    and the tick writer (:class:`TickWriter`). The thread calls :meth:`start`, :meth:`due` and
+    :meth:`tick` from its loop, :meth:`committed` after each commit, :meth:`stop` at the end."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        settings: RuntimeSettings,
+        partition_counts: Mapping[str, int],
+        *,
+        send: Send,
+        partitions_of: Callable[[str], int],
+        metrics: RuntimeMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval_s = settings.progress_interval_ms / 1000
+        self._clock = clock
+        self._next = clock() + self.interval_s
+        writers = WriterTasks(topology, partition_counts)
+        self._bounds = CommittedBounds(
+            writers,
+            settings.consumer_config(),
+            group_id=settings.application_id,
+            interval_s=self.interval_s,
+            metrics=metrics,
+        )
+        # A source id is at most 255 bytes; application ids have no limit.
+        source_id = f"streams:{settings.application_id[:160]}:{socket.gethostname()[:64]}"
+        source_id += f":{os.getpid()}"
+        self._ticks = TickWriter(
+            writers,
+            self._bounds.promise,
+            source=ControlRecordSource(source_id, signing_key=settings.signing_key),
+            send=send,
+            partitions_of=partitions_of,
+            metrics=metrics,
+            interval_s=self.interval_s,
+        )
+
+    def start(self) -> None:
+        """Start reading committed bounds; the first tick is due one interval from now."""
+        self._next = self._clock() + self.interval_s
+        self._bounds.start()
+
+    def due(self, now: float) -> bool:
+        """Whether to tick now: every interval, and as soon as a read raised a bound."""
+        if now >= self._next or self._bounds.raised():
+            self._next = now + self.interval_s
+            return True
+        return False
+
+    def tick(self, owned: Collection[TaskId], written: Mapping[TopicPartitionId, int]) -> int:
+        """Tick what this instance is responsible for (:meth:`TickWriter.propagate`)."""
+        return self._ticks.propagate(owned, written)
+
+    def committed(self) -> None:
+        """This instance committed new bounds: read them back now (never blocks)."""
+        self._bounds.wake()
+
+    def stop(self) -> None:
+        self._bounds.stop()

@@ -29,7 +29,7 @@ from progress_control.settings import (
     component_config,
 )
 from progress_control.trust import TrustPolicy
-from streams_runtime.query_security import check_query_settings
+from streams_runtime.queries.security import check_query_settings
 
 __all__ = ["BadRecordPolicy", "ProcessingGuarantee", "RuntimeSettings", "StateEngine"]
 
@@ -239,7 +239,11 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
 
     @model_validator(mode="after")
     def _query_security(self) -> Self:
+        # Imported here: the cluster package imports these settings.
+        from streams_runtime.cluster.membership_auth import check_membership_settings
+
         check_query_settings(self)  # e.g. a non-loopback bind without a token fails at start-up
+        check_membership_settings(self)
         return self
 
     @model_validator(mode="after")

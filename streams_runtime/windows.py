@@ -1,4 +1,5 @@
-"""Window specifications and their arithmetic (DESIGN §5): pure functions of timestamps, no state.
+"""Window specifications and their arithmetic (docs/runtime/windows.md): pure functions of
+timestamps, no state.
 
 Session windows (:class:`SessionWindows`), time windows (:class:`TimeWindows`, tumbling or
 hopping), sliding windows (:class:`SlidingWindows`) and the windows of a stream-stream join

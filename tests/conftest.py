@@ -30,8 +30,8 @@ DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 
 # The runtime's record cache (statestore_cache_max_bytes, Kafka Streams' default 10 MiB) absorbs
 # intermediate updates, and most tests assert every one of them: tests run with the cache off
-# unless they turn it on (tests/streams_runtime/test_record_cache*.py). An environment default,
-# so that settings built directly and runtime subprocesses get it too.
+# unless they turn it on (tests/streams_runtime/state/test_record_cache*.py). An environment
+# default, so that settings built directly and runtime subprocesses get it too.
 CACHE_OFF_ENV = "PROGRESS_CONTROL_RUNTIME_STATESTORE_CACHE_MAX_BYTES"
 os.environ.setdefault(CACHE_OFF_ENV, "0")
 
@@ -43,6 +43,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=3,
         help="seeds of the Kafka Streams conformance suite to run (default 3, as in CI)",
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that gets the session's broker is marked ``broker``, so ``-m "not broker"``
+    never starts one (tests that start a broker of their own are marked by hand)."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "kafka_bootstrap" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("broker") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests using the broker without @pytest.mark.broker: " + ", ".join(unmarked)
+        )
 
 
 def _docker_engine_available() -> bool:
@@ -142,7 +157,7 @@ def run_app(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., App]
 def spark() -> Iterator[SparkSession]:
     """One local[2] SparkSession (with Spark's Kafka connector) for the whole test session; the
     main job's test reuses it too (``spark_session`` returns the running session)."""
-    from spark_jobs import spark_session
+    from progress_control.spark import spark_session
 
     session = spark_session("local[2]", "progress-control-tests")
     yield session

@@ -4,5 +4,5 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository's root."""
-APPS = ROOT / "tests" / "apps"
-"""The small apps tests run as processes."""
+APPS = ROOT / "harness"
+"""The apps tests (and benches) run as processes."""

@@ -30,8 +30,6 @@ PACKAGES = (
     "interceptor",
     "sidecar",
     "streams_runtime",
-    "spark_jobs",
-    "pipeline",
 )
 CORE = {
     "confluent-kafka",
@@ -120,6 +118,10 @@ def test_metadata_is_fit_to_publish(wheel: Path) -> None:
     assert meta.get_payload().startswith("# kafka-progress-control")  # type: ignore[attr-defined]
     for package in PACKAGES:
         assert f"{package}/py.typed" in names, package
+    # No generic top-level import names: the four the product is known by, nothing else.
+    top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top_level == set(PACKAGES)
+    assert not [n for n in names if n.startswith("progress_control/tools/")]  # test tooling
     assert "progress_control/dev/poms/kafka-broker.xml" in names
     assert [n for n in names if n.endswith("entry_points.txt")]
 
@@ -165,7 +167,9 @@ def test_core_installs_small_and_works_without_extras(wheel: Path, tmp_path: Pat
         "from interceptor import Producer\n"
         "from sidecar.service import ProgressControlSidecar\n"
         "from streams_runtime import App\n"
-        "for package, extra in (('spark_jobs', 'spark'), ('pipeline', 'demo')):\n"
+        "for package, extra in (\n"
+        "    ('progress_control.spark', 'spark'), ('progress_control.demo', 'demo')\n"
+        "):\n"
         "    try:\n"
         "        __import__(package)\n"
         "    except ModuleNotFoundError as exc:\n"

@@ -1,13 +1,14 @@
-"""The cluster side of an instance (KIP-535, DESIGN §5), one job per module:
+"""The cluster side of an instance (KIP-535, docs/runtime/queries.md), one job per module:
 
 - ``membership``: the membership record (wire format), lags, and the view of live members;
+- ``membership_auth``: signing and verifying membership records (HMAC);
 - ``placement``: which instances keep a standby of a store partition (rendezvous hashing);
 - ``standby``: a standby replica, applying its changelog and keeping its committed copy;
 - ``replicator``: the thread that publishes and reads membership and feeds the standbys;
+- ``changelog_lags``: how far behind each local copy is, and the offsets that takes;
 - ``store_provider``: the local copies of stores that interactive queries read.
 
-Record signing and verification live in :mod:`streams_runtime.query_security`; the query router
-in :mod:`streams_runtime.queries`.
+The query router is :mod:`streams_runtime.queries.router`.
 """
 
 from streams_runtime.cluster.membership import (

@@ -1,9 +1,9 @@
-"""The membership wire format and view (KIP-535, DESIGN §5).
+"""The membership wire format and view (KIP-535, docs/runtime/queries.md).
 
 Every instance publishes its :class:`MemberInfo` (query endpoint, active / restoring / standby
 store partitions, per-store-partition lag, heartbeat) as JSON keyed by its instance id to the
 compacted topic ``<application_id>-membership`` (records signed and verified by
-:mod:`streams_runtime.query_security`); every instance reads that topic into a
+:mod:`streams_runtime.cluster.membership_auth`); every instance reads that topic into a
 :class:`MembershipView` (an instance is live while its heartbeat is younger than three
 intervals). The :class:`~streams_runtime.cluster.replicator.Replicator` does the publishing and
 reading.

@@ -1,4 +1,4 @@
-"""Standby placement by rendezvous hashing (DESIGN §5).
+"""Standby placement by rendezvous hashing (docs/runtime/queries.md).
 
 For every logged store partition whose active owner is known, the ``num_standby_replicas`` live
 instances other than the owner with the highest rendezvous hash of (store, partition, instance

@@ -1,4 +1,5 @@
-"""The replicator: one thread per instance for membership and standbys (KIP-535, DESIGN §5).
+"""The replicator: one thread per instance for membership and standbys (KIP-535,
+docs/runtime/queries.md).
 
 It
 
@@ -7,7 +8,7 @@ It
   tombstone;
 - reads the membership topic from the beginning with an assign-only consumer into a
   :class:`~streams_runtime.cluster.membership.MembershipView`, believing only records that verify
-  (:mod:`streams_runtime.query_security`);
+  (:mod:`streams_runtime.cluster.membership_auth`);
 - places standbys (:mod:`streams_runtime.cluster.placement`) and keeps its
   :class:`~streams_runtime.cluster.standby.StandbyReplica` copies warm with one read_committed
   consumer of their changelog partitions;
@@ -35,6 +36,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from streams_runtime.cluster.changelog_lags import GroupOffsets, local_lags
 from streams_runtime.cluster.membership import (
     LagInfo,
     MemberInfo,
@@ -44,15 +46,11 @@ from streams_runtime.cluster.membership import (
     partitions_by_store,
     store_partitions,
 )
+from streams_runtime.cluster.membership_auth import MembershipAuthenticator, membership_key
 from streams_runtime.cluster.placement import standby_placement
 from streams_runtime.cluster.standby import StandbyReplica, standby_directory
 from streams_runtime.cluster.standby_files import checkpoint_standbys, open_standby
-from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.query_security import (
-    MembershipAuthenticator,
-    membership_key,
-    security_metrics,
-)
+from streams_runtime.metrics import RuntimeMetrics, security_metrics
 from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings, StateEngine
 from streams_runtime.state import (
@@ -120,7 +118,6 @@ class Replicator:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._offsets_lock = threading.Lock()
         base = settings.consumer_config()
         base.pop("group.instance.id", None)
         suffix = uuid.uuid4().hex[:8]
@@ -142,9 +139,7 @@ class Replicator:
                 "enable.partition.eof": "true",
             }
         )
-        # The application's group id, to read its committed offsets (it never subscribes, so
-        # it never joins the group).
-        self._offsets_consumer = Consumer({**common, "group.id": settings.application_id})
+        self._offsets = GroupOffsets({**common, "group.id": settings.application_id})
         self._producer = Producer(
             {**settings.client_config(), **settings.producer, "linger.ms": "0"}
         )
@@ -178,13 +173,10 @@ class Replicator:
                 "membership tombstone not sent: %(error)s",
                 {"topic": self.settings.membership_topic, "error": str(exc)},
             )
-        for consumer in (
-            self._membership_consumer,
-            self._changelog_consumer,
-            self._offsets_consumer,
-        ):
+        for consumer in (self._membership_consumer, self._changelog_consumer):
             with contextlib.suppress(RuntimeError):
                 consumer.close()
+        self._offsets.close()
         with self._standby_lock:
             for replica in self.standbys.values():
                 replica.close()
@@ -301,16 +293,7 @@ class Replicator:
 
     def end_offset(self, tp: TopicPartitionId) -> int:
         """The changelog partition's high watermark, asked from the broker (-1 when unknown)."""
-        ktp = TopicPartition(tp.topic, tp.partition)
-        try:
-            with self._offsets_lock:
-                return int(self._offsets_consumer.get_watermark_offsets(ktp, timeout=5)[1])
-        except (KafkaException, RuntimeError) as exc:
-            logger.debug(
-                "no end offset for %(topic)s[%(partition)d]: %(error)s",
-                {"topic": tp.topic, "partition": tp.partition, "error": str(exc)},
-            )
-            return -1
+        return self._offsets.end_offset(tp)
 
     def changelog_tp(self, sp: StorePartition) -> TopicPartitionId:
         return TopicPartitionId(self.stores[sp.store][2], sp.partition)
@@ -321,30 +304,21 @@ class Replicator:
         restoring: Iterable[StorePartition] | None = None,
         standby: Iterable[StorePartition] | None = None,
     ) -> dict[StorePartition, LagInfo]:
-        """Lag of every local copy: a running active is the changelog's writer (lag 0, current =
-        end); a restoring one is reported as behind by the whole changelog (its progress is
-        internal to the restore); a standby from its read position."""
+        """Lag of every local copy (:func:`~streams_runtime.cluster.changelog_lags.local_lags`;
+        ``None``: this instance's active, restoring or standby copies as of now)."""
         if active is None:
             active = self._local_partitions(self._active_tasks())
         if restoring is None:
             restoring = self._local_partitions(self._restoring_tasks())
-        now = epoch_ms()
-        lags: dict[StorePartition, LagInfo] = {}
-        active = set(active)
-        for sp in active:
-            end = self.end_offset(self.changelog_tp(sp))
-            lags[sp] = LagInfo(end, end, 0, 0)
-        for sp in set(restoring) - active:
-            end = self.end_offset(self.changelog_tp(sp))
-            lags[sp] = LagInfo(-1, end, max(end, 0), -1)
         with self._standby_lock:
             replicas = dict(self.standbys)
-        wanted = None if standby is None else set(standby)
-        for sp, replica in replicas.items():
-            if sp in active or (wanted is not None and sp not in wanted):
-                continue
-            lags[sp] = replica.lag(now)
-        return lags
+        return local_lags(
+            active,
+            restoring,
+            replicas,
+            None if standby is None else set(standby),
+            end_offset=lambda sp: self.end_offset(self.changelog_tp(sp)),
+        )
 
     def standby_lag(self, sp: StorePartition) -> LagInfo | None:
         """The lag of the local standby of ``sp`` (``None``: there is none). Never asks the
@@ -400,18 +374,10 @@ class Replicator:
         if not sources:
             return
         try:
-            with self._offsets_lock:
-                offsets = self._offsets_consumer.committed(
-                    [TopicPartition(tp.topic, tp.partition) for tp in sorted(sources)], timeout=5
-                )
+            committed = self._offsets.committed(sorted(sources))
         except KafkaException as exc:  # the next interval asks again
             logger.debug("committed offsets not read: %(error)s", {"error": str(exc)})
             return
-        committed = {
-            TopicPartitionId(tp.topic, tp.partition): tp.offset
-            for tp in offsets
-            if tp.error is None and tp.offset >= 0
-        }
         with self._standby_lock:
             for replica in self.standbys.values():
                 replica.fold(committed)
@@ -421,7 +387,7 @@ class Replicator:
     ) -> dict[str, WarmStore]:
         """The committed state of ``task``'s stores that have a standby here, as of
         ``committed_inputs`` (the task's committed input offsets): a task becoming active
-        restores from these and the changelogs' tails (DESIGN §5)."""
+        restores from these and the changelogs' tails (docs/runtime/state.md)."""
         warm: dict[str, WarmStore] = {}
         with self._standby_lock:
             for name, (_spec, sub, _topic, _count) in self.stores.items():
@@ -441,21 +407,7 @@ class Replicator:
             if self._persistent
             else None
         )
-        return open_standby(spec, sp, topic, directory, self._watermarks)
-
-    def _watermarks(self, tp: TopicPartitionId) -> tuple[int, int]:
-        """Low and high watermark of ``tp`` ((-1, -1) when unknown: nothing lies within)."""
-        ktp = TopicPartition(tp.topic, tp.partition)
-        try:
-            with self._offsets_lock:
-                low, high = self._offsets_consumer.get_watermark_offsets(ktp, timeout=5)
-        except (KafkaException, RuntimeError) as exc:
-            logger.debug(
-                "no watermarks for %(topic)s[%(partition)d]: %(error)s",
-                {"topic": tp.topic, "partition": tp.partition, "error": str(exc)},
-            )
-            return -1, -1
-        return int(low), int(high)
+        return open_standby(spec, sp, topic, directory, self._offsets.watermarks)
 
     def _set_standbys(self, wanted: set[StorePartition]) -> None:
         with self._standby_lock:

@@ -193,9 +193,9 @@ class StandbyReplica:
     """A warm copy of one store partition, fed from its changelog partition.
 
     ``store`` holds everything read (what stale queries see). For a promotion it also keeps
-    what a restore would produce (DESIGN §5): ``committed`` has the latest changelog value per
-    key among the records whose input is known to be committed, ``pending`` the newer records
-    per key whose input is not (yet). :meth:`fold` moves pending records over as the
+    what a restore would produce (docs/runtime/state.md): ``committed`` has the latest changelog
+    value per key among the records whose input is known to be committed, ``pending`` the newer
+    records per key whose input is not (yet). :meth:`fold` moves pending records over as the
     application's committed offsets advance; :meth:`warm_store` hands the result to a task.
 
     With a ``directory`` (SQLite engine) the replica lives on disk and resumes from its

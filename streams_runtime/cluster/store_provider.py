@@ -12,9 +12,9 @@ from collections.abc import Callable
 from streams_runtime.cluster.membership import StorePartition
 from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.standby import StandbyReplica
+from streams_runtime.processing.stream_thread import StreamThread
 from streams_runtime.record import TaskId
 from streams_runtime.state import KeyValueStore, SessionStore
-from streams_runtime.stream_thread import StreamThread
 
 __all__ = ["LocalStoreProvider", "StoreLookup"]
 

@@ -7,7 +7,7 @@ time, the maximum timestamp of what reached them, as Kafka Streams' processors d
 
 **Progress** is what the runtime promises the readers of its outputs when it ticks them: on
 in-order input, records a sink still sends are not older than :meth:`SinkProcessor.progress`.
-It flows through the graph like data (DESIGN §5), not from the task's stream time:
+It flows through the graph like data (docs/concepts/promise.md), not from the task's stream time:
 
 - only forwarded data and input control records move it. A record a filter drops, or an
   aggregation drops as late or keyless, promises nothing downstream;

@@ -1,4 +1,4 @@
-"""State stores for the stream runtime (DESIGN §5), split as Kafka Streams splits them:
+"""State stores for the stream runtime (docs/runtime/state.md), split as Kafka Streams splits them:
 
 - ``spec``: what a processor asks for (:class:`StoreSpec`) and its changelog topic's config;
 - ``engines`` (memory, SQLite) and ``stores``: changelogged key-value and session stores;

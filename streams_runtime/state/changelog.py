@@ -2,8 +2,8 @@
 
 Every changelog record carries, in the ``pc-source`` header, the input record (topic, partition,
 offset) whose processing caused it. Restore uses it to keep a store from ever getting ahead of the
-committed input position (DESIGN §5, emit-on-change after a crash): a changelog record caused by
-input that was not committed yet is skipped, and that input is processed again.
+committed input position (docs/runtime/guarantees.md, emit-on-change after a crash): a changelog
+record caused by input that was not committed yet is skipped, and that input is processed again.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One task's state (Kafka Streams' ``ProcessorStateManager``): opening its stores, restoring
 them from their changelogs, checkpointing and closing them.
 
-The crash-safety contract (DESIGN §5, emit-on-change and exactly-once): a restored store is never
-ahead of the committed input position.
+The crash-safety contract (docs/runtime/guarantees.md, emit-on-change and exactly-once): a restored
+store is never ahead of the committed input position.
 
 - Restore skips changelog records whose input was not committed and logs corrections for their
   keys (:mod:`streams_runtime.state.restore`, the one restore path of active tasks and standbys).

@@ -1,5 +1,6 @@
 """Changelog restore (Kafka Streams' ``StoreChangelogReader``): reading a task's changelog
-partitions into its stores without ever getting ahead of the committed input (DESIGN §5).
+partitions into its stores without ever getting ahead of the committed input
+(docs/runtime/state.md).
 
 - The committed-input rule, :func:`input_committed`, written once and used by active restores
   and standby replicas alike: a changelog record names the input record that caused it

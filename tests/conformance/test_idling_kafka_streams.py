@@ -1,6 +1,6 @@
 """KIP-695 on a windowed stream-stream join, in Kafka Streams itself: the deterministic scenarios
-of ``tests/streams_runtime/test_idling.py`` give there what they give in the runtime. (With
-``max.task.idle.ms`` -1 the outcome depends on fetch timing in either engine, so it is not run
+of ``tests/streams_runtime/processing/test_idling.py`` give there what they give in the runtime.
+(With ``max.task.idle.ms`` -1 the outcome depends on fetch timing in either engine, so it is not run
 here.) The conformance app's ``stream-stream-join`` writes the left join to ``out2``, with the
 time difference and grace taken from ``gap.ms`` and ``grace.ms``."""
 
@@ -14,7 +14,7 @@ import pytest
 from tests.conformance.harness import ProcessedCheck
 from tests.conformance.kstreams import KafkaStreamsApps
 from tests.helpers import TopicReader, unique_name, wait_for
-from tests.streams_runtime.test_idling import (
+from tests.streams_runtime.processing.test_idling import (
     ORDERS,
     SLOW_FETCH,
     click_results,

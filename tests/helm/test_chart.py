@@ -1,9 +1,9 @@
 """The Helm chart in helm/progress-control, rendered by a real Helm and validated strictly.
 
-Helm comes from :func:`tools.helm.helm_binary` (built once from the Go module proxy and cached,
-or ``$PROGRESS_CONTROL_HELM``). Every rendered manifest is checked against the Kubernetes JSON
-schemas shipped with ``kubernetes-validate`` in strict mode (unknown fields are errors). Each
-values variant is rendered once per module.
+Helm comes from :func:`progress_control.tools.helm.helm_binary` (built once from the Go module proxy
+and cached, or ``$PROGRESS_CONTROL_HELM``). Every rendered manifest is checked against the
+Kubernetes JSON schemas shipped with ``kubernetes-validate`` in strict mode (unknown fields are
+errors). Each values variant is rendered once per module.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from progress_control.tools.helm import HELM_VERSION, helm_binary, helm_needs_build
 from tests.paths import ROOT
-from tools.helm import HELM_VERSION, helm_binary, helm_needs_build
 
 CHART = ROOT / "helm" / "progress-control"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
@@ -1065,8 +1065,8 @@ def check_spark_application(app: Manifest) -> None:
 
 
 def parsed_arguments(app: Manifest) -> Any:
-    """The SparkApplication's arguments as `python -m spark_jobs` parses them."""
-    from spark_jobs.cli import build_parser
+    """The SparkApplication's arguments as `python -m progress_control.spark` parses them."""
+    from progress_control.spark.cli import build_parser
 
     return build_parser().parse_args(app["spec"]["arguments"])
 
@@ -1260,7 +1260,8 @@ def test_spark_driver_runs_the_entry_script(
         "spark-sessionization"
     )
 
-    # spark-submit runs `python3 <file> <arguments>`: the script hands them to spark_jobs' CLI.
+    # spark-submit runs `python3 <file> <arguments>`: the script hands them to
+    # progress_control.spark's CLI.
     path = tmp_path / file_name
     path.write_text(script)
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)}
@@ -1278,7 +1279,7 @@ def test_spark_driver_runs_the_entry_script(
 
     result = run("stream", "--help")
     assert result.returncode == 0, result.stderr
-    assert "usage: python -m spark_jobs stream" in result.stdout
+    assert "usage: python -m progress_control.spark stream" in result.stdout
     # The rendered arguments reach the parser: with an invalid gap it exits 2 naming --gap.
     arguments = list(spec["arguments"])
     arguments[arguments.index("--gap") + 1] = "30x"

@@ -32,6 +32,8 @@ from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
 from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
 from tests.paths import APPS
 
+pytestmark = pytest.mark.broker
+
 APP = APPS / "clicks_app.py"
 CLI = [sys.executable, "-m", "progress_control.cli"]
 

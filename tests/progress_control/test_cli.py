@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.helpers import wait_for
@@ -18,7 +19,7 @@ CLI = [sys.executable, "-m", "progress_control.cli"]
 
 
 def test_demo_rejects_bad_options_naming_them() -> None:
-    # The demo itself runs in tests/pipeline/test_demo.py; here only its command line.
+    # The demo itself runs in tests/progress_control/demo/test_demo.py; here only its command line.
     for args, message in [
         (["--users", "0"], "argument --users: must be positive"),
         (["--gap", "soon"], "argument --gap: not a number"),
@@ -31,6 +32,7 @@ def test_demo_rejects_bad_options_naming_them() -> None:
         assert message in result.stderr
 
 
+@pytest.mark.broker  # starts the jar broker itself
 def test_broker_command_runs_in_foreground_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [*CLI, "broker", "--data-dir", str(tmp_path / "data")],

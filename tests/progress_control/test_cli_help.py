@@ -8,8 +8,8 @@ from pydantic_settings import BaseSettings
 from interceptor.settings import InterceptorSettings
 from progress_control.cli import main
 from progress_control.dev.broker import BrokerSettings
+from progress_control.spark.settings import SparkJobSettings
 from sidecar.settings import SidecarSettings
-from spark_jobs.settings import SparkJobSettings
 from streams_runtime.settings import RuntimeSettings
 
 

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pytest
 from confluent_kafka import Consumer, Message, Producer
 
 from progress_control.protocol import (
@@ -25,6 +26,8 @@ from progress_control.trust import (
     Verdict,
 )
 from tests.helpers import unique_name, wait_for
+
+pytestmark = pytest.mark.broker
 
 
 def _consume(bootstrap: str, topic: str, count: int) -> list[Message]:

@@ -15,9 +15,9 @@ from pydantic import BaseModel
 
 from interceptor.settings import InterceptorSettings
 from progress_control.settings import ConfigurationError, load_settings
+from progress_control.spark.settings import load_job_settings
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
-from spark_jobs.settings import load_job_settings
 from streams_runtime import App, AppState, StreamsBuilder
 from streams_runtime.settings import RuntimeSettings
 from tests.helpers import wait_for
@@ -109,6 +109,7 @@ def test_configuration_errors_never_show_a_secret(load: Callable[[], object]) ->
     assert_hidden(str(excinfo.value))
 
 
+@pytest.mark.broker
 def test_a_running_sidecar_logs_no_secret(
     kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -122,6 +123,7 @@ def test_a_running_sidecar_logs_no_secret(
     assert_hidden(caplog.text)
 
 
+@pytest.mark.broker
 def test_a_running_app_logs_no_secret(
     kafka_bootstrap: str,
     create_topic: Callable[..., str],

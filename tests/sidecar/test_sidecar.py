@@ -39,6 +39,8 @@ from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
 from tests.interceptor.test_producer import APP, CLI
 from tests.sidecar.process import dead_port, report_flood, sidecar_process
 
+pytestmark = pytest.mark.broker
+
 FAST = {
     "start.ms": 600,
     "backoff.ms": 200,

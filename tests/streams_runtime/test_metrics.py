@@ -14,14 +14,14 @@ import pytest
 from confluent_kafka import Producer
 
 from streams_runtime import App, StreamsBuilder
-from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordHandler
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.task import StreamTask
 from streams_runtime.record import SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.serdes import String
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
 from streams_runtime.state.restore import _RestoreProgress
-from streams_runtime.task import StreamTask
 from tests.helpers import unique_name, wait_for
 
 

@@ -1,4 +1,4 @@
-"""Operations against the real broker, with app processes (``tests/apps/ops_app.py``) signalled
+"""Operations against the real broker, with app processes (``harness/ops_app.py``) signalled
 as an orchestrator would: SIGTERM in every phase (running, rebalancing, restoring, mid-transaction
 under exactly_once) exits within a bound with code 0 and no uncaught exception in any thread;
 ``/health/ready`` is false while an active task restores and true after, ``/health/live`` true

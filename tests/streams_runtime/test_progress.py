@@ -1,6 +1,7 @@
-"""Progress as a promise, against the real broker (DESIGN §2 "Trust", §5 "Progress flows through
-the topology"): the runtime's ticks never turn good data late, on its own repartition topics or
-on its outputs, and control records that fail validation move nothing and stop nothing."""
+"""Progress as a promise, against the real broker (docs/concepts/trust.md; docs/concepts/promise.md,
+"Progress flows through the topology"): the runtime's ticks never turn good data late, on its own
+repartition topics or on its outputs, and control records that fail validation move nothing and stop
+nothing."""
 
 from __future__ import annotations
 

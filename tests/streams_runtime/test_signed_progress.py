@@ -1,8 +1,8 @@
-"""Signed progress, end to end (issue 24, "Signed end to end"; DESIGN §2 "Trust", §5 "One tick
-writer"): a producer signs its ticks with ``ops-1``; a runtime that verifies them and signs its
-own (``runtime-1``) sessionizes through a repartition topic; a second runtime and the Spark
-streaming job read its output verifying ``runtime-1`` only. After the data stops, ticks alone
-close every session at every hop, and no reader rejects a tick of ours.
+"""Signed progress, end to end (issue 24, "Signed end to end"; docs/concepts/trust.md;
+docs/concepts/promise.md, "One tick writer"): a producer signs its ticks with ``ops-1``; a runtime
+that verifies them and signs its own (``runtime-1``) sessionizes through a repartition topic; a
+second runtime and the Spark streaming job read its output verifying ``runtime-1`` only. After the
+data stops, ticks alone close every session at every hop, and no reader rejects a tick of ours.
 
 Before the runtime signed its own ticks, it rejected them on its own repartition topic as
 ``unsigned``, and no session closed after the data stopped (the issue's point 4).
@@ -30,7 +30,7 @@ from tests.streams_runtime.test_progress_downstream import session_as_click
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_jobs.stream_config import StreamMetrics
+    from progress_control.spark.stream_config import StreamMetrics
 
 pytestmark = [pytest.mark.broker, pytest.mark.network]  # network: Spark's connector jars
 
@@ -162,7 +162,12 @@ def _spark_sessions(
 ) -> tuple[list[Session], StreamMetrics]:
     """The Spark streaming job over ``topic``, its keys read as a deployment would (env), once
     ``expected`` sessions closed; and its metrics."""
-    from spark_jobs import KafkaSource, SessionizationStream, StreamConfig, load_job_settings
+    from progress_control.spark import (
+        KafkaSource,
+        SessionizationStream,
+        StreamConfig,
+        load_job_settings,
+    )
 
     config = StreamConfig(
         source=KafkaSource(bootstrap, topic),

@@ -1,5 +1,5 @@
-"""Session-window arithmetic (streams_runtime.windows) against DESIGN §5: examples at every
-boundary and hypothesis properties against a brute-force reference."""
+"""Session-window arithmetic (streams_runtime.windows) against docs/runtime/windows.md: examples at
+every boundary and hypothesis properties against a brute-force reference."""
 
 from __future__ import annotations
 

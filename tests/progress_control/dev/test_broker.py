@@ -62,6 +62,7 @@ def warm_broker(
         broker.stop()
 
 
+@pytest.mark.broker
 def test_warm_start_reuses_the_cache_without_maven(
     warm_broker: tuple[EmbeddedKafkaBroker, Path],
 ) -> None:
@@ -71,6 +72,7 @@ def test_warm_start_reuses_the_cache_without_maven(
     assert not (bin_dir / "mvn-was-called").exists()
 
 
+@pytest.mark.broker
 def test_busy_port_picks_another(
     warm_broker: tuple[EmbeddedKafkaBroker, Path], busy_port: int
 ) -> None:
@@ -178,6 +180,7 @@ def _read_all(bootstrap: str, topic: str, expected: int) -> list[tuple[int, int,
     return sorted(records)
 
 
+@pytest.mark.broker
 def test_broker_restarts_on_its_data_dir_with_every_topic_and_record(tmp_path: Path) -> None:
     data_dir = tmp_path / "broker"
     topic = "kept"
@@ -224,6 +227,7 @@ def _port_is_free(port: int) -> bool:
         return True
 
 
+@pytest.mark.broker
 def test_data_dir_of_another_broker_is_a_clear_error(tmp_path: Path) -> None:
     data_dir = tmp_path / "broker"
     (data_dir / "data").mkdir(parents=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps.table_cluster import KEY, MAX_LAG, PARTITIONS, ROWS, TableCluster
+from harness.table_cluster import KEY, MAX_LAG, PARTITIONS, ROWS, TableCluster
 from tests.helpers import unique_name
 
 PLACEMENT_TIMEOUT_S = 180.0

@@ -1,6 +1,6 @@
-"""A tick is a promise from every writer (issue 24, DESIGN §5): runtime processes of one
-application, on the real broker, through a SIGKILL, a SIGSTOP, a rolling restart and a start
-with one input partition minutes behind (``tests/apps/session_cluster.py`` runs them).
+"""A tick is a promise from every writer (issue 24, docs/concepts/promise.md): runtime processes of
+one application, on the real broker, through a SIGKILL, a SIGSTOP, a rolling restart and a start
+with one input partition minutes behind (``harness/session_cluster.py`` runs them).
 
 Each run checks:
 (a) the final sessions on ``out`` equal the ground truth computed from the input (exactly-once:
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps.session_cluster import (
+from harness.session_cluster import (
     SCENARIOS,
     Guarantee,
     Plan,

@@ -1,8 +1,8 @@
 """Readers we do not control, on the output of a runtime running as 3 processes through a
 fault: with the runtime's ticks they give the same results as without them, only earlier
-(issue 24, DESIGN §5 "Progress: a promise from every writer", §6).
+(issue 24, docs/concepts/promise.md, docs/spark.md).
 
-The runtime is issue 24's application run by ``tests/apps/session_cluster.py`` (``select_key(user)
+The runtime is issue 24's application run by ``harness/session_cluster.py`` (``select_key(user)
 → group_by_key → session count (gap 2 s, grace 1 s) → suppress(until_window_closes) → to(out)``,
 exactly-once, one standby, 3 instances), through its ``pause`` scenario: input on every partition,
 then one instance SIGSTOPped for 12 s while the others' inputs go idle and get ticks, then input
@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.apps import session_cluster
-from tests.apps.session_cluster import Plan, RunResult, ScenarioName, run_scenario
+from harness import session_cluster
+from harness.session_cluster import Plan, RunResult, ScenarioName, run_scenario
 from tests.conformance.compare import OutputRecord
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 from tests.streams_runtime.cluster.downstream_readers import (

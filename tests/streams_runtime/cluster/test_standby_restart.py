@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streams_runtime.murmur2 import partition_for_key
-from tests.apps.table_cluster import (
+from harness.table_cluster import (
     PARTITIONS,
     ROWS,
     STORE,
@@ -21,6 +20,7 @@ from tests.apps.table_cluster import (
     TableCluster,
     http_get,
 )
+from streams_runtime.murmur2 import partition_for_key
 from tests.helpers import unique_name
 
 FILL = 6000  # rows besides ROWS: ~2000 changelog records per store partition

@@ -1,6 +1,6 @@
 """The progress promise with many writers per partition, as pure logic (no broker): a tick on a
 shared partition promises that no record anyone in the application still writes there is older
-than the tick (on in-order input; DESIGN §5 "Progress: a promise from every writer", issue 24).
+than the tick (on in-order input; docs/concepts/promise.md, issue 24).
 
 What is real and what is modelled:
 
@@ -79,9 +79,10 @@ from hypothesis import strategies as st
 
 from progress_control.trust import ControlRecordSource
 from streams_runtime import SessionWindows, StreamsBuilder, TimeWindows, until_window_closes
-from streams_runtime.collector import RecordCollector
 from streams_runtime.errors import BadRecordHandler
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.task import StreamTask
 from streams_runtime.processors import NO_PROGRESS
 from streams_runtime.progress import (
     CommittedBounds,
@@ -93,7 +94,6 @@ from streams_runtime.progress import (
 from streams_runtime.record import Headers, SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.serdes import String
 from streams_runtime.settings import BadRecordPolicy, ProcessingGuarantee, RuntimeSettings
-from streams_runtime.task import StreamTask
 from streams_runtime.topology import Topology
 
 APP = "app"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from harness.sessions_app import session_counts
 from interceptor import Producer as InstrumentedProducer
 from streams_runtime import App, StreamsBuilder
 from streams_runtime.serdes import Json
-from tests.apps.sessions_app import session_counts
 from tests.helpers import TopicReader, wait_for
 
 pytestmark = pytest.mark.broker

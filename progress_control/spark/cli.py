@@ -1,0 +1,257 @@
+"""``python -m progress_control.spark stream|batch|reconcile``: the Spark jobs from the command
+line.
+
+Every option is validated before Spark starts; a bad value names its option
+(``argument --gap: not a duration: '30x' ...``) and exits with status 2. So are the
+settings read from ``PROGRESS_CONTROL_SPARK_*`` env variables
+(:mod:`progress_control.spark.settings`: which control records move time, verification keys): keys
+never come from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from progress_control.argtypes import positive_int
+from progress_control.settings import ConfigurationError
+from progress_control.spark.durations import parse_duration_ms, parse_instant_ms
+from progress_control.spark.settings import load_job_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from progress_control.spark.batch import BatchRange
+
+__all__ = ["build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one job; returns the exit status (reconcile: 1 when the sides differ)."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.trust = load_job_settings().trust_policy()
+    except ConfigurationError as exc:
+        print(f"python -m progress_control.spark: error: {exc}", file=sys.stderr)
+        return 2
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and ``--help``)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers")
+    common.add_argument("--topic", required=True, help="events topic (comma list allowed)")
+    common.add_argument(
+        "--gap", required=True, type=_positive_duration, help="session gap, e.g. 30s"
+    )
+    common.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    common.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=_spark_conf,
+        metavar="spark.KEY=VALUE",
+        help="a Spark setting (repeatable)",
+    )
+    common.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="a Kafka source option, e.g. kafka.security.protocol=SSL (repeatable)",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="python -m progress_control.spark",
+        description="Sessionize click events from Kafka with Spark; control records advance "
+        "event time so sessions close without new data.",
+    )
+    jobs = parser.add_subparsers(required=True, metavar="JOB")
+
+    stream = jobs.add_parser("stream", parents=[common], help="the streaming job")
+    stream.add_argument("--output", required=True, help="output root: sessions/ and errors/")
+    stream.add_argument("--checkpoint", required=True, help="checkpoint root")
+    stream.add_argument(
+        "--watermark-delay", type=_duration, default=0, help="allowed lateness (default 0)"
+    )
+    stream.add_argument(
+        "--trigger", type=_positive_duration, default=1000, help="trigger interval (default 1s)"
+    )
+    stream.add_argument("--starting-offsets", default="earliest", help="earliest, latest or JSON")
+    stream.add_argument("--max-offsets-per-trigger", type=positive_int, default=None)
+    stream.add_argument("--output-topic", help="also write sessions to this topic as JSON")
+    stream.add_argument(
+        "--run-for", type=_positive_duration, default=None, help="stop after this long"
+    )
+    stream.set_defaults(handler=_stream)
+
+    batch = jobs.add_parser("batch", parents=[common], help="the batch (backfill) job")
+    batch.add_argument("--output", required=True, help="output root: sessions/ and errors/")
+    _add_range(batch)
+    batch.add_argument(
+        "--closed-only",
+        action="store_true",
+        help="keep only sessions the stream would have closed by the end of the range",
+    )
+    batch.add_argument("--watermark-delay", type=_duration, default=0)
+    batch.set_defaults(handler=_batch)
+
+    reconcile = jobs.add_parser(
+        "reconcile", parents=[common], help="compare with the streams runtime's sessions topic"
+    )
+    reconcile.add_argument("--sessions-topic", required=True, help="the runtime's sessions")
+    reconcile.add_argument("--grace", type=_duration, default=0, help="the runtime's grace")
+    _add_range(reconcile)
+    reconcile.set_defaults(handler=_reconcile)
+    return parser
+
+
+def _add_range(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--starting-offsets", default="earliest", help="earliest or JSON")
+    parser.add_argument("--ending-offsets", default="latest", help="latest or JSON")
+    parser.add_argument(
+        "--from", dest="start_time", type=_instant, help="first record time (epoch ms or ISO)"
+    )
+    parser.add_argument("--to", dest="end_time", type=_instant, help="end time, exclusive")
+
+
+def _stream(args: argparse.Namespace) -> int:
+    from progress_control.spark.source import KafkaSource
+    from progress_control.spark.stream import SessionizationStream, StreamConfig
+
+    config = StreamConfig(
+        source=KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option)),
+        gap_ms=args.gap,
+        output_dir=args.output,
+        checkpoint_dir=args.checkpoint,
+        watermark_delay_ms=args.watermark_delay,
+        trigger_interval_ms=args.trigger,
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        output_topic=args.output_topic,
+        trust=args.trust,
+    )
+    job = SessionizationStream(_spark(args, "sessionization-stream"), config).start()
+    print(f"streaming: sessions to {config.sessions_location}, errors to {config.errors_location}")
+    try:
+        if args.run_for is None:
+            while not job.await_termination(3600.0):
+                pass
+        else:
+            job.await_termination(args.run_for / 1000)
+    except KeyboardInterrupt:
+        print("stopping...", file=sys.stderr)
+    finally:
+        metrics = job.metrics()
+        job.stop()
+    print(
+        f"records: {metrics.data_records} data, {metrics.control_records} control, "
+        f"{metrics.malformed_records} malformed; control records skipped: "
+        f"{_skipped(metrics.rejected_control_records)}; sessions written: {len(job.sessions())}"
+    )
+    return 0
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from progress_control.spark.batch import run_batch
+    from progress_control.spark.source import KafkaSource
+
+    root = args.output.rstrip("/")
+    result = run_batch(
+        _spark(args, "sessionization-batch"),
+        KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option)),
+        args.gap,
+        f"{root}/sessions",
+        _range(args),
+        errors_path=f"{root}/errors",
+        closed_only=args.closed_only,
+        watermark_delay_ms=args.watermark_delay,
+        trust=args.trust,
+    )
+    print(
+        f"sessions: {result.sessions} -> {result.sessions_path}; records: {result.data_records} "
+        f"data, {result.control_records} control, {result.malformed_records} malformed "
+        f"-> {result.errors_path}; control records skipped: "
+        f"{_skipped(result.rejected_control_records)}"
+    )
+    return 0
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    from progress_control.spark.reconcile import reconcile_topics
+    from progress_control.spark.source import KafkaSource
+
+    report = reconcile_topics(
+        _spark(args, "sessionization-reconcile"),
+        KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option)),
+        args.sessions_topic,
+        args.gap,
+        _range(args),
+        grace_ms=args.grace,
+        trust=args.trust,
+    )
+    print(report.summary())
+    return 0 if report.equal else 1
+
+
+def _skipped(rejected: Mapping[str, int]) -> str:
+    if not rejected:
+        return "none"
+    return ", ".join(f"{count} {reason}" for reason, count in sorted(rejected.items()))
+
+
+def _range(args: argparse.Namespace) -> BatchRange:
+    from progress_control.spark.batch import BatchRange
+
+    try:
+        return BatchRange(
+            args.starting_offsets, args.ending_offsets, args.start_time, args.end_time
+        )
+    except ValueError as exc:
+        raise SystemExit(f"python -m progress_control.spark: error: --from/--to: {exc}") from exc
+
+
+def _spark(args: argparse.Namespace, app_name: str) -> SparkSession:
+    from progress_control.spark.session import spark_session
+
+    return spark_session(args.master, app_name, dict(args.conf))
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _positive_duration(text: str) -> int:
+    millis = _duration(text)
+    if millis <= 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0: {text!r}")
+    return millis
+
+
+def _instant(text: str) -> int:
+    try:
+        return parse_instant_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def _spark_conf(text: str) -> tuple[str, str]:
+    key, value = _key_value(text)
+    if not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"Spark settings start with 'spark.', got {key!r}")
+    return key, value

@@ -1,0 +1,445 @@
+"""The processing loop (Kafka Streams' ``StreamThread``): one consumer, records routed to the
+tasks of its :class:`~streams_runtime.processing.task_manager.TaskManager`, back-pressure, when to
+tick (:mod:`streams_runtime.progress`), and when to commit (the task manager commits, under the
+thread's one :class:`~streams_runtime.processing.commit_strategy.CommitStrategy`)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
+
+from progress_control.protocol import has_control_header
+from progress_control.trust import ControlRecordValidator, Verdict
+from streams_runtime.app_state import AppState
+from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError, as_exception
+from streams_runtime.health import Heartbeat
+from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.commit_strategy import OffsetCommitHook, commit_strategy_for
+from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.processing.task import StreamTask, WarmStores
+from streams_runtime.processing.task_manager import TaskManager
+from streams_runtime.progress import Progress
+from streams_runtime.record import SourceRecord, TaskId, TopicPartitionId
+from streams_runtime.settings import RuntimeSettings
+from streams_runtime.topology import Topology
+
+__all__ = ["StreamThread"]
+
+logger = logging.getLogger(__name__)
+
+_FETCH_BATCH = 1000
+_PROCESS_BUDGET = 1000  # records per task per loop turn, so one busy task cannot starve the rest
+_SHORT_POLL_S = 0.005  # while tasks hold records but wait (idling), poll briefly
+_WAIT_LOG_S = 10.0  # how often to report tasks that hold records but wait
+
+RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
+
+
+class StreamThread:
+    """Runs the topology until :meth:`stop`; owned by :class:`~streams_runtime.App`."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        settings: RuntimeSettings,
+        *,
+        instance_id: str,
+        metrics: RuntimeMetrics,
+        partition_counts: dict[str, int],
+        on_state: Callable[[AppState], None],
+        before_offset_commit: OffsetCommitHook | None = None,
+        heartbeat: Heartbeat | None = None,
+    ) -> None:
+        self._topology = topology
+        self._settings = settings
+        self._metrics = metrics
+        self._partition_counts = partition_counts
+        self._on_state = on_state
+        self._state: AppState | None = None
+        self._stopping = threading.Event()
+        # Set once shutdown starts: the rebalance callbacks ``close()`` calls must not restore
+        # or commit against a handle being destroyed (librdkafka applies the change itself).
+        self._closing = False
+        # A rebalance callback's failure, raised by the loop once ``consume`` returns: raised
+        # inside the callback it would come back through the C layer (possibly as a bare
+        # ``KafkaError``, see :func:`~streams_runtime.errors.as_exception`).
+        self._callback_error: BaseException | None = None
+        self.heartbeat = heartbeat or Heartbeat()
+        """Beaten every loop turn (``/health/live``)."""
+        self._trust = ControlRecordValidator(settings.trust_policy())
+        # The runtime's own topics carry its own ticks: they verify with its own key.
+        self._internal_trust = ControlRecordValidator(settings.internal_trust_policy())
+        self._internal_topics = frozenset(topology.repartition_topics)
+        # At-least-once or exactly-once: decided here, once, for the consumer, the producer and
+        # every commit.
+        strategy = commit_strategy_for(settings)
+        self.collector = RecordCollector(
+            settings, instance_id, metrics, transactional=strategy.transactional
+        )
+        multi_input = any(len(s.source_topics) > 1 for s in topology.subtopologies)
+        config: dict[str, object] = {
+            # Co-partitioned inputs of one task must land on one instance. librdkafka cannot
+            # run Kafka Streams' own assignor; the range assignor gives partition p of every
+            # equally partitioned topic to the same member, cooperative-sticky does not.
+            "partition.assignment.strategy": "range" if multi_input else "cooperative-sticky",
+            "auto.offset.reset": "earliest",
+            **settings.consumer_config(),
+            "group.id": settings.application_id,
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            "enable.partition.eof": "true",
+            "isolation.level": strategy.isolation_level,
+        }
+        self.consumer = Consumer(config)
+        self._partitions = InputPartitions(self.consumer)
+        self.task_manager = TaskManager(
+            topology,
+            settings,
+            self.consumer,
+            self.collector,
+            strategy(self.collector, self.consumer, before_offset_commit=before_offset_commit),
+            self._partitions,
+            metrics=metrics,
+            bad_records=BadRecordHandler(
+                settings.bad_record_policy,
+                settings.dead_letter_topic or f"{settings.application_id}-dlq",
+                self.collector.send,
+                metrics,
+            ),
+            cooperative=config["partition.assignment.strategy"] == "cooperative-sticky",
+        )
+        # Ticks follow the committed bounds of every task writing a topic, read back by a thread
+        # of their own (:mod:`streams_runtime.progress`).
+        self._progress: Progress | None = None
+        if settings.progress_propagation:
+            self._progress = Progress(
+                topology,
+                settings,
+                partition_counts,
+                send=lambda topic, partition, key, timestamp, headers: self.collector.send(
+                    topic, key, None, timestamp, headers, partition=partition
+                ),
+                partitions_of=self._partitions_of,
+                metrics=metrics,
+            )
+
+    # -- what other threads read (membership, interactive queries) --------------------------
+
+    @property
+    def tasks(self) -> dict[TaskId, StreamTask]:
+        """The tasks of this thread, by id (this thread's only)."""
+        return self.task_manager.tasks
+
+    @property
+    def active_tasks(self) -> frozenset[TaskId]:
+        """Tasks restored and processing (replaced, never mutated)."""
+        return self.task_manager.active_tasks
+
+    @property
+    def restoring_tasks(self) -> frozenset[TaskId]:
+        """Tasks being created: their stores are restoring from the changelogs."""
+        return self.task_manager.restoring_tasks
+
+    def restoring(self, task_id: TaskId) -> StreamTask | None:
+        """``task_id`` while its stores restore right now (readable, stale, by queries)."""
+        return self.task_manager.restoring(task_id)
+
+    @property
+    def assignment_listener(self) -> Callable[[], None] | None:
+        """Called (on this thread) whenever :attr:`active_tasks` or :attr:`restoring_tasks`
+        change; must not block."""
+        return self.task_manager.assignment_listener
+
+    @assignment_listener.setter
+    def assignment_listener(self, listener: Callable[[], None] | None) -> None:
+        self.task_manager.assignment_listener = listener
+
+    @property
+    def warm_stores(self) -> WarmStores | None:
+        """Local standby copies a new task restores from (see :meth:`StreamTask.initialize`)."""
+        return self.task_manager.warm_stores
+
+    @warm_stores.setter
+    def warm_stores(self, warm_stores: WarmStores | None) -> None:
+        self.task_manager.warm_stores = warm_stores
+
+    def lag(self, tp: TopicPartitionId) -> int | None:
+        """KIP-695's lag of ``tp`` (see :meth:`InputPartitions.lag`)."""
+        return self._partitions.lag(tp)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        """Consume, process, commit until stopped; commits and closes cleanly on the way out.
+
+        States (Kafka Streams' ``StreamThread.State`` as the app sees them): ``REBALANCING``
+        from subscribing until an assignment's tasks are all restored, ``RUNNING`` then, back to
+        ``REBALANCING`` on every revocation, loss or rejoin, ``PENDING_SHUTDOWN`` once
+        stopping."""
+        self._subscribe()
+        if self._progress is not None:
+            self._progress.start()
+        interval = self._settings.commit_interval_s
+        next_commit = time.monotonic() + interval
+        next_wait_log = time.monotonic() + _WAIT_LOG_S
+        poll_s = self._settings.poll_timeout_ms / 1000
+        failure: BaseException | None = None
+        try:
+            while not self._stopping.is_set():
+                self.heartbeat.beat()
+                try:
+                    waiting = any(task.group.buffered() for task in self.tasks.values())
+                    messages = self.consumer.consume(
+                        _FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s
+                    )
+                    self._after_consume()
+                    if messages:
+                        self._route(messages)
+                    for task in list(self.tasks.values()):
+                        task.process(_PROCESS_BUDGET)
+                    self._apply_back_pressure()
+                    self.collector.poll()
+                    now = time.monotonic()
+                    self.task_manager.publish_lag(now)
+                    if self._progress is not None and self._progress.due(now):
+                        if (
+                            next_commit - now > self._progress.interval_s
+                            and self._progress_waits_for_commit()
+                        ):
+                            next_commit = now
+                        self._progress.tick(self.task_manager.active_tasks, self.collector.written)
+                    if now >= next_commit:
+                        self.commit()
+                        next_commit = time.monotonic() + interval
+                    if now >= next_wait_log:
+                        self._log_waiting_tasks()
+                        next_wait_log = now + _WAIT_LOG_S
+                except TaskMigratedError as exc:
+                    self._rejoin(exc)
+        except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
+            failure = as_exception(sys.exc_info()[1])
+        finally:
+            self._shutdown(failure)
+        if failure is not None:
+            raise failure
+
+    def _set_state(self, state: AppState) -> None:
+        if state != self._state:
+            self._state = state
+            self._on_state(state)
+
+    def _subscribe(self) -> None:
+        self._set_state(AppState.REBALANCING)
+        self.consumer.subscribe(
+            list(self._topology.source_topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    # -- rebalance callbacks (called from consume, and from close) ---------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing or self._stopping.is_set():
+            # Stopping: no task to restore for an assignment about to be given up.
+            return
+        self._set_state(AppState.REBALANCING)
+        self._guarded(self.task_manager.on_assign, consumer, partitions)
+        if self._callback_error is None and not self.task_manager.restoring_tasks:
+            self._set_state(AppState.RUNNING)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing:
+            return  # every task was committed and closed already
+        self._set_state(AppState.REBALANCING)
+        self._guarded(self.task_manager.on_revoke, consumer, partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing:
+            return  # every task was closed already
+        self._set_state(AppState.REBALANCING)
+        self._guarded(self.task_manager.on_lost, consumer, partitions)
+
+    def _guarded(
+        self, callback: RebalanceCallback, consumer: Consumer, partitions: list[TopicPartition]
+    ) -> None:
+        if self._callback_error is not None:
+            return  # already failing: the loop raises the first error
+        try:
+            callback(consumer, partitions)
+        except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
+            self._callback_error = as_exception(sys.exc_info()[1])
+
+    def _after_consume(self) -> None:
+        """A rebalance callback's failure is raised here; tasks whose stores finished
+        restoring start processing (RUNNING once none is left restoring)."""
+        self._raise_callback_error()
+        if self.task_manager.finish_restores() and not self.restoring_tasks:
+            self._set_state(AppState.RUNNING)
+
+    def _raise_callback_error(self) -> None:
+        error, self._callback_error = self._callback_error, None
+        if error is not None:
+            raise error
+
+    def _rejoin(self, migrated: TaskMigratedError) -> None:
+        """Kafka Streams' answer to a fenced producer: every task closed without a commit, a
+        new producer, and a new membership (its tasks may belong to others by now)."""
+        logger.warning(
+            "%(error)s; closing every task without a commit and rejoining the group",
+            {"error": str(migrated)},
+        )
+        self._metrics.producer_fenced.inc()
+        self._set_state(AppState.REBALANCING)
+        self.task_manager.handle_lost_all()
+        self.consumer.unsubscribe()
+        self._raise_callback_error()
+        self._subscribe()
+
+    def _log_waiting_tasks(self) -> None:
+        for task in self.tasks.values():
+            decision = task.group.last_decision
+            if task.group.buffered() and not decision.ready:
+                tp = decision.partition
+                logger.info(
+                    "task %(task)s holds %(buffered)d records but waits: %(reason)s on "
+                    "%(waits_on)s (lag %(lag)s)",
+                    {
+                        "task": str(task.id),
+                        "buffered": task.group.buffered(),
+                        "reason": decision.reason.value,
+                        "waits_on": "-" if tp is None else f"{tp.topic}[{tp.partition}]",
+                        "topic": None if tp is None else tp.topic,
+                        "partition": None if tp is None else tp.partition,
+                        "lag": decision.lag,
+                    },
+                )
+
+    def _shutdown(self, failure: BaseException | None) -> None:
+        """Commit (or abort) and close every task, then the clients, whatever phase the
+        thread is in; raises only what went wrong here, and only when nothing failed before."""
+        self._closing = True
+        self._set_state(AppState.PENDING_SHUTDOWN)
+        errors: list[BaseException] = []
+        for step in (
+            lambda: self.task_manager.shutdown(failure),
+            self.consumer.close,
+            self.collector.close,
+            self._progress.stop if self._progress is not None else None,
+        ):
+            if step is None:
+                continue
+            try:
+                step()
+            except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
+                errors.append(as_exception(sys.exc_info()[1]))
+                logger.warning("shutdown: %(error)s", {"error": str(errors[-1])})
+        if failure is None and errors:
+            raise StreamsError(f"shutdown failed: {errors[0]}") from errors[0]
+
+    def commit(self) -> None:
+        """Commit every task now (the loop calls this every commit interval)."""
+        if self.task_manager.commit() and self._progress is not None:
+            self._progress.committed()
+
+    def _route(self, messages: Sequence[Message]) -> None:
+        # Keyed by plain (topic, partition) tuples: no TopicPartitionId per record.
+        batches: dict[tuple[str, int], list[SourceRecord]] = defaultdict(list)
+        for msg in messages:
+            error = msg.error()
+            topic, partition = msg.topic() or "", msg.partition() or 0
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self._partitions.reached_end(
+                        TopicPartitionId(topic, partition), msg.offset() or 0
+                    )
+                    continue
+                if error.fatal():
+                    raise StreamsError(f"consumer failed: {error}")
+                logger.warning(
+                    "consumer error: %(error)s",
+                    {"topic": topic, "partition": partition, "error": str(error)},
+                )
+                continue
+            offset = msg.offset() or 0
+            headers = msg.headers()
+            timestamp = msg.timestamp()[1]
+            control = rejected = False
+            if headers and has_control_header(headers):
+                # A record with our header is never data; a forged or broken one is not time
+                # either: skipped and counted, never fatal, never the bad-record policy.
+                trust = self._internal_trust if topic in self._internal_topics else self._trust
+                verdict = trust.check(topic, partition, timestamp, headers)
+                control = verdict is Verdict.ACCEPTED
+                rejected = not control
+                if rejected:
+                    self._metrics.control_records_rejected(verdict.value).inc()
+            batches[topic, partition].append(
+                SourceRecord(
+                    topic,
+                    partition,
+                    offset,
+                    timestamp,
+                    msg.key(),
+                    msg.value(),
+                    headers,  # type: ignore[arg-type]
+                    control,
+                    rejected,
+                )
+            )
+        for (topic, partition), records in batches.items():
+            tp = TopicPartitionId(topic, partition)
+            self._partitions.fetched(tp, records[-1].offset + 1)
+            task = self.task_manager.task_of(tp)
+            if task is None:
+                # Assigned without the rest of its task's inputs; never skip its records.
+                self._partitions.hold(tp, records[0].offset)
+                continue
+            task.add_records(tp, records)
+
+    def _apply_back_pressure(self) -> None:
+        limit = self._settings.buffered_records_per_partition
+        pause, resume = [], []
+        for tp, task in self.task_manager.owned_partitions().items():
+            buffered = task.group.buffered(tp)
+            if tp in self._partitions.paused:
+                if buffered <= limit // 2:
+                    resume.append(tp)
+            elif buffered > limit:
+                pause.append(tp)
+        if pause:
+            self._partitions.pause(pause)
+        if resume:
+            self._partitions.resume(resume)
+
+    def _progress_waits_for_commit(self) -> bool:
+        """Whether a task went quiet (no data for a progress interval) with bounds past its
+        committed ones: ticks follow committed bounds only, so commit now rather than at the
+        end of a long (at-least-once) commit interval."""
+        quiet_s = self._settings.progress_interval_ms / 1000
+        return any(task.progress_uncommitted(quiet_s) for task in self.tasks.values())
+
+    def _partitions_of(self, topic: str) -> int:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            metadata = self.consumer.list_topics(topic, timeout=10)
+            found = metadata.topics.get(topic)
+            count = len(found.partitions) if found is not None and found.error is None else 0
+            if count:
+                self._partition_counts[topic] = count
+        return count

@@ -1,0 +1,416 @@
+"""``StreamTask``: one partition of a sub-topology's co-partitioned inputs, its processors and
+its state. Records are taken across inputs in timestamp order (``PartitionGroup``), with
+KIP-695 lag-gated idling deciding when an empty input may be passed over."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from streams_runtime.errors import BadRecordHandler, StreamsError
+from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.partition_group import LagProvider, PartitionGroup
+from streams_runtime.processors import NO_PROGRESS, Processor, SinkProcessor, SourceProcessor
+from streams_runtime.progress import TaskCommitMetadata, merged_bounds
+from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicPartitionId
+from streams_runtime.serdes import SerializationError
+from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
+from streams_runtime.state import (
+    ChangelogWrites,
+    KeyValueStore,
+    SessionStore,
+    SourcePosition,
+    TaskCaches,
+    TaskStateManager,
+    ThreadCache,
+    WarmStore,
+    WindowStore,
+)
+from streams_runtime.topology import Subtopology
+
+__all__ = ["StreamTask", "WarmStores"]
+
+
+WarmStores = Callable[[TaskId, Mapping[TopicPartitionId, int]], Mapping[str, WarmStore]]
+"""Where a task becoming active gets local copies of its stores' committed state, given its
+committed input offsets (the replicator's standbys)."""
+
+
+class _ChangelogSink:
+    """Adapts the collector to the state layer's ``RecordSink``."""
+
+    def __init__(self, collector: RecordCollector) -> None:
+        self._collector = collector
+
+    def send(  # noqa: PLR0917 - the state layer's RecordSink signature
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> None:
+        # Wall-clock time (0 lets the producer stamp it), not event time: the broker's
+        # min.compaction.lag.ms acts on record timestamps, and replayed old data must not make
+        # the changelog compactable at once.
+        self._collector.send(topic, key, value, 0, headers, partition=partition)
+
+    def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
+        # As send(), for a buffered writer's flush: one call for all of them.
+        self._collector.send_many(
+            topic, partition, ((key, value, headers) for key, (value, _, headers) in writes), 0
+        )
+
+
+class StreamTask:
+    """Processes one task's records; the stream thread feeds, commits and closes it."""
+
+    def __init__(
+        self,
+        task_id: TaskId,
+        subtopology: Subtopology,
+        *,
+        settings: RuntimeSettings,
+        collector: RecordCollector,
+        metrics: RuntimeMetrics,
+        bad_records: BadRecordHandler,
+        lag: LagProvider,
+        cache: ThreadCache | None = None,
+    ) -> None:
+        self.id = task_id
+        self.subtopology = subtopology
+        self.inputs = tuple(
+            TopicPartitionId(t, task_id.partition) for t in subtopology.source_topics
+        )
+        self._settings = settings
+        self._collector = collector
+        self._metrics = metrics
+        self._bad_records = bad_records
+        self.group = PartitionGroup(
+            self.inputs, max_task_idle_ms=settings.max_task_idle_ms, lag=lag
+        )
+        self.position = SourcePosition()
+        self.state = TaskStateManager(
+            application_id=settings.application_id,
+            task_id=str(task_id),
+            partition=task_id.partition,
+            specs=subtopology.stores,
+            engine=settings.state_engine.value,
+            state_dir=settings.state_dir,
+            sink=_ChangelogSink(collector),
+            position=self.position,
+            consumer_config=settings.consumer_config(),
+        )
+        # The record cache: the stream thread's (``cache``), or the task's own.
+        if cache is None:
+            cache = ThreadCache(settings.statestore_cache_max_bytes)
+        self.caches = TaskCaches(cache, str(task_id), self.position)
+        self._cached_stores = frozenset(s.name for s in subtopology.stores if s.cached)
+        self._sources: dict[str, SourceProcessor] = {}
+        self._routes: dict[str, tuple[TopicPartitionId, SourceProcessor]] = {}
+        self._processors: list[Processor] = []
+        self.committed: dict[TopicPartitionId, int] = {}
+        self._consumed: dict[TopicPartitionId, int] = {}
+        self._skipped_to: dict[TopicPartitionId, int] = {}
+        self._poisoned: dict[TopicPartitionId, SourceRecord] = {}
+        self._mark_processing = True
+        # Bounds (see :mod:`streams_runtime.progress`): the floor restored from the last commit,
+        # and those in this task's own last commit.
+        self._bound_floor: dict[str, int] = {}
+        self._warm: Mapping[str, WarmStore] | None = None
+        self.committed_bounds: dict[str, int] = {}
+        self.last_data_at = time.monotonic()
+        label = str(task_id)
+        self._processed_metric = metrics.records_processed(label)
+        self._control_metric = metrics.control_records(label)
+        self._stream_time_metric = metrics.stream_time(label)
+        self._process_latency = metrics.process_latency(label)
+        self._e2e_latency = metrics.e2e_latency(label)
+        self._enforced_metric = metrics.enforced_processing(label)
+        self._enforced_seen = 0
+
+    # -- ProcessorContext -------------------------------------------------------------------
+
+    @property
+    def application_id(self) -> str:
+        return self._settings.application_id
+
+    @property
+    def stream_time(self) -> int:
+        return self.group.stream_time
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+        *,
+        partition_key: bytes | None = None,
+    ) -> None:
+        partition = -1
+        if partition_key is not None:
+            partition = self._collector.partition_for(topic, partition_key)
+        self._collector.send(topic, key, value, timestamp, headers, partition=partition)
+
+    def kv_store(self, name: str) -> KeyValueStore:
+        store = self.state.kv_store(name)
+        return self.caches.kv_store(store) if name in self._cached_stores else store
+
+    def session_store(self, name: str) -> SessionStore:
+        store = self.state.session_store(name)
+        return self.caches.session_store(store) if name in self._cached_stores else store
+
+    def query_store(self, name: str) -> KeyValueStore | SessionStore:
+        """The store ``name`` as interactive queries read it (from their own threads): through
+        its cache, as in Kafka Streams, so an answer is never a commit interval behind what was
+        processed."""
+        cached = self.caches.cached(name)
+        return cached if cached is not None else self.state.store(name)
+
+    def window_store(self, name: str) -> WindowStore:
+        store = self.state.window_store(name)
+        return self.caches.window_store(store) if name in self._cached_stores else store
+
+    def record_dropped(self, processor: str, reason: str) -> None:
+        self._metrics.dropped_records(processor, reason).inc()
+
+    def record_idempotent_skip(self, processor: str) -> None:
+        self._metrics.idempotent_update_skips(processor).inc()
+
+    def suppress_buffer_size(self, processor: str, size: int) -> None:
+        self._metrics.suppress_buffer(processor).set(size)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def initialize(
+        self,
+        committed: Mapping[TopicPartitionId, tuple[int, str | None]],
+        warm_stores: WarmStores | None = None,
+    ) -> None:
+        """:meth:`prepare`, :meth:`restore` and :meth:`start_processing` in one go."""
+        self.prepare(committed, warm_stores)
+        self.restore()
+        self.start_processing()
+
+    def prepare(
+        self,
+        committed: Mapping[TopicPartitionId, tuple[int, str | None]],
+        warm_stores: WarmStores | None = None,
+    ) -> None:
+        """Restore partition times and bounds from commit metadata, and take the local standby
+        copies :meth:`restore` starts from (``warm_stores``; on the stream thread)."""
+        restored = []
+        for tp in self.inputs:
+            offset, metadata = committed.get(tp, (-1, None))
+            if offset >= 0:
+                self.committed[tp] = offset
+            restored.append(TaskCommitMetadata.decode(metadata))
+            if restored[-1].partition_time >= 0:
+                self.group.set_partition_time(tp, restored[-1].partition_time)
+        # Whoever committed last promised these; resuming from that commit keeps the promise.
+        self._bound_floor = self.committed_bounds = merged_bounds(m.bounds for m in restored)
+        self._warm = warm_stores(self.id, self.committed) if warm_stores is not None else None
+
+    def restore(self, cancelled: threading.Event | None = None) -> None:
+        """Restore the stores from their changelogs, never beyond the committed input position,
+        from a local standby's copy and the changelogs' tails where :meth:`prepare` found one.
+        May run on another thread than the task's (nothing else touches the task meanwhile);
+        gives up with :class:`~streams_runtime.state.RestoreCancelledError` once ``cancelled``
+        is set."""
+        remaining = self._metrics.restore_remaining.labels(str(self.id))
+        try:
+            result = self.state.restore(
+                self.committed,
+                timeout_s=self._settings.restore_timeout_s,
+                warm=self._warm,
+                cancelled=cancelled,
+                on_remaining=remaining.set,
+            )
+        finally:
+            remaining.set(0)
+        self._warm = None
+        self._metrics.restored_records("changelog").inc(result.records_applied)
+        self._metrics.restored_records("standby").inc(result.records_from_standby)
+
+    def start_processing(self) -> None:
+        """Create the processors over the restored stores."""
+        self._sources, self._processors = self.subtopology.instantiate()
+        partition = self.id.partition
+        self._routes = {
+            topic: (TopicPartitionId(topic, partition), source)
+            for topic, source in self._sources.items()
+        }
+        for processor in self._processors:
+            processor.init(self)
+
+    def add_records(self, tp: TopicPartitionId, records: Iterable[SourceRecord]) -> int:
+        """Buffer fetched records; negative timestamps go to the bad-record policy here (under
+        ``fail``, once every record before it was processed); rejected control records are
+        only moved past."""
+        if tp in self._poisoned:
+            return self.group.buffered(tp)  # fetched past a failing record: read again later
+        good = []
+        for record in records:
+            if record.rejected:
+                self._skipped_to[tp] = record.offset + 1
+            elif record.timestamp < 0 and not record.is_control:
+                if self._bad_records.policy is BadRecordPolicy.FAIL:
+                    self._poisoned[tp] = record
+                    break
+                self._bad_records.handle(
+                    record, "negative-timestamp", ValueError(f"timestamp {record.timestamp}")
+                )
+                self._skipped_to[tp] = record.offset + 1
+            else:
+                good.append(record)
+        return self.group.add_records(tp, good)
+
+    def process(self, budget: int) -> int:
+        """Process up to ``budget`` records while the task is ready; returns how many."""
+        group = self.group
+        done = 0
+        started = time.perf_counter()
+        record: SourceRecord | None = None
+        for tp, poisoned in self._poisoned.items():
+            if group.buffered(tp) == 0:
+                self._bad_records.handle(
+                    poisoned, "negative-timestamp", ValueError(f"timestamp {poisoned.timestamp}")
+                )
+        controls = 0
+        process_one = self._process_one
+        next_record = group.next_record
+        try:
+            # One idling decision per batch of records it covers (see ready_batch): the same
+            # decisions, counts and order as asking ready_to_process before every record.
+            while done < budget:
+                ready = group.ready_batch()
+                if not ready:
+                    break
+                if self._mark_processing:
+                    self.state.mark_processing()
+                    self._mark_processing = False
+                for _ in range(min(ready, budget - done)):
+                    record = next_record()
+                    assert record is not None  # ready_batch counts buffered records only
+                    controls += process_one(record)
+                    done += 1
+        finally:
+            # Metrics once per batch, not per record: this is the hot path.
+            if done:
+                if done > controls:
+                    self.last_data_at = time.monotonic()
+                self._processed_metric.inc(done - controls)
+                self._control_metric.inc(controls)
+                self._stream_time_metric.set(max(group.stream_time, 0) / 1000)
+                self._process_latency.observe((time.perf_counter() - started) / done)
+                if record is not None and not record.is_control:
+                    self._e2e_latency.observe(max(0.0, time.time() - record.timestamp / 1000))
+                enforced = group.enforced_processing_total
+                if enforced != self._enforced_seen:
+                    self._enforced_metric.inc(enforced - self._enforced_seen)
+                    self._enforced_seen = enforced
+        return done
+
+    def _process_one(self, record: SourceRecord) -> bool:
+        """Process one record; True when it was a control record."""
+        # The task's input partition and source for the record's topic: one lookup, no new
+        # TopicPartitionId per record (a task reads one partition of each of its topics).
+        tp, source = self._routes[record.topic]
+        position = self.position
+        position.tp = tp
+        position.offset = record.offset
+        if record.is_control:
+            source.advance(record.timestamp)
+        else:
+            try:
+                data: Record[Any, Any] = source.deserialize(record)
+            except SerializationError as exc:
+                self._bad_records.handle(record, "deserialization", exc)
+            else:
+                try:
+                    source.forward(data)
+                except StreamsError:
+                    raise  # the runtime's own failure (a fenced producer...), not the record's
+                except Exception as exc:
+                    self._bad_records.handle(record, "processing", exc)
+        self._consumed[tp] = record.offset + 1
+        return record.is_control
+
+    def bounds(self) -> dict[str, int]:
+        """Per output topic, the bound this task promises: records its sinks still send are at
+        least this (the least over its sinks to the topic, and never below the bound restored
+        from the last commit; missing: none yet). See :mod:`streams_runtime.progress`."""
+        live: dict[str, int] = {}
+        for processor in self._processors:
+            if isinstance(processor, SinkProcessor):
+                bound = processor.progress()
+                live[processor.topic] = min(live.get(processor.topic, bound), bound)
+        bounds = dict(self._bound_floor)
+        for topic, bound in live.items():
+            if bound > bounds.get(topic, NO_PROGRESS):
+                bounds[topic] = bound
+        return bounds
+
+    def progress_uncommitted(self, quiet_s: float) -> bool:
+        """Whether the task took no data record for ``quiet_s`` while its bounds moved past the
+        committed ones: committing now lets ticks move on (they wait for committed bounds)."""
+        if time.monotonic() - self.last_data_at < quiet_s:
+            return False
+        committed = self.committed_bounds
+        return any(b > committed.get(t, NO_PROGRESS) for t, b in self.bounds().items())
+
+    def flush(self) -> None:
+        """Before a commit: flush the record cache (writes and forwards what it absorbed), let
+        processors do periodic work (retention, gauges), then send the buffered changelog
+        writes (Kafka Streams' order: cache, stores, then the commit)."""
+        self.caches.flush()
+        for processor in self._processors:
+            processor.flush()
+        self.state.flush()
+
+    def offsets_to_commit(self) -> list[TopicPartition]:
+        """Next offsets to commit, for inputs that moved, with the partition time and the task's
+        bounds in the metadata (:class:`~streams_runtime.progress.TaskCommitMetadata`)."""
+        offsets = []
+        bounds = self.bounds()
+        for tp in self.inputs:
+            offset = self._consumed.get(tp, -1)
+            if self.group.buffered(tp) == 0:
+                offset = max(offset, self._skipped_to.get(tp, -1))
+            if offset < 0 or offset == self.committed.get(tp):
+                continue
+            metadata = TaskCommitMetadata(self.group.partition_time(tp), bounds).encode()
+            offsets.append(TopicPartition(tp.topic, tp.partition, offset, metadata))
+        return offsets
+
+    def committed_offsets(self, offsets: Sequence[TopicPartition]) -> bool:
+        """After a successful commit: remember the position and bounds, and checkpoint local
+        state; whether the committed bounds moved."""
+        for tp in offsets:
+            self.committed[TopicPartitionId(tp.topic, tp.partition)] = tp.offset
+        before = self.committed_bounds
+        committed = (TaskCommitMetadata.decode(tp.metadata).bounds for tp in offsets)
+        self.committed_bounds = merged_bounds([before, *committed])
+        written = self._collector.next_offsets
+        self.state.commit(
+            self.committed,
+            {tp: written[tp] for tp in self.state.changelog_partitions() if tp in written},
+        )
+        self._mark_processing = True
+        return self.committed_bounds != before
+
+    def close(self) -> None:
+        with contextlib.suppress(KeyError):  # never restored here
+            self._metrics.restore_remaining.remove(str(self.id))
+        self.group.clear()
+        self.caches.clear()
+        self.state.close()

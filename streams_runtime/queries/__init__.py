@@ -1,0 +1,32 @@
+"""Interactive queries (KIP-535), one job per module:
+
+- ``router``: key metadata, local lags, local reads, and the routing of a query to the copy
+  that answers it (``InteractiveQueries``);
+- ``endpoints``: one HTTP request mapped to the router, and its answer;
+- ``server``: the HTTP(S) query server of one instance;
+- ``client``: forwarding a query to the instance that holds the key;
+- ``results``: what a query answers and the errors it raises (re-exported here, public);
+- ``security``: who may ask (bearer tokens, the bind-host rule, TLS).
+
+Membership records are signed in :mod:`streams_runtime.cluster.membership_auth`.
+"""
+
+from streams_runtime.queries.results import (
+    InvalidKeyError,
+    KeyQueryMetadata,
+    NoReplicaWithinBoundError,
+    NotAvailableError,
+    QueryError,
+    QueryResult,
+    UnknownStoreError,
+)
+
+__all__ = [
+    "InvalidKeyError",
+    "KeyQueryMetadata",
+    "NoReplicaWithinBoundError",
+    "NotAvailableError",
+    "QueryError",
+    "QueryResult",
+    "UnknownStoreError",
+]

@@ -1,0 +1,99 @@
+"""The HTTP client that forwards an interactive query to the instance holding the key.
+
+Forwarded queries carry the query token, so the client sends them to the member's advertised
+endpoint and nowhere else:
+
+- **no proxies**: ``HTTP(S)_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` are never read (a
+  :class:`urllib3.PoolManager` does not consult the environment, unlike ``urllib.request``);
+- **no redirects**: a 3xx answer fails the forward; its ``Location`` is never followed;
+- **no retries**: a failed forward fails at once, and the router asks the next copy
+  (:meth:`streams_runtime.queries.router.InteractiveQueries.get`);
+- **keep-alive**: connections to each member are pooled and reused, so a forward costs a
+  request, not a TCP (and TLS) handshake.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.parse
+
+import urllib3
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from streams_runtime.queries.results import QueryResult
+
+__all__ = ["ForwardError", "QueryForwarder"]
+
+# Pools (one per member endpoint) kept at once; the least recently used one beyond is closed.
+_MAX_MEMBERS = 64
+
+
+class ForwardError(Exception):
+    """A forwarded query got no usable answer (transport error, redirect, error status)."""
+
+
+class QueryForwarder:
+    """Sends forwarded queries over pooled, kept-alive connections (see the module docstring).
+
+    ``ssl_context`` (``None``: plain HTTP) verifies the members' certificates and host names;
+    ``token`` goes in ``Authorization: Bearer``; ``timeout_s`` bounds one whole forward;
+    ``connections_per_member`` idle connections are kept per member (more may open under load,
+    and are closed after their request). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        token: str | None,
+        timeout_s: float,
+        connections_per_member: int,
+    ) -> None:
+        self._scheme = "https" if ssl_context is not None else "http"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._pool = urllib3.PoolManager(
+            num_pools=_MAX_MEMBERS,
+            headers=headers,
+            maxsize=connections_per_member,
+            block=False,
+            retries=False,
+            timeout=urllib3.Timeout(total=timeout_s),
+            ssl_context=ssl_context,
+        )
+
+    def forward(
+        self, endpoint: str, store: str, key_text: str, allow_stale: bool, max_lag: int | None
+    ) -> QueryResult:
+        """Ask the member at ``endpoint`` (``host:port``) for its local answer;
+        :class:`ForwardError` when it gives none (a 404 "not found" is an answer)."""
+        params: dict[str, str] = {"local": "true", "allow_stale": str(allow_stale).lower()}
+        if max_lag is not None:
+            params["max_lag"] = str(max_lag)
+        url = (
+            f"{self._scheme}://{endpoint}/stores/{urllib.parse.quote(store, safe='')}"
+            f"/keys/{urllib.parse.quote(key_text, safe='')}?{urllib.parse.urlencode(params)}"
+        )
+        try:
+            response = self._pool.request("GET", url, redirect=False)
+        except (Urllib3Error, OSError, ValueError) as exc:
+            raise ForwardError(f"{endpoint}: {exc}") from exc
+        status = response.status
+        if 300 <= status < 400:  # never followed: the token would go with it
+            raise ForwardError(f"{endpoint}: HTTP {status} redirect, not followed")
+        try:
+            body = json.loads(response.data)
+        except ValueError as exc:
+            raise ForwardError(f"{endpoint}: HTTP {status}, not JSON") from exc
+        if not isinstance(body, dict):
+            raise ForwardError(f"{endpoint}: HTTP {status}: unexpected answer {body!r}")
+        if status != 200 and not (status == 404 and "found" in body):
+            raise ForwardError(f"{endpoint}: HTTP {status}: {body.get('message')}")
+        try:
+            return QueryResult.from_json(body)  # a 404 with "found" is an answer: not found
+        except TypeError as exc:
+            raise ForwardError(f"{endpoint}: unexpected answer {body!r}") from exc
+
+    def close(self) -> None:
+        """Close every pooled connection (forwarding after this opens new ones)."""
+        self._pool.clear()
