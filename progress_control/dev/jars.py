@@ -22,6 +22,7 @@ from progress_control.dev.cache import fill_once
 from progress_control.settings import default_cache_dir
 
 __all__ = [
+    "CONNECT_VERSION",
     "KAFKA_VERSION",
     "JarFetchError",
     "JarSet",
@@ -33,6 +34,7 @@ __all__ = [
     "find_maven",
     "find_tool",
     "kafka_broker_jars",
+    "kafka_connect_jars",
     "spark_kafka_connector_jars",
 ]
 
@@ -69,6 +71,17 @@ class JarSet:
 def kafka_broker_jars(version: str = KAFKA_VERSION) -> JarSet:
     """Jars of an Apache Kafka broker plus a log4j2 SLF4J binding."""
     return JarSet("kafka-broker", "kafka-broker.xml", version, f"Apache Kafka {version} broker")
+
+
+CONNECT_VERSION = "4.3.1"
+"""Kafka Connect release of the Connect tests: the newest whose ``connect-file`` (FileStreamSink) is
+on Maven Central (4.4.0's is not published there); its clients talk to the 4.4 broker."""
+
+
+def kafka_connect_jars(version: str = CONNECT_VERSION) -> JarSet:
+    """Jars of a Kafka Connect standalone worker (``ConnectStandalone``) with the file connectors
+    and the bundled transforms and predicates; no connector plugin path is needed."""
+    return JarSet("kafka-connect", "kafka-connect.xml", version, f"Kafka Connect {version}")
 
 
 def spark_kafka_connector_jars(version: str | None = None) -> JarSet:
