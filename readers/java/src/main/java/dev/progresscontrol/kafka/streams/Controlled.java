@@ -56,14 +56,6 @@ public final class Controlled {
         }
     };
 
-    /** The aggregate a wrapped initializer returns; the user's initializer runs only for data. */
-    static final Object UNINITIALIZED = new Object() {
-        @Override
-        public String toString() {
-            return "progress-control uninitialized aggregate";
-        }
-    };
-
     /**
      * {@code selectKey} that passes ticks through with their own key (a {@code String} or
      * {@code byte[]} sentinel; use {@link #selectKey(KeyValueMapper, Object)} for other key

@@ -12,13 +12,14 @@ import org.apache.kafka.streams.kstream.Merger;
  * <p>How a tick goes through a windowed aggregation ({@code KStreamSessionWindowAggregate},
  * {@code KStreamWindowAggregate}, {@code KStreamSlidingWindowAggregate}): the processor moves its
  * stream time to the tick's timestamp first (emitting the windows that closes), then asks
- * {@link #initializer()} for a new aggregate, which is a placeholder (the user's initializer is
- * not called), and {@link #aggregator()}, which returns null for a tick. The store treats a null
- * aggregate as a delete, so the sentinel key never has a window to emit. For data, the
- * aggregator replaces the placeholder by the user's initial value before calling the user's
- * aggregator, and the merger does the same before calling the user's merger: results are the
- * same as without the wrappers. The placeholder is never stored: Kafka Streams always applies
- * the aggregator to a new aggregate before it stores it.
+ * {@link #initializer()} for a new aggregate, which is null (the user's initializer is not
+ * called), and {@link #aggregator()}, which returns null for a tick. Window and session stores
+ * treat a null aggregate as a delete, so the sentinel key never has a window to emit, and what
+ * the aggregation forwards for it downstream (eager emission, suppression) has no value.
+ *
+ * <p>For data, a null aggregate means "new window", exactly as in Kafka Streams (whose stores
+ * hold no null aggregates): the aggregator and the merger replace it by the user's initial value
+ * before calling the user's function, so results are the same as without the wrappers.
  */
 public final class ControlledAggregation<K, V, VA> {
 
@@ -33,10 +34,9 @@ public final class ControlledAggregation<K, V, VA> {
         this.merger = merger;
     }
 
-    /** The initializer to pass to {@code aggregate}: a placeholder, never the user's function. */
-    @SuppressWarnings("unchecked")
+    /** The initializer to pass to {@code aggregate}: null, never the user's function. */
     public Initializer<VA> initializer() {
-        return () -> (VA) Controlled.UNINITIALIZED;
+        return () -> null;
     }
 
     /** The aggregator to pass to {@code aggregate}: the user's, for data only. */
@@ -58,6 +58,6 @@ public final class ControlledAggregation<K, V, VA> {
     }
 
     private VA real(VA aggregate) {
-        return aggregate == Controlled.UNINITIALIZED ? initializer.apply() : aggregate;
+        return aggregate == null ? initializer.apply() : aggregate;
     }
 }

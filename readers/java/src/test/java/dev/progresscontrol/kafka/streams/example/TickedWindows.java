@@ -16,6 +16,7 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.WindowStore;
@@ -28,8 +29,8 @@ import org.apache.kafka.streams.state.WindowStore;
  *   <li>sessions: key by user (a {@code selectKey} before a repartition), count clicks per
  *       session, emitted when the session closes, to {@code sessionsOutput} as
  *       {@code user -> "start,end,count"};
- *   <li>sliding: count clicks per user key (the input key) in sliding windows, emitted when the
- *       window closes, to {@code slidingOutput} likewise.
+ *   <li>sliding: count clicks per user key (the input key) in sliding windows, suppressed until
+ *       the window closes, to {@code slidingOutput} likewise.
  * </ol>
  *
  * <p>Every user function throws when it sees something that is not a click, so a control record
@@ -97,10 +98,10 @@ public final class TickedWindows {
         clicks.processValues(Controlled.ticksIntoWindows())
                 .groupByKey()
                 .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(difference, Duration.ZERO))
-                .emitStrategy(EmitStrategy.onWindowClose())
                 .aggregate(counting.initializer(), counting.aggregator(),
                         Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("sliding")
                                 .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()))
+                .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
                 .toStream()
                 .processValues(Controlled.withoutControlWindows())
                 .map(TickedWindows::describe)
