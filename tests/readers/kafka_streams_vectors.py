@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 from progress_control.protocol import CONTROL_HEADER, ControlMarker, parse_control_headers
@@ -29,10 +30,16 @@ OTHER = SigningKey("k1", b"another-secret-of-16+")
 TOPIC, PARTITION, TS = "clicks", 3, CLOCK_MS - 5_000
 
 Headers = list[tuple[str, bytes | None]]
+PolicySpec = Mapping[str, object]
 
 
-def _signed(marker: ControlMarker, topic: str = TOPIC, partition: int = PARTITION,
-            ts: int = TS, key: SigningKey = KEY) -> bytes:
+def _signed(
+    marker: ControlMarker,
+    topic: str = TOPIC,
+    partition: int = PARTITION,
+    ts: int = TS,
+    key: SigningKey = KEY,
+) -> bytes:
     return sign(marker, topic, partition, ts, key).encode()
 
 
@@ -40,7 +47,7 @@ def _v1(source: str = "sidecar-a", sequence: int = 7) -> bytes:
     return ControlMarker(source, sequence).encode()
 
 
-def _cases() -> list[tuple[str, dict[str, object], str, int, int, Headers]]:
+def _cases() -> list[tuple[str, PolicySpec, str, int, int, Headers]]:
     """(name, policy, topic, partition, timestamp, headers)."""
     keyed = {"keys": {KEY.key_id: KEY.secret}}
     v2 = _signed(ControlMarker("sidecar-a", 7))
@@ -55,20 +62,44 @@ def _cases() -> list[tuple[str, dict[str, object], str, int, int, Headers]]:
         ("v1 among other headers", {}, TOPIC, PARTITION, TS, [("trace", b"x"), (h, _v1())]),
         ("v2 accepted without keys", {}, TOPIC, PARTITION, TS, [(h, v2)]),
         ("v2 verified", keyed, TOPIC, PARTITION, TS, [(h, v2)]),
-        ("v2 wrong secret", keyed, TOPIC, PARTITION, TS,
-         [(h, _signed(ControlMarker("sidecar-a", 7), key=OTHER))]),
+        (
+            "v2 wrong secret",
+            keyed,
+            TOPIC,
+            PARTITION,
+            TS,
+            [(h, _signed(ControlMarker("sidecar-a", 7), key=OTHER))],
+        ),
         ("v2 unknown key", {"keys": {"k2": KEY.secret}}, TOPIC, PARTITION, TS, [(h, v2)]),
         ("v2 replayed to another partition", keyed, TOPIC, PARTITION + 1, TS, [(h, v2)]),
         ("v2 replayed to another topic", keyed, "other", PARTITION, TS, [(h, v2)]),
         ("v2 re-dated", keyed, TOPIC, PARTITION, TS + 1, [(h, v2)]),
         ("v1 when keys are set", keyed, TOPIC, PARTITION, TS, [(h, _v1())]),
-        ("v2 max sequence, unicode source and topic", keyed, "klicks-ü", 0, TS,
-         [(h, _signed(unicode_marker, topic="klicks-ü", partition=0))]),
+        (
+            "v2 max sequence, unicode source and topic",
+            keyed,
+            "klicks-ü",
+            0,
+            TS,
+            [(h, _signed(unicode_marker, topic="klicks-ü", partition=0))],
+        ),
         ("v3 with trailing fields", keyed, TOPIC, PARTITION, TS, [(h, v3_raw + b"\x01\x02")]),
-        ("source allowed", {"allowed_sources": ["sidecar-a", "x"]}, TOPIC, PARTITION, TS,
-         [(h, _v1())]),
-        ("source not allowed", {"allowed_sources": ["sidecar-b"]}, TOPIC, PARTITION, TS,
-         [(h, _v1())]),
+        (
+            "source allowed",
+            {"allowed_sources": ["sidecar-a", "x"]},
+            TOPIC,
+            PARTITION,
+            TS,
+            [(h, _v1())],
+        ),
+        (
+            "source not allowed",
+            {"allowed_sources": ["sidecar-b"]},
+            TOPIC,
+            PARTITION,
+            TS,
+            [(h, _v1())],
+        ),
         ("negative timestamp", {}, TOPIC, PARTITION, -1, [(h, _v1())]),
         ("at the skew limit", {}, TOPIC, PARTITION, CLOCK_MS + SKEW_MS, [(h, _v1())]),
         ("beyond the skew limit", {}, TOPIC, PARTITION, CLOCK_MS + SKEW_MS + 1, [(h, _v1())]),
@@ -83,16 +114,40 @@ def _cases() -> list[tuple[str, dict[str, object], str, int, int, Headers]]:
         ("v1 trailing byte", {}, TOPIC, PARTITION, TS, [(h, _v1() + b"\x00")]),
         ("v1 truncated source id", {}, TOPIC, PARTITION, TS, [(h, prefix + b"ab")]),
         ("source id not UTF-8", {}, TOPIC, PARTITION, TS, [(h, prefix + b"a\xffb")]),
-        ("source id surrogate", {}, TOPIC, PARTITION, TS,
-         [(h, struct.pack(">BQB", 1, 1, 3) + b"\xed\xa0\x80")]),
-        ("v2 without signature", {}, TOPIC, PARTITION, TS,
-         [(h, struct.pack(">BQB", 2, 1, 1) + b"a")]),
+        (
+            "source id surrogate",
+            {},
+            TOPIC,
+            PARTITION,
+            TS,
+            [(h, struct.pack(">BQB", 1, 1, 3) + b"\xed\xa0\x80")],
+        ),
+        (
+            "v2 without signature",
+            {},
+            TOPIC,
+            PARTITION,
+            TS,
+            [(h, struct.pack(">BQB", 2, 1, 1) + b"a")],
+        ),
         ("v2 truncated mac", {}, TOPIC, PARTITION, TS, [(h, v2[:-1])]),
         ("v2 trailing byte", {}, TOPIC, PARTITION, TS, [(h, v2 + b"\x00")]),
-        ("v2 empty key id", {}, TOPIC, PARTITION, TS,
-         [(h, struct.pack(">BQB", 2, 1, 1) + b"a\x00" + bytes(32))]),
-        ("v2 key id not UTF-8", {}, TOPIC, PARTITION, TS,
-         [(h, struct.pack(">BQB", 2, 1, 1) + b"a\x01\xff" + bytes(32))]),
+        (
+            "v2 empty key id",
+            {},
+            TOPIC,
+            PARTITION,
+            TS,
+            [(h, struct.pack(">BQB", 2, 1, 1) + b"a\x00" + bytes(32))],
+        ),
+        (
+            "v2 key id not UTF-8",
+            {},
+            TOPIC,
+            PARTITION,
+            TS,
+            [(h, struct.pack(">BQB", 2, 1, 1) + b"a\x01\xff" + bytes(32))],
+        ),
     ]
 
 

@@ -58,7 +58,7 @@ class ControlledTopologyTest {
 
         Run(Properties props) {
             StreamsBuilder builder = new StreamsBuilder();
-            TickedWindows.build(builder, "clicks", "sessions", "sliding", GAP, GAP, calls);
+            TickedWindows.build(builder, "clicks", "sessions", "sliding", GAP, GAP, Duration.ZERO, calls);
             driver = new TopologyTestDriver(builder.build(), props);
             clicks = driver.createInputTopic("clicks", new StringSerializer(), new StringSerializer());
             sessions = driver.createOutputTopic("sessions", new StringDeserializer(), new StringDeserializer());

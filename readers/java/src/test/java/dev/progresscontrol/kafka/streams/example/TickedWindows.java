@@ -75,7 +75,7 @@ public final class TickedWindows {
     }
 
     public static void build(StreamsBuilder builder, String input, String sessionsOutput, String slidingOutput,
-                             Duration gap, Duration difference, CallCounts calls) {
+                             Duration gap, Duration difference, Duration grace, CallCounts calls) {
         KStream<String, String> clicks = builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()));
         ControlledAggregation<String, String, Long> counting = counting(calls);
 
@@ -85,7 +85,7 @@ public final class TickedWindows {
                         .withStreamPartitioner(new MulticastControlPartitioner<>()))
                 .processValues(Controlled.ticksIntoWindows())
                 .groupByKey()
-                .windowedBy(SessionWindows.ofInactivityGapAndGrace(gap, Duration.ZERO))
+                .windowedBy(SessionWindows.ofInactivityGapAndGrace(gap, grace))
                 .emitStrategy(EmitStrategy.onWindowClose())
                 .aggregate(counting.initializer(), counting.aggregator(), counting.merger(),
                         Materialized.<String, Long, SessionStore<Bytes, byte[]>>as("sessions")
@@ -97,7 +97,7 @@ public final class TickedWindows {
 
         clicks.processValues(Controlled.ticksIntoWindows())
                 .groupByKey()
-                .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(difference, Duration.ZERO))
+                .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(difference, grace))
                 .aggregate(counting.initializer(), counting.aggregator(),
                         Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("sliding")
                                 .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()))

@@ -19,7 +19,7 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 /**
  * Runs {@link TickedWindows} as real Kafka Streams applications, one per properties file given
  * as an argument ({@code application.id}, {@code bootstrap.servers}, {@code input},
- * {@code sessions.output}, {@code sliding.output}, {@code gap.ms}, {@code difference.ms}, and any
+ * {@code sessions.output}, {@code sliding.output}, {@code gap.ms}, {@code difference.ms}, {@code grace.ms}, and any
  * other Kafka Streams or {@code progress.control.*} settings). Prints {@code started <id>} once
  * an application runs, {@code failed <id> <message>} if one stops on an error, and closes them
  * all when stdin closes (the test harness's way to stop it).
@@ -57,6 +57,7 @@ public final class TickedWindowsApp {
                 (String) props.remove("sliding.output"),
                 Duration.ofMillis(Long.parseLong((String) props.remove("gap.ms"))),
                 Duration.ofMillis(Long.parseLong((String) props.remove("difference.ms"))),
+                Duration.ofMillis(Long.parseLong((String) props.remove("grace.ms"))),
                 new CallCounts());
         KafkaStreams streams = new KafkaStreams(builder.build(props), props);
         streams.setUncaughtExceptionHandler(error -> {
