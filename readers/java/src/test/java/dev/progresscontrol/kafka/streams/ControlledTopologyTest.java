@@ -143,6 +143,21 @@ class ControlledTopologyTest {
     }
 
     @Test
+    void oneTickFarAheadClosesEverySuppressedWindow() {
+        List<TestRecord<String, String>> byTick;
+        try (Run run = new Run(config())) {
+            clicks(run);
+            run.tick(2_000 + Duration.ofMinutes(5).toMillis());
+            byTick = run.sliding.readRecordsToList();
+        }
+        try (Run run = new Run(config())) {
+            clicks(run);
+            run.click("zed", 8_000);
+            assertEquals(describe(withoutZed(run.sliding.readRecordsToList())), describe(byTick));
+        }
+    }
+
+    @Test
     void aTickFromTheFutureIsSkipped() {
         try (Run run = new Run(config())) {
             clicks(run);
