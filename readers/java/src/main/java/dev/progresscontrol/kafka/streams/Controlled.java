@@ -74,12 +74,12 @@ public final class Controlled {
 
     /** {@code filter} for {@code processValues}: ticks always pass, so a filter never stops time. */
     public static <K, V> FixedKeyProcessorSupplier<K, V, V> filter(Predicate<? super K, ? super V> predicate) {
-        return () -> new ValueStepProcessor<K, V, V>((key, value) -> predicate.test(key, value) ? value : null, true);
+        return () -> new ValueStepProcessor<K, V, V>(predicate::test, (key, value) -> value);
     }
 
     /** {@code mapValues} for {@code processValues}: ticks pass unchanged (null value). */
     public static <K, V, VR> FixedKeyProcessorSupplier<K, V, VR> mapValues(ValueMapper<? super V, ? extends VR> mapper) {
-        return () -> new ValueStepProcessor<K, V, VR>((key, value) -> mapper.apply(value), false);
+        return () -> new ValueStepProcessor<K, V, VR>((key, value) -> true, (key, value) -> mapper.apply(value));
     }
 
     /**

@@ -1,6 +1,7 @@
 package dev.progresscontrol.kafka.streams;
 
 import java.util.function.BiFunction;
+import java.util.function.BiPredicate;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
 import org.apache.kafka.streams.processor.api.FixedKeyRecord;
@@ -11,15 +12,15 @@ import org.apache.kafka.streams.processor.api.FixedKeyRecord;
  */
 final class ValueStepProcessor<K, V, VR> implements FixedKeyProcessor<K, V, VR> {
 
-    private final BiFunction<K, V, ? extends VR> step;
-    private final boolean nullDrops;
+    private final BiPredicate<K, V> keep;
+    private final BiFunction<K, V, ? extends VR> mapper;
     private final TickClassifier classifier = new TickClassifier();
     private FixedKeyProcessorContext<K, VR> context;
 
-    /** {@code nullDrops}: a null result means "drop the record" (a filter), not "forward null". */
-    ValueStepProcessor(BiFunction<K, V, ? extends VR> step, boolean nullDrops) {
-        this.step = step;
-        this.nullDrops = nullDrops;
+    /** Data records for which {@code keep} holds go on, their value mapped by {@code mapper}. */
+    ValueStepProcessor(BiPredicate<K, V> keep, BiFunction<K, V, ? extends VR> mapper) {
+        this.keep = keep;
+        this.mapper = mapper;
     }
 
     @Override
@@ -32,9 +33,8 @@ final class ValueStepProcessor<K, V, VR> implements FixedKeyProcessor<K, V, VR> 
     public void process(FixedKeyRecord<K, V> record) {
         switch (classifier.classify(record.headers(), record.timestamp())) {
             case DATA -> {
-                VR result = step.apply(record.key(), record.value());
-                if (result != null || !nullDrops) {
-                    context.forward(record.withValue(result));
+                if (keep.test(record.key(), record.value())) {
+                    context.forward(record.withValue(mapper.apply(record.key(), record.value())));
                 }
             }
             case TICK -> {

@@ -203,21 +203,23 @@ class ControlledTopologyTest {
     void filterAndMapValuesPassTicksWithoutCallingTheUserFunction() {
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream("in", Consumed.with(Serdes.String(), Serdes.String()))
-                .processValues(Controlled.<String, String>filter((key, value) -> value.startsWith("keep")))
-                .processValues(Controlled.<String, String, String>mapValues(value -> value.toUpperCase()))
+                .processValues(Controlled.<String, String>filter((key, value) -> value == null || value.startsWith("keep")))
+                .processValues(Controlled.<String, String, String>mapValues(value -> value == null ? "NULL" : value.toUpperCase()))
                 .to("out", Produced.with(Serdes.String(), Serdes.String()));
         try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(), config())) {
             TestInputTopic<String, String> in = driver.createInputTopic("in", new StringSerializer(), new StringSerializer());
             TestOutputTopic<String, String> out = driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());
             in.pipeInput(new TestRecord<>("a", "keep me", new RecordHeaders(), 1_000L));
             in.pipeInput(new TestRecord<>("b", "drop me", new RecordHeaders(), 1_100L));
+            in.pipeInput(new TestRecord<>("c", null, new RecordHeaders(), 1_200L)); // data, null value
             in.pipeInput(new TestRecord<>(SENTINEL, null, Ticks.headers(Ticks.v1("s", 0)), 2_000L));
             List<TestRecord<String, String>> records = out.readRecordsToList();
-            assertEquals(2, records.size());
+            assertEquals(3, records.size());
             assertEquals("KEEP ME", records.get(0).value());
-            assertEquals(SENTINEL, records.get(1).key());
-            assertNull(records.get(1).value());
-            assertTrue(ProgressControl.isControl(records.get(1).headers()), "the tick goes on, marked");
+            assertEquals("NULL", records.get(1).value(), "a null value without the header is data");
+            assertEquals(SENTINEL, records.get(2).key());
+            assertNull(records.get(2).value());
+            assertTrue(ProgressControl.isControl(records.get(2).headers()), "the tick goes on, marked");
         }
     }
 
