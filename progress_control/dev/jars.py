@@ -211,16 +211,18 @@ def build_maven_project(source_dir: Path, cache_subdir: str, what: str) -> Path:
     """The directory of the jars of the Maven project in ``source_dir`` (its own and its runtime
     dependencies), built into ``<cache>/<cache_subdir>/kstreams-<digest of the sources>`` the
     first time, so a change of source means a new build and nothing built is committed.
-    ``what`` names the project in messages."""
+    ``what`` names the project in messages. A ``target/`` directory (a local ``mvn`` run's
+    output) is neither part of the digest nor copied."""
     sha = hashlib.sha256()
-    for path in sorted(p for p in source_dir.rglob("*") if p.is_file()):
+    sources = (p for p in source_dir.rglob("*") if "target" not in p.relative_to(source_dir).parts)
+    for path in sorted(p for p in sources if p.is_file()):
         sha.update(str(path.relative_to(source_dir)).encode())
         sha.update(path.read_bytes())
     target = default_cache_dir() / cache_subdir / f"kstreams-{sha.hexdigest()[:16]}"
 
     def build(staging: Path) -> None:
         project = staging / "project"
-        shutil.copytree(source_dir, project)
+        shutil.copytree(source_dir, project, ignore=shutil.ignore_patterns("target"))
         lib = staging / "lib"
         command = [
             str(find_maven()),

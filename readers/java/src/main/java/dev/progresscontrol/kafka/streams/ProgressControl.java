@@ -1,0 +1,84 @@
+package dev.progresscontrol.kafka.streams;
+
+import java.nio.charset.StandardCharsets;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.Headers;
+
+/**
+ * The progress-control protocol as Kafka Streams applications see it: a control record (a
+ * "tick") is an ordinary Kafka record carrying exactly one {@code progress-control} header,
+ * usually keyed by a sentinel ({@value #DEFAULT_SENTINEL_KEY}) with a null value. It carries no
+ * data, only progress: its timestamp promises that its writer sends nothing older to that
+ * partition. Records are recognised by the header, never by key or value.
+ *
+ * <p>{@link #isControl(Headers)} is the check for any consumer; {@link ControlRecordValidator}
+ * adds the trust rules (timestamp skew, allowed sources, v2 signatures); {@link Controlled}
+ * holds the Kafka Streams DSL helpers. See the docs page {@code docs/readers/kafka-streams.md}.
+ */
+public final class ProgressControl {
+
+    /** The marker header's name. */
+    public static final String HEADER = "progress-control";
+    /** The default key of control records (as a string; on the wire, its UTF-8 bytes). */
+    public static final String DEFAULT_SENTINEL_KEY = "__progress_control__";
+
+    private ProgressControl() {
+    }
+
+    /**
+     * Whether {@code headers} mark a valid control record: exactly one {@code progress-control}
+     * header that parses. A record with a malformed header is not a control record (it is left
+     * to the caller; {@link ControlRecordValidator} counts it as {@link Verdict#MALFORMED}).
+     */
+    public static boolean isControl(Headers headers) {
+        try {
+            return parse(headers) != null;
+        } catch (MalformedControlHeaderException e) {
+            return false;
+        }
+    }
+
+    /** Whether {@code headers} carry a {@code progress-control} header at all, valid or not. */
+    public static boolean hasControlHeader(Headers headers) {
+        return headers != null && headers.lastHeader(HEADER) != null;
+    }
+
+    /**
+     * The control marker in {@code headers}, {@code null} when there is none.
+     *
+     * @throws MalformedControlHeaderException when the header is invalid or present more than once
+     */
+    public static ControlMarker parse(Headers headers) {
+        if (headers == null) {
+            return null;
+        }
+        byte[] value = null;
+        int found = 0;
+        for (Header header : headers.headers(HEADER)) {
+            found++;
+            value = header.value();
+        }
+        if (found == 0) {
+            return null;
+        }
+        if (found > 1) {
+            throw new MalformedControlHeaderException(
+                    "a record must carry exactly one progress-control header, found " + found);
+        }
+        return ControlMarker.decode(value);
+    }
+
+    /** Whether {@code key} is the default sentinel, as a string or as its UTF-8 bytes. */
+    static boolean isDefaultSentinel(Object key) {
+        if (key instanceof String text) {
+            return DEFAULT_SENTINEL_KEY.equals(text);
+        }
+        if (key instanceof byte[] bytes) {
+            return java.util.Arrays.equals(bytes, DEFAULT_SENTINEL_KEY.getBytes(StandardCharsets.UTF_8));
+        }
+        if (key instanceof org.apache.kafka.common.utils.Bytes bytes) {
+            return isDefaultSentinel(bytes.get());
+        }
+        return false;
+    }
+}
