@@ -66,7 +66,12 @@ def _accepted_cases() -> list[Case]:
         ("v2 verified", _KEYED, TS, _one(_signed())),
         ("v3 with trailing bytes, verified", _KEYED, TS, _one(v3_trailing)),
         ("unicode source, max sequence", {}, TS, _one(unicode_marker.encode())),
-        ("exactly max skew ahead", {"max_skew_ms": SKEW_MS}, CLOCK_MS + SKEW_MS, _one(_V1.encode())),
+        (
+            "exactly max skew ahead",
+            {"max_skew_ms": SKEW_MS},
+            CLOCK_MS + SKEW_MS,
+            _one(_V1.encode()),
+        ),
         ("timestamp zero", {}, 0, _one(_V1.encode())),
         ("allowed source", {"allowed_sources": ["sidecar-a", "b"]}, TS, _one(_V1.encode())),
         (
