@@ -13,8 +13,8 @@ watermark is their minimum) with two pipelines on two topics holding the same cl
   sessions can never close, so the ticks run's are the ticks' doing.
 
 Asserted: in the ticks run every session closes on ticks alone, and both runs' sessions equal
-the ones computed here from the clicks; the control run closed fewer; the job never failed (its deserializer and functions
-throw on anything but a click, so a tick reaching user code fails it).
+the ones computed here from the clicks; the control run closed fewer; the job never failed (its
+deserializer and functions throw on anything but a click, so a tick reaching user code fails it).
 
 Also here: the committed test vectors are what the Python protocol decides, and the companion's
 JUnit tests pass under Maven (run once per source change; the stamp lives in the jar cache).
