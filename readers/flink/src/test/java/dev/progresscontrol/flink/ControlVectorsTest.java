@@ -1,0 +1,83 @@
+package dev.progresscontrol.flink;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import java.io.InputStream;
+import java.util.ArrayList;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Stream;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.TestFactory;
+
+/**
+ * The Java parser and validator against vectors the Python protocol decided
+ * (tests/readers/flink_vectors.py): same verdict, same marker, on every case.
+ */
+class ControlVectorsTest {
+    private static final HexFormat HEX = HexFormat.of();
+
+    @TestFactory
+    Stream<DynamicTest> everyVectorIsDecidedAsPythonDecidesIt() throws Exception {
+        JsonNode cases;
+        try (InputStream in = getClass().getResourceAsStream("/progress-control-vectors.json")) {
+            cases = new ObjectMapper().readTree(in).get("cases");
+        }
+        List<DynamicTest> tests = new ArrayList<>();
+        cases.forEach(c -> tests.add(DynamicTest.dynamicTest(c.get("name").asText(), () -> check(c))));
+        assertFalse(tests.isEmpty());
+        return tests.stream();
+    }
+
+    private static void check(JsonNode c) throws Exception {
+        RecordHeaders headers = new RecordHeaders();
+        for (JsonNode header : c.get("headers")) {
+            JsonNode value = header.get(1);
+            headers.add(header.get(0).asText(), value.isNull() ? null : HEX.parseHex(value.asText()));
+        }
+        long clock = c.get("clock_ms").asLong();
+        ControlRecordValidator validator = new ControlRecordValidator(policy(c.get("policy")), () -> clock);
+        Verdict verdict = validator.check(
+                c.get("topic").asText(), c.get("partition").asInt(), c.get("timestamp_ms").asLong(), headers);
+        assertEquals(c.get("verdict").asText(), verdict.label());
+        assertEquals(1, validator.count(verdict));
+
+        JsonNode expected = c.get("marker");
+        if (expected.isNull()) {
+            assertThrows(MalformedControlHeaderException.class, () -> ControlMarker.fromHeaders(headers));
+            return;
+        }
+        ControlMarker marker = ControlMarker.fromHeaders(headers);
+        assertEquals(expected.get("version").asInt(), marker.version());
+        assertEquals(expected.get("sequence").asText(), Long.toUnsignedString(marker.sequence()));
+        assertEquals(expected.get("source_id").asText(), marker.sourceId());
+        assertEquals(expected.get("key_id").isNull() ? null : expected.get("key_id").asText(), marker.keyId());
+        if (expected.get("mac").isNull()) {
+            assertEquals(null, marker.mac());
+        } else {
+            assertArrayEquals(HEX.parseHex(expected.get("mac").asText()), marker.mac());
+        }
+    }
+
+    private static TrustPolicy policy(JsonNode spec) {
+        TrustPolicy policy = TrustPolicy.defaults()
+                .withMaxSkew(java.time.Duration.ofMillis(spec.get("max_skew_ms").asLong()));
+        for (Map.Entry<String, JsonNode> key : (Iterable<Map.Entry<String, JsonNode>>) spec.get("keys")::fields) {
+            policy = policy.withVerificationKey(key.getKey(), HEX.parseHex(key.getValue().asText()));
+        }
+        JsonNode sources = spec.get("allowed_sources");
+        if (!sources.isNull()) {
+            List<String> ids = new ArrayList<>();
+            sources.forEach(s -> ids.add(s.asText()));
+            policy = policy.withAllowedSources(ids.toArray(String[]::new));
+        }
+        return policy;
+    }
+}
