@@ -129,6 +129,7 @@ def _native_producer(config: dict[str, object]) -> Producer:
     return producer
 
 
+@pytest.mark.broker
 def test_acks_are_recorded_in_c_with_their_timestamps_and_ack_times(
     kafka_bootstrap: str, create_topic: Callable[..., str]
 ) -> None:
@@ -164,6 +165,7 @@ def test_acks_are_recorded_in_c_with_their_timestamps_and_ack_times(
         producer.close()
 
 
+@pytest.mark.broker
 def test_failed_deliveries_are_not_acks_and_the_users_callbacks_see_them(
     kafka_bootstrap: str, create_topic: Callable[..., str]
 ) -> None:
@@ -195,6 +197,7 @@ def test_failed_deliveries_are_not_acks_and_the_users_callbacks_see_them(
     assert {thread for _, _, thread in reports} == {threading.main_thread()}
 
 
+@pytest.mark.broker
 def test_producers_in_one_process_keep_separate_tables_and_get_their_ticks(
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
@@ -234,6 +237,7 @@ int conf_init(void *conf, void **plug_opaquep, char *errstr, unsigned long errst
 """
 
 
+@pytest.mark.broker
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for the user's plugin")
 def test_the_users_own_plugins_are_kept(
     kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
