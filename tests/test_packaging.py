@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from email.parser import Parser
 from importlib import metadata
@@ -103,6 +104,30 @@ def test_core_requirements_are_small_and_extras_hold_the_rest(wheel: Path) -> No
     assert {name for name, _, _ in demo} == {itself, "matplotlib"}
     assert extra("all") == {(itself, frozenset({"runtime", "spark", "demo"}), "")}
     assert (itself, frozenset({"all"}), "") in extra("dev")
+
+
+def test_every_requirement_has_a_floor_and_a_major_ceiling() -> None:
+    """Floors as low as the code needs, so the core installs beside an application's own pins
+    (``./dev test-lowest`` runs the core's tests at every floor), and ceilings at the next major
+    version. structlog is calendar-versioned: its year is no major version, so no ceiling."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [Requirement(r) for r in project["dependencies"]]
+    requirements += [
+        Requirement(r) for extra in project["optional-dependencies"].values() for r in extra
+    ]
+    for requirement in requirements:
+        name = _name(requirement.name)
+        operators = {spec.operator: spec.version for spec in requirement.specifier}
+        if name == "kafka-progress-control":
+            assert not operators, requirement
+        elif name == "pyspark":  # the connector jars are fetched at exactly this version
+            assert set(operators) == {"=="}, requirement
+        else:
+            assert ">=" in operators, f"{requirement}: no floor"
+            assert "<" in operators or name == "structlog", f"{requirement}: no ceiling"
+    core = {_name(r.name): r for r in requirements[: len(project["dependencies"])]}
+    assert set(core) == CORE
+    assert "<4" in str(core["apscheduler"].specifier).split(",")  # 4.x is another API
 
 
 def test_metadata_is_fit_to_publish(wheel: Path) -> None:
