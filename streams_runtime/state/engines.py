@@ -107,6 +107,11 @@ class SessionEngine(Protocol):
         ``start <= latest_start``, sorted by ``(start, end)``."""
         ...
 
+    def get(self, key: bytes, start: int, end: int) -> bytes | None:
+        """The value of exactly the session ``(key, start, end)``, or ``None`` (a point read:
+        cache flushes and fetches ask for one window, not a range)."""
+        ...
+
     def put(self, key: bytes, start: int, end: int, value: bytes) -> None:
         """Insert or replace the session ``(key, start, end)``."""
         ...
@@ -208,6 +213,11 @@ class InMemorySessionEngine:
             ]
         found.sort(key=lambda s: (s[0], s[1]))
         return found
+
+    def get(self, key: bytes, start: int, end: int) -> bytes | None:
+        with self._lock:
+            sessions = self._data.get(key)
+            return None if sessions is None else sessions.get((start, end))
 
     def put(self, key: bytes, start: int, end: int, value: bytes) -> None:
         check_session(start, end)
@@ -408,6 +418,13 @@ class SqliteSessionEngine(_SqliteEngine):
         )
         rows.sort()
         return rows
+
+    def get(self, key: bytes, start: int, end: int) -> bytes | None:
+        row = self._query_one(
+            "SELECT value FROM sessions WHERE key = ? AND session_end = ? AND session_start = ?",
+            (key, end, start),
+        )
+        return None if row is None else row[0]
 
     def put(self, key: bytes, start: int, end: int, value: bytes) -> None:
         check_session(start, end)

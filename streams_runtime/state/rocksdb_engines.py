@@ -257,6 +257,14 @@ class RocksDbSessionEngine(_RocksDbEngine):
                     found[window] = value
         return sorted((start, end, value) for (start, end), value in found.items())
 
+    def get(self, key: bytes, start: int, end: int) -> bytes | None:
+        with self._lock:
+            value = self._pending.get(key, {}).get((start, end), _ABSENT)
+            if value is not _ABSENT:
+                return value  # type: ignore[return-value]  # bytes | None, never _ABSENT here
+            found: bytes | None = self._db.get(_session_key(key, start, end))
+            return found
+
     def put(self, key: bytes, start: int, end: int, value: bytes) -> None:
         check_session(start, end)
         with self._lock:

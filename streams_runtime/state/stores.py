@@ -102,10 +102,7 @@ class SessionStore:
 
     def fetch(self, key: bytes, start: int, end: int) -> bytes | None:
         """The value of exactly the session ``(key, start, end)``, or ``None``."""
-        for found_start, found_end, value in self.engine.find(key, end, start):
-            if found_start == start and found_end == end:
-                return value
-        return None
+        return self.engine.get(key, start, end)
 
     def put(self, key: bytes, start: int, end: int, value: bytes | None, timestamp: int) -> None:
         """Write the session ``(key, start, end)``; ``None`` removes it (a tombstone)."""

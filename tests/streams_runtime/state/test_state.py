@@ -276,6 +276,14 @@ def test_session_engine_find(kind: EngineKind, tmp_path: Path) -> None:
     engine.put(b"k", 100, 200, b"a2")  # replaces
     assert engine.find(b"k", 150, 150) == [(100, 200, b"a2")]
     assert engine.count() == 4
+    # A point read sees exactly one window, before and after the commit, and removals.
+    assert engine.get(b"k", 100, 200) == b"a2"
+    assert engine.get(b"k", 100, 201) is None
+    assert engine.get(b"missing", 100, 200) is None
+    engine.commit()
+    assert engine.get(b"k", -50, -10) == b"neg"
+    engine.remove(b"k", -50, -10)
+    assert engine.get(b"k", -50, -10) is None
     engine.close()
 
 
