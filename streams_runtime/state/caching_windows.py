@@ -18,7 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from streams_runtime.record import Headers
-from streams_runtime.state.caching import ENTRY_OVERHEAD, CacheEntry, NamedCache, merge_ordered
+from streams_runtime.state.caching import (
+    WINDOW_ENTRY_OVERHEAD,
+    CacheEntry,
+    NamedCache,
+    merge_ordered,
+)
 from streams_runtime.state.changelog import (
     SourcePosition,
     session_changelog_key,
@@ -45,7 +50,8 @@ class CachingSessionStore(SessionStore):
         self._position = position
         self._listener: WindowFlushListener | None = None
         # The cached windows of each key: the cache is no sorted map, range reads start here.
-        self._cached: dict[bytes, set[tuple[int, int]]] = {}
+        # Lists, not sets: a key has few cached windows, and an empty set alone is 216 bytes.
+        self._cached: dict[bytes, list[tuple[int, int]]] = {}
         cache.listener = self._write_back
         cache.dropped = self._forget
 
@@ -94,9 +100,11 @@ class CachingSessionStore(SessionStore):
             raise ValueError(f"session start {start} is after its end {end}")
         cache_key = session_changelog_key(key, start, end)
         position = self._position
-        size = len(cache_key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
+        size = len(cache_key) + (0 if value is None else len(value)) + WINDOW_ENTRY_OVERHEAD
         # Indexed before the put: a put over budget may evict this very entry, which forgets it.
-        self._cached.setdefault(key, set()).add((start, end))
+        windows = self._cached.setdefault(key, [])
+        if (start, end) not in windows:
+            windows.append((start, end))
         self.cache.put(
             cache_key, CacheEntry(value, timestamp, headers, position.tp, position.offset, size)
         )
@@ -134,8 +142,8 @@ class CachingSessionStore(SessionStore):
     def _forget(self, cache_key: bytes) -> None:
         key, start, end = split_session_changelog_key(cache_key)
         windows = self._cached.get(key)
-        if windows is not None:
-            windows.discard((start, end))
+        if windows is not None and (start, end) in windows:
+            windows.remove((start, end))
             if not windows:
                 del self._cached[key]
 

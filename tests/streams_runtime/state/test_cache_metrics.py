@@ -10,11 +10,13 @@ from streams_runtime.state import (
     TaskCaches,
     ThreadCache,
 )
+from streams_runtime.state.caching import ENTRY_OVERHEAD
 
 
 def test_hit_ratio_bytes_evictions_and_flushes_per_store() -> None:
     metrics = RuntimeMetrics("app")
-    thread = ThreadCache(150)
+    entry = 1 + 1 + ENTRY_OVERHEAD  # key, value, overhead
+    thread = ThreadCache(2 * entry + 10)
     metrics.record_caches.add(thread)
     caches = TaskCaches(thread, "0_1", SourcePosition())
     store = caches.kv_store(KeyValueStore("counts", 1, InMemoryKeyValueEngine(), None))
@@ -22,7 +24,7 @@ def test_hit_ratio_bytes_evictions_and_flushes_per_store() -> None:
     assert store.get(b"a") == b"1"  # a hit
     assert store.get(b"b") is None  # a miss
     store.put(b"b", b"1", 0)
-    store.put(b"c", b"1", 0)  # over 150 bytes: evicts "a", flushing the store's cache
+    store.put(b"c", b"1", 0)  # over two entries: evicts "a", flushing the store's cache
     text = metrics.exposition().decode()
     labels = '{store="counts",task="0_1"}'
     assert f"streams_record_cache_hit_ratio{labels} 0.5" in text
@@ -31,7 +33,7 @@ def test_hit_ratio_bytes_evictions_and_flushes_per_store() -> None:
     assert f"streams_record_cache_evictions_total{labels} 1.0" in text
     assert f"streams_record_cache_flushes_total{labels} 1.0" in text
     assert f"streams_record_cache_entries{labels} 2.0" in text
-    assert f"streams_record_cache_size_bytes{labels} {2 * (1 + 1 + 64)}.0" in text
-    assert "streams_record_cache_max_bytes 150.0" in text
+    assert f"streams_record_cache_size_bytes{labels} {2 * entry}.0" in text
+    assert f"streams_record_cache_max_bytes {2 * entry + 10}.0" in text
     caches.clear()  # the task closed: its caches are no longer reported
     assert "streams_record_cache_hit_ratio{" not in metrics.exposition().decode()

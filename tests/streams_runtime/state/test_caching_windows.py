@@ -35,12 +35,13 @@ from streams_runtime.state import (
     make_session_engine,
     session_changelog_key,
 )
-from streams_runtime.state.caching import merge_ordered
+from streams_runtime.state.caching import WINDOW_ENTRY_OVERHEAD, merge_ordered
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, SlidingWindows, TimeWindows, WindowSpec
 from tests.streams_runtime.processors.memory_context import MemoryContext
 
 _BIG = 10 * 1024 * 1024
+_SMALL = 9 * (WINDOW_ENTRY_OVERHEAD + 20) // 2  # room for about four windows: constant evictions
 INPUT = TopicPartitionId("in", 0)
 
 
@@ -181,7 +182,7 @@ def test_a_flush_writes_each_dirty_window_once_with_its_latest_source() -> None:
 
 
 def test_eviction_flushes_the_store_cache_least_recently_used_first() -> None:
-    entry = 64 + len(session_changelog_key(b"a", 0, 0)) + 1
+    entry = WINDOW_ENTRY_OVERHEAD + len(session_changelog_key(b"a", 0, 0)) + 1
     store, inner, _, _ = _store(2 * entry)
     flushed: list[bytes] = []
     store.set_flush_listener(lambda k, *_rest: flushed.append(k))
@@ -282,7 +283,7 @@ def _records(seed: str) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.parametrize("kind", ["session", "time", "sliding"])
-@pytest.mark.parametrize("max_bytes", [_BIG, 400])
+@pytest.mark.parametrize("max_bytes", [_BIG, _SMALL])
 def test_cached_aggregations_agree_with_uncached_ones_with_fewer_updates(
     kind: str, max_bytes: int
 ) -> None:
@@ -292,7 +293,7 @@ def test_cached_aggregations_agree_with_uncached_ones_with_fewer_updates(
 @pytest.mark.parametrize("engine", ["sqlite", "rocksdb"])
 @pytest.mark.parametrize("kind", ["session", "sliding"])
 def test_persistent_engines_work_under_the_cache(kind: str, engine: str, tmp_path: Path) -> None:
-    _agree(kind, 400, tmp_path / f"store.{engine}")
+    _agree(kind, _SMALL, tmp_path / f"store.{engine}")
 
 
 def _agree(kind: str, max_bytes: int, engine_path: Path | None) -> None:
