@@ -106,7 +106,7 @@ class _Engines:
         path.write_text(json.dumps(spec))
         if engine == "quix":
             if self._quix is None:
-                from bench._quix_env import quix_python
+                from progress_control.dev.quix import quix_python
 
                 self._quix = quix_python()
             return [str(self._quix), str(BENCH_DIR / "quix_app.py"), str(path)]

@@ -1,5 +1,6 @@
 """The Quix Streams engine of the engines benchmark, run by the Python of the Quix Streams
-virtualenv that ``bench/_quix_env.py`` installs (nothing of this project is importable there):
+virtualenv that ``progress_control/dev/quix.py`` installs (nothing of this project is
+importable there):
 
     python quix_app.py SPEC.json
 

@@ -1,5 +1,5 @@
 """Quix Streams 3.28 closes its windows on our ticks (progress_control/readers/quix.py), against
-the real broker and the real Quix Streams, in its own virtualenv (tests/readers/quix_venv.py).
+the real broker and the real Quix Streams, in its own virtualenv (progress_control/dev/quix.py).
 
 Two runs of one app (tests/readers/quix_windows_app.py) over the same data, side by side:
 - ticked: our ``Application``; the data is produced by our interceptor, which ticks the idle
@@ -25,10 +25,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from interceptor import Producer as TickingProducer
+from progress_control.dev.quix import quix_python
 from progress_control.trust import ControlRecordSource
 from tests.helpers import unique_name, wait_for
 from tests.paths import ROOT
-from tests.readers.quix_venv import quix_python
 
 pytestmark = pytest.mark.broker
 
