@@ -25,7 +25,6 @@ CI runs one seed; ``PROGRESS_CONTROL_LONG_TESTS=1`` adds seeds and 6 partitions.
 from __future__ import annotations
 
 import os
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +36,12 @@ from interceptor import Producer as TickingProducer
 from progress_control.protocol import is_control_record
 from streams_runtime.murmur2 import partition_for_key
 from tests.helpers import TopicReader, wait_for
+from tests.readers.clicks import (
+    Clicks,
+    session_clicks,
+    session_windows,
+    users_on_every_partition,
+)
 from tests.readers.flink_job import TickedSessionsJob, build_flink_companion, run_unit_tests
 from tests.readers.flink_vectors import VECTORS_PATH, render
 
@@ -51,7 +56,6 @@ TICKS = {
     "progress.control.max.records": 60,  # 18 s of ticks at most; 2 s close everything
 }
 FLUSH_AFTER_MS = 60_000
-Clicks = list[tuple[str, int]]
 
 
 def test_the_java_vectors_are_the_python_protocols() -> None:
@@ -67,49 +71,6 @@ def test_the_flink_companions_unit_tests_pass_under_maven(tmp_path: Path) -> Non
     summary = run_unit_tests(tmp_path)
     assert "Tests run:" in summary
     assert "Failures: 0, Errors: 0" in summary.splitlines()[-1], summary
-
-
-def _users(partitions: int, per_partition: int = 2) -> list[str]:
-    """Users spread so that every partition has ``per_partition`` of them (and so data)."""
-    by_partition: dict[int, list[str]] = {p: [] for p in range(partitions)}
-    i = 0
-    while any(len(users) < per_partition for users in by_partition.values()):
-        name = f"user-{i}"
-        users = by_partition[partition_for_key(name.encode(), partitions)]
-        if len(users) < per_partition:
-            users.append(name)
-        i += 1
-    return sorted(u for users in by_partition.values() for u in users)
-
-
-def _clicks(seed: int, base_ms: int, users: list[str]) -> Clicks:
-    """Two or three sessions per user, clicks 200-400 ms apart inside one, 2.5-4 s between."""
-    rng = random.Random(seed)  # noqa: S311 - test data, not secrets
-    clicks: Clicks = []
-    for user in users:
-        t = base_ms + rng.randrange(0, 2_000)
-        for _session in range(rng.randint(2, 3)):
-            for _click in range(rng.randint(1, 4)):
-                clicks.append((user, t))
-                t += rng.randrange(200, 400)
-            t += rng.randrange(2_500, 4_000)
-    return sorted(clicks, key=lambda click: (click[1], click[0]))
-
-
-def _sessions(clicks: Clicks) -> set[str]:
-    """Session windows (gap ``GAP_MS``) of ``clicks``, as the job prints them."""
-    found: set[str] = set()
-    for user in {u for u, _t in clicks}:
-        times = sorted(t for u, t in clicks if u == user)
-        start = end = times[0]
-        count = 0
-        for t in times:
-            if t - end > GAP_MS:  # Flink merges windows [t, t + gap) that touch
-                found.add(f"{user}={start},{end},{count}")
-                start, count = t, 0
-            end, count = t, count + 1
-        found.add(f"{user}={start},{end},{count}")
-    return found
 
 
 def _produce(producer: Producer, topic: str, clicks: Clicks, partitions: int) -> None:
@@ -151,8 +112,15 @@ def test_flink_closes_every_session_on_ticks_alone_as_data_would(
     # Clicks dated a minute back, so the interceptor's extrapolated ticks (last click + time
     # since its ack, never above wall-clock now) move time on from the last click.
     base_ms = int(time.time() * 1000) - 60_000
-    clicks = _clicks(seed, base_ms, _users(partitions))
-    expected = _sessions(clicks)
+    clicks = session_clicks(
+        seed,
+        base_ms,
+        users_on_every_partition(partitions),
+        start_spread_ms=2000,
+        click_gap_ms=(200, 400),
+        session_gap_ms=(2500, 4000),
+    )
+    expected = session_windows(clicks, GAP_MS)
     last_ms = clicks[-1][1]
 
     plain = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})

@@ -25,7 +25,6 @@ CI runs one seed on 3 partitions (the Maven build is cached; the JVM starts once
 from __future__ import annotations
 
 import os
-import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,6 +37,11 @@ from interceptor import Producer as TickingProducer
 from progress_control.protocol import DEFAULT_SENTINEL_KEY, has_control_header, is_control_record
 from streams_runtime.murmur2 import partition_for_key
 from tests.helpers import TopicReader, unique_name, wait_for
+from tests.readers.clicks import (
+    session_clicks,
+    session_windows,
+    users_on_every_partition,
+)
 from tests.readers.kafka_streams_companion import CompanionApps, build_companion
 from tests.readers.kafka_streams_vectors import VECTORS_PATH, render
 
@@ -59,7 +63,6 @@ TICKS = {
 FLUSH_STEP_MS = 300
 FLUSH_STEPS = 17
 RUN_SPAN_MS = 25_000  # clicks (at most ~12 s), then closing (5 s), with room to spare
-Clicks = list[tuple[str, int]]
 
 
 @pytest.fixture(scope="module")
@@ -73,49 +76,6 @@ def test_the_java_vectors_are_the_python_protocols() -> None:
     assert VECTORS_PATH.read_text(encoding="utf-8") == render(), (
         "stale vectors: run python -m tests.readers.kafka_streams_vectors"
     )
-
-
-def _users(partitions: int, per_partition: int = 2) -> list[str]:
-    """Users spread so that every partition has ``per_partition`` of them (and so data)."""
-    by_partition: dict[int, list[str]] = {p: [] for p in range(partitions)}
-    i = 0
-    while any(len(users) < per_partition for users in by_partition.values()):
-        name = f"user-{i}"
-        users = by_partition[partition_for_key(name.encode(), partitions)]
-        if len(users) < per_partition:
-            users.append(name)
-        i += 1
-    return sorted(u for users in by_partition.values() for u in users)
-
-
-def _clicks(seed: int, base_ms: int, users: list[str]) -> Clicks:
-    """Two or three sessions per user, clicks 100-250 ms apart inside one, 1.5-2.5 s between."""
-    rng = random.Random(seed)  # noqa: S311 - test data, not secrets
-    clicks: Clicks = []
-    for user in users:
-        t = base_ms + rng.randrange(0, 1_500)
-        for _session in range(rng.randint(2, 3)):
-            for _click in range(rng.randint(1, 4)):
-                clicks.append((user, t))
-                t += rng.randrange(100, 250)
-            t += rng.randrange(1_500, 2_500)
-    return sorted(clicks, key=lambda click: (click[1], click[0]))
-
-
-def _sessions(clicks: Clicks) -> set[str]:
-    """Session windows (gap ``GAP_MS``) of ``clicks``, as the app writes them."""
-    found: set[str] = set()
-    for user in {u for u, _t in clicks}:
-        times = sorted(t for u, t in clicks if u == user)
-        start = end = times[0]
-        count = 0
-        for t in times:
-            if t - end > GAP_MS:
-                found.add(f"{user}={start},{end},{count}")
-                start, count = t, 0
-            end, count = t, count + 1
-        found.add(f"{user}={start},{end},{count}")
-    return found
 
 
 def _flush_users(partitions: int) -> list[str]:
@@ -203,7 +163,7 @@ def test_kafka_streams_closes_every_window_on_ticks_alone_as_data_would(
     }
     app_ids = {mode: unique_name(f"companion-{mode}") for mode in runs}
     specs = [_spec(kafka_bootstrap, app_ids[m], runs[m], tmp_path / "state") for m in runs]
-    users = _users(partitions)
+    users = users_on_every_partition(partitions)
     plain = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
     ticking = TickingProducer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0, **TICKS})
     try:
@@ -213,7 +173,14 @@ def test_kafka_streams_closes_every_window_on_ticks_alone_as_data_would(
             # Kafka Streams' upstream tasks write the repartition topic about in timestamp order
             # (replaying a backlog, one task's ticks or data would overtake another's records
             # and make them late, with or without ticks).
-            clicks = _clicks(seed, _start_ms(), users)
+            clicks = session_clicks(
+                seed,
+                _start_ms(),
+                users,
+                start_spread_ms=1500,
+                click_gap_ms=(100, 250),
+                session_gap_ms=(1500, 2500),
+            )
             for user, ts in clicks:
                 time.sleep(max(0.0, ts / 1000 - time.time()))  # pacing the workload
                 for producer, mode in ((plain, "clean"), (ticking, "ticks")):
@@ -234,12 +201,12 @@ def test_kafka_streams_closes_every_window_on_ticks_alone_as_data_would(
                     ts = clicks[-1][1] + step * FLUSH_STEP_MS
                     _send(plain, runs["clean"]["in"], user, ts, partitions)
             assert plain.flush(30) == 0
-            seen = _await_results(apps, results, runs, partitions, _sessions(clicks))
+            seen = _await_results(apps, results, runs, partitions, session_windows(clicks, GAP_MS))
         ticks = _ticks(kafka_bootstrap, runs["ticks"]["in"], partitions)
     finally:
         ticking.close()
 
-    expected = _sessions(clicks)
+    expected = session_windows(clicks, GAP_MS)
     assert {m.partition() for m in ticks} == set(range(partitions)), "every partition ticked"
     assert seen["ticks"]["sessions"] == expected
     assert _without_flush(seen["clean"]["sessions"]) == expected
