@@ -207,18 +207,23 @@ def _digest(path: Path) -> str:
     return f"{path.stat().st_size}:{sha.hexdigest()}"
 
 
-def build_maven_project(source_dir: Path, cache_subdir: str, what: str) -> Path:
+def build_maven_project(
+    source_dir: Path, cache_subdir: str, what: str, *, module: str | None = None
+) -> Path:
     """The directory of the jars of the Maven project in ``source_dir`` (its own and its runtime
-    dependencies), built into ``<cache>/<cache_subdir>/kstreams-<digest of the sources>`` the
+    dependencies), built into ``<cache>/<cache_subdir>/<name>-<digest of the sources>`` the
     first time, so a change of source means a new build and nothing built is committed.
     ``what`` names the project in messages. A ``target/`` directory (a local ``mvn`` run's
-    output) is neither part of the digest nor copied."""
-    sha = hashlib.sha256()
-    sources = (p for p in source_dir.rglob("*") if "target" not in p.relative_to(source_dir).parts)
-    for path in sorted(p for p in sources if p.is_file()):
-        sha.update(str(path.relative_to(source_dir)).encode())
-        sha.update(path.read_bytes())
-    target = default_cache_dir() / cache_subdir / f"kstreams-{sha.hexdigest()[:16]}"
+    output, in any module) is neither part of the digest nor copied.
+
+    With ``module``, ``source_dir`` holds a multi-module build and only that module and the
+    modules it needs are built (``mvn -pl <module> -am``); the jars are that module's, its
+    runtime dependencies' (sibling modules' jars among them) and nothing of the other modules.
+    The digest covers the whole ``source_dir``, so a change in a shared module rebuilds every
+    module's jars."""
+    digest = _sources_digest(source_dir)
+    name = "kstreams" if module is None else module
+    target = default_cache_dir() / cache_subdir / f"{name}-{digest}"
 
     def build(staging: Path) -> None:
         project = staging / "project"
@@ -231,6 +236,10 @@ def build_maven_project(source_dir: Path, cache_subdir: str, what: str) -> Path:
             "--quiet",
             "-f",
             str(project / "pom.xml"),
+        ]
+        if module is not None:
+            command += ["-pl", module, "-am"]
+        command += [
             "package",
             "-DskipTests",
             "dependency:copy-dependencies",
@@ -246,7 +255,8 @@ def build_maven_project(source_dir: Path, cache_subdir: str, what: str) -> Path:
         if result.returncode != 0:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
             raise RuntimeError(f"building {what} failed:\n{tail}")
-        for jar in (project / "target").glob("*.jar"):
+        built_dir = project if module is None else project / module
+        for jar in (built_dir / "target").glob("*.jar"):
             shutil.move(jar, lib / jar.name)
         shutil.rmtree(project)
         (staging / _BUILT).write_text("")
@@ -258,3 +268,14 @@ def build_maven_project(source_dir: Path, cache_subdir: str, what: str) -> Path:
         f"Building {what} into {target} (first run only)...",
     )
     return built / "lib"
+
+
+def _sources_digest(source_dir: Path) -> str:
+    """A digest of every file under ``source_dir`` (names and contents), ``target/`` folders
+    left out at any depth."""
+    sha = hashlib.sha256()
+    sources = (p for p in source_dir.rglob("*") if "target" not in p.relative_to(source_dir).parts)
+    for path in sorted(p for p in sources if p.is_file()):
+        sha.update(str(path.relative_to(source_dir)).encode())
+        sha.update(path.read_bytes())
+    return sha.hexdigest()[:16]

@@ -1,65 +1,33 @@
-"""The Flink companion (``readers/flink``) for the tests: build it with Maven into the jar cache
-(main and test classes, the example job among the latter; once per source change), run its unit
-tests with Maven (once per source change), and run its example job, ``TickedSessionsJob``, on a
-Flink MiniCluster in one JVM.
+"""The Flink companion (``readers/flink``, a module of ``readers/pom.xml`` on
+``progress-control-core``) for the tests: build it with Maven into the jar cache (main and test
+classes, the example job among the latter; once per source change) and run its example job,
+``TickedSessionsJob``, on a Flink MiniCluster in one JVM. Its unit tests run under Maven with
+the other modules' (``mvn -f readers/pom.xml test``, in .ci/run).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import queue
-import shutil
 import subprocess
 import threading
 from pathlib import Path
 from typing import IO
 
-from progress_control.dev.jars import build_maven_project, find_java, find_maven
-from progress_control.settings import default_cache_dir
+from progress_control.dev.jars import build_maven_project, find_java
 
-__all__ = ["FLINK_DIR", "TickedSessionsJob", "build_flink_companion", "run_unit_tests"]
+__all__ = ["FLINK_DIR", "TickedSessionsJob", "build_flink_companion"]
 
-FLINK_DIR = Path(__file__).resolve().parents[2] / "readers" / "flink"
+READERS_DIR = Path(__file__).resolve().parents[2] / "readers"
+FLINK_DIR = READERS_DIR / "flink"
 JOB_CLASS = "dev.progresscontrol.flink.example.TickedSessionsJob"
-_MAVEN_TIMEOUT_S = 900
 
 
 def build_flink_companion() -> Path:
     """The directory of the companion's jars, its example job's and their dependencies'."""
-    return build_maven_project(FLINK_DIR, "readers", "the Flink companion and its example job")
-
-
-def _sources_digest() -> str:
-    sha = hashlib.sha256()
-    files = (p for p in FLINK_DIR.rglob("*") if "target" not in p.relative_to(FLINK_DIR).parts)
-    for path in sorted(p for p in files if p.is_file()):
-        sha.update(str(path.relative_to(FLINK_DIR)).encode())
-        sha.update(path.read_bytes())
-    return sha.hexdigest()[:16]
-
-
-def run_unit_tests(work_dir: Path) -> str:
-    """Run the companion's JUnit tests (``mvn test``) on a copy of its sources, unless these
-    very sources passed before (a stamp in the jar cache); return Surefire's summary lines."""
-    stamp = default_cache_dir() / "readers" / f"flink-unit-tests-{_sources_digest()}.passed"
-    if stamp.is_file():
-        return stamp.read_text()
-    project = work_dir / "flink"
-    shutil.copytree(FLINK_DIR, project, ignore=shutil.ignore_patterns("target"))
-    command = [str(find_maven()), "--batch-mode", "--no-transfer-progress", "-f"]
-    command += [str(project / "pom.xml"), "test"]
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S, check=False
+    return build_maven_project(
+        READERS_DIR, "readers", "the Flink companion and its example job", module=FLINK_DIR.name
     )
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        tail = "\n".join(output.strip().splitlines()[-40:])
-        raise AssertionError(f"the Flink companion's unit tests failed:\n{tail}")
-    summary = "\n".join(line for line in output.splitlines() if "Tests run:" in line)
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(summary)
-    return summary
 
 
 class TickedSessionsJob:

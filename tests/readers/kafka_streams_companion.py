@@ -1,6 +1,7 @@
-"""The Kafka Streams companion (``readers/java``) for the broker tests: build it with Maven into
-the jar cache (main and test classes, the example app among the latter; once per source change)
-and run its example app, :class:`TickedWindowsApp`, in one JVM for any number of applications.
+"""The Kafka Streams companion (``readers/kafka-streams``, a module of ``readers/pom.xml`` on
+``progress-control-core``) for the broker tests: build it with Maven into the jar cache (main
+and test classes, the example app among the latter; once per source change) and run its example
+app, :class:`TickedWindowsApp`, in one JVM for any number of applications.
 """
 
 from __future__ import annotations
@@ -16,14 +17,18 @@ from progress_control.dev.jars import build_maven_project, find_java
 
 __all__ = ["COMPANION_DIR", "CompanionApps", "build_companion"]
 
-COMPANION_DIR = Path(__file__).resolve().parents[2] / "readers" / "java"
+READERS_DIR = Path(__file__).resolve().parents[2] / "readers"
+COMPANION_DIR = READERS_DIR / "kafka-streams"
 APP_CLASS = "dev.progresscontrol.kafka.streams.example.TickedWindowsApp"
 
 
 def build_companion() -> Path:
     """The directory of the companion's jars, its example app's and their dependencies'."""
     return build_maven_project(
-        COMPANION_DIR, "readers", "the Kafka Streams companion and its example app"
+        READERS_DIR,
+        "readers",
+        "the Kafka Streams companion and its example app",
+        module=COMPANION_DIR.name,
     )
 
 

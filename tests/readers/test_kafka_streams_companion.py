@@ -1,5 +1,5 @@
-"""The Kafka Streams companion (``readers/java``, docs/readers/kafka-streams.md) against the real
-thing: Kafka Streams 4.1 on the test broker reads a topic our interceptor ticks.
+"""The Kafka Streams companion (``readers/kafka-streams``, docs/readers/kafka-streams.md)
+against the real thing: Kafka Streams 4.1 on the test broker reads a topic our interceptor ticks.
 
 One JVM runs the companion's example app (``TickedWindows``) twice, on two topics holding the
 same clicks:
@@ -43,7 +43,6 @@ from tests.readers.clicks import (
     users_on_every_partition,
 )
 from tests.readers.kafka_streams_companion import CompanionApps, build_companion
-from tests.readers.kafka_streams_vectors import VECTORS_PATH, render
 
 pytestmark = [pytest.mark.broker, pytest.mark.network]
 
@@ -68,14 +67,6 @@ RUN_SPAN_MS = 25_000  # clicks (at most ~12 s), then closing (5 s), with room to
 @pytest.fixture(scope="module")
 def companion_jars() -> Path:
     return build_companion()
-
-
-def test_the_java_vectors_are_the_python_protocols() -> None:
-    """The committed vectors (``ControlVectorsTest`` checks the Java side against them) are what
-    the Python protocol decides today."""
-    assert VECTORS_PATH.read_text(encoding="utf-8") == render(), (
-        "stale vectors: run python -m tests.readers.kafka_streams_vectors"
-    )
 
 
 def _flush_users(partitions: int) -> list[str]:

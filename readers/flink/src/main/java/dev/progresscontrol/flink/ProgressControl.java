@@ -1,5 +1,9 @@
 package dev.progresscontrol.flink;
 
+import dev.progresscontrol.core.ControlMarker;
+import dev.progresscontrol.core.ControlRecordValidator;
+import java.util.ArrayList;
+import java.util.List;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.FlatMapFunction;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
@@ -10,6 +14,8 @@ import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.types.Either;
 import org.apache.flink.util.Collector;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.Headers;
 
 /**
  * The one call that puts a progress-controlled Kafka source into a job: {@link #fromSource} is
@@ -18,9 +24,34 @@ import org.apache.flink.util.Collector;
  * The drop operator has the source's parallelism and is chained to it (no serialization, no
  * network hop); the ticks have done their work by then, in the source's per-partition watermark
  * generators ({@link ProgressControlWatermarks}).
+ *
+ * <p>Also here, for any code holding a Kafka record: {@link #hasControlHeader} (is it a tick, valid
+ * or not) and {@link #headerValues}, what {@code progress-control-core}'s validator takes.
  */
 public final class ProgressControl {
+    /** The header that makes a record a control record. */
+    public static final String HEADER = ControlMarker.HEADER;
+
     private ProgressControl() {}
+
+    /** Whether {@code headers} carry a {@value #HEADER} header at all, valid or not. */
+    public static boolean hasControlHeader(Headers headers) {
+        return headers != null && headers.lastHeader(HEADER) != null;
+    }
+
+    /**
+     * The values of the {@value #HEADER} headers in {@code headers}, in record order: what
+     * {@link ControlRecordValidator#check} takes.
+     */
+    public static List<byte[]> headerValues(Headers headers) {
+        List<byte[]> values = new ArrayList<>(1);
+        if (headers != null) {
+            for (Header header : headers.headers(HEADER)) {
+                values.add(header.value());
+            }
+        }
+        return values;
+    }
 
     /**
      * {@code env.fromSource(source, watermarks, sourceName)} without the ticks.

@@ -1,5 +1,8 @@
 package dev.progresscontrol.flink;
 
+import dev.progresscontrol.core.ControlRecordValidator;
+import dev.progresscontrol.core.TrustPolicy;
+import dev.progresscontrol.core.Verdict;
 import java.io.IOException;
 import org.apache.flink.api.common.serialization.DeserializationSchema;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
@@ -86,12 +89,13 @@ public final class ProgressControlDeserializationSchema<T>
     @Override
     public void deserialize(ConsumerRecord<byte[], byte[]> record, Collector<Either<T, Long>> out)
             throws IOException {
-        if (!ControlMarker.isPresent(record.headers())) {
+        if (!ProgressControl.hasControlHeader(record.headers())) {
             values.target = out;
             inner.deserialize(record, values);
             return;
         }
-        if (validator().check(record.topic(), record.partition(), record.timestamp(), record.headers())
+        if (validator().check(record.topic(), record.partition(), record.timestamp(),
+                        ProgressControl.headerValues(record.headers()))
                 == Verdict.ACCEPTED) {
             out.collect(Either.Right(record.timestamp()));
         }

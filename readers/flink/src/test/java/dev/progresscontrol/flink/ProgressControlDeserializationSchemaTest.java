@@ -1,5 +1,7 @@
 package dev.progresscontrol.flink;
 
+import dev.progresscontrol.core.TrustPolicy;
+import dev.progresscontrol.core.Verdict;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
@@ -87,7 +89,7 @@ class ProgressControlDeserializationSchemaTest {
         // A malformed header with a value: still not data (the Python readers skip it too).
         org.apache.kafka.common.header.internals.RecordHeaders headers =
                 new org.apache.kafka.common.header.internals.RecordHeaders();
-        headers.add(ControlMarker.HEADER, new byte[] {9});
+        headers.add(ProgressControl.HEADER, new byte[] {9});
         schema.deserialize(Records.record(0, NOW, "x".getBytes(StandardCharsets.UTF_8), headers), out);
         assertEquals(List.of(), out.items);
     }

@@ -1,5 +1,6 @@
 package dev.progresscontrol.flink;
 
+import dev.progresscontrol.core.ControlRecordValidator;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -26,7 +27,7 @@ final class Records {
 
     static ConsumerRecord<byte[], byte[]> tick(int partition, long timestamp, byte[] header) {
         RecordHeaders headers = new RecordHeaders();
-        headers.add(ControlMarker.HEADER, header);
+        headers.add(ProgressControl.HEADER, header);
         return record(partition, timestamp, null, headers);
     }
 

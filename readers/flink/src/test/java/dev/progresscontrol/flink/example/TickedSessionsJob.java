@@ -1,6 +1,5 @@
 package dev.progresscontrol.flink.example;
 
-import dev.progresscontrol.flink.ControlMarker;
 import dev.progresscontrol.flink.ProgressControl;
 import dev.progresscontrol.flink.ProgressControlDeserializationSchema;
 import dev.progresscontrol.flink.ProgressControlWatermarks;
@@ -106,7 +105,7 @@ public final class TickedSessionsJob {
 
         @Override
         public void deserialize(ConsumerRecord<byte[], byte[]> record, Collector<Tuple2<String, Long>> out) {
-            if (ControlMarker.isPresent(record.headers()) || record.key() == null || record.value() == null) {
+            if (ProgressControl.hasControlHeader(record.headers()) || record.key() == null || record.value() == null) {
                 throw new IllegalStateException("the user's deserializer saw a tick: " + record);
             }
             out.collect(Tuple2.of(new String(record.key(), StandardCharsets.UTF_8), record.timestamp()));
