@@ -372,7 +372,11 @@ def test_transactional_app_keeps_committing_with_ticks_on(
     wait_for(lambda: ticks_by_partition(reader.ticks()) == {0: 2, 1: 2}, message="ticks")
 
 
-def test_broker_outage_never_blocks_the_app(tmp_path: Path) -> None:
+def test_broker_outage_never_blocks_the_app(tmp_path: Path, ack_recording: str) -> None:
+    if ack_recording == "python":
+        # What an outage exercises (the tick producer, bounded flushes) is the same on both
+        # ack paths; its own broker and the app's exit take 18 s, so it runs once.
+        pytest.skip("the outage runs on the native ack path only")
     broker = EmbeddedKafkaBroker().start()
     topic = unique_name("outage")
     process = subprocess.Popen(
