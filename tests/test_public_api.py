@@ -29,6 +29,8 @@ PUBLIC: dict[str, list[str]] = {
         "is_control_record",
         "parse_control_headers",
     ],
+    "progress_control.readers.kafka_connect": ["SINK_DROP_TICKS", "sink_drop_ticks"],
+    "progress_control.readers.tick_gate": ["TickDecision", "TickGate", "TickGateStats"],
     "progress_control.spark": [
         "BatchRange",
         "BatchResult",
