@@ -33,8 +33,6 @@ from streams_runtime.state.engines import (
     InMemorySessionEngine,
     KeyValueEngine,
     SessionEngine,
-    SqliteKeyValueEngine,
-    SqliteSessionEngine,
     make_kv_engine,
     make_session_engine,
 )
@@ -48,6 +46,7 @@ from streams_runtime.state.restore import (
     input_committed,
 )
 from streams_runtime.state.spec import StoreSpec, changelog_topic_config
+from streams_runtime.state.sqlite_engines import SqliteKeyValueEngine, SqliteSessionEngine
 from streams_runtime.state.stores import KeyValueStore, SessionStore, WindowStore, open_store
 from streams_runtime.state.task_caches import TaskCaches
 
