@@ -42,13 +42,13 @@ __all__ = [
     "merge_ordered",
 ]
 
-# What a cached entry costs CPython besides its key's and value's bytes: the bytes objects'
-# headers, the entry, its LRU and dirty-order slots (measured on 3.11 with tracemalloc), so
-# that the budget bounds the memory the cache really takes, as Kafka Streams counts its
-# ``LRUNode`` overhead. Window entries also pay for the per-key index of cached windows and the
-# key it keeps alive.
-ENTRY_OVERHEAD = 340
-WINDOW_ENTRY_OVERHEAD = 660
+# Per entry, besides key and value bytes: what Kafka Streams counts for an ``LRUNode`` and its
+# ``LRUCacheEntry`` (links, dirty flag, timestamp, offset, partition), so a budget holds as many
+# entries as Kafka Streams' does. CPython's objects are bigger: an entry really takes about 340
+# bytes besides its key and value (a window about 660, with the index of cached windows), so
+# the cache's memory is several times its budget (docs/runtime/state.md says how much).
+ENTRY_OVERHEAD = 64
+WINDOW_ENTRY_OVERHEAD = 64
 
 FlushListener = Callable[[bytes, bytes | None, bytes | None, int, Headers | None], None]
 """``(key, new value, old value, timestamp, headers)`` of one flushed dirty entry."""
