@@ -48,7 +48,6 @@ __all__ = [
 # bytes besides its key and value (a window about 660, with the index of cached windows), so
 # the cache's memory is several times its budget (docs/runtime/state.md says how much).
 ENTRY_OVERHEAD = 64
-WINDOW_ENTRY_OVERHEAD = 64
 
 FlushListener = Callable[[bytes, bytes | None, bytes | None, int, Headers | None], None]
 """``(key, new value, old value, timestamp, headers)`` of one flushed dirty entry."""

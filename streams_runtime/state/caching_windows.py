@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from streams_runtime.record import Headers
 from streams_runtime.state.caching import (
-    WINDOW_ENTRY_OVERHEAD,
+    ENTRY_OVERHEAD,
     CacheEntry,
     NamedCache,
     merge_ordered,
@@ -100,7 +100,7 @@ class CachingSessionStore(SessionStore):
             raise ValueError(f"session start {start} is after its end {end}")
         cache_key = session_changelog_key(key, start, end)
         position = self._position
-        size = len(cache_key) + (0 if value is None else len(value)) + WINDOW_ENTRY_OVERHEAD
+        size = len(cache_key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
         # Indexed before the put: a put over budget may evict this very entry, which forgets it.
         windows = self._cached.setdefault(key, [])
         if (start, end) not in windows:

@@ -35,13 +35,13 @@ from streams_runtime.state import (
     make_session_engine,
     session_changelog_key,
 )
-from streams_runtime.state.caching import WINDOW_ENTRY_OVERHEAD, merge_ordered
+from streams_runtime.state.caching import ENTRY_OVERHEAD, merge_ordered
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, SlidingWindows, TimeWindows, WindowSpec
 from tests.streams_runtime.processors.memory_context import MemoryContext
 
 _BIG = 10 * 1024 * 1024
-_SMALL = 9 * (WINDOW_ENTRY_OVERHEAD + 20) // 2  # room for about four windows: constant evictions
+_SMALL = 9 * (ENTRY_OVERHEAD + 20) // 2  # room for about four windows: constant evictions
 INPUT = TopicPartitionId("in", 0)
 
 
@@ -182,7 +182,7 @@ def test_a_flush_writes_each_dirty_window_once_with_its_latest_source() -> None:
 
 
 def test_eviction_flushes_the_store_cache_least_recently_used_first() -> None:
-    entry = WINDOW_ENTRY_OVERHEAD + len(session_changelog_key(b"a", 0, 0)) + 1
+    entry = ENTRY_OVERHEAD + len(session_changelog_key(b"a", 0, 0)) + 1
     store, inner, _, _ = _store(2 * entry)
     flushed: list[bytes] = []
     store.set_flush_listener(lambda k, *_rest: flushed.append(k))
