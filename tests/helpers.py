@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
+from typing import IO, Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from harness.waiting import unique_name, wait_for
 from progress_control.protocol import is_control_record
 
-__all__ = ["TopicReader", "ticks_by_partition", "unique_name", "wait_for"]
+__all__ = ["TopicReader", "stop_child", "ticks_by_partition", "unique_name", "wait_for"]
 
 
 class TopicReader:
@@ -51,3 +54,18 @@ def ticks_by_partition(ticks: list[Message]) -> dict[int, int]:
     for tick in ticks:
         counts[tick.partition() or 0] = counts.get(tick.partition() or 0, 0) + 1
     return counts
+
+
+def stop_child(process: subprocess.Popen[Any], log: IO[Any]) -> None:
+    """Stop a child JVM that runs until its stdin closes (the Kafka Streams and Flink apps the
+    tests drive): close stdin, wait a minute, kill it if it is still there; close its log."""
+    try:
+        if process.stdin is not None and not process.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.close()
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    finally:
+        log.close()

@@ -8,7 +8,6 @@ goes to a file, named in every error.
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import subprocess
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from progress_control.dev.jars import build_maven_project, find_java
+from tests.helpers import stop_child
 
 __all__ = ["KafkaStreamsApps", "build_conformance_app"]
 
@@ -118,16 +118,7 @@ class KafkaStreamsApps:
         self._await("stopped", app_id, timeout_s)
 
     def close(self) -> None:
-        try:
-            if self._process.stdin is not None and not self._process.stdin.closed:
-                with contextlib.suppress(BrokenPipeError):
-                    self._process.stdin.close()
-            self._process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        finally:
-            self._log.close()
+        stop_child(self._process, self._log)
 
     def __enter__(self) -> KafkaStreamsApps:
         return self

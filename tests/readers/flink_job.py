@@ -7,7 +7,6 @@ the other modules' (``mvn -f readers/pom.xml test``, in .ci/run).
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import subprocess
 import threading
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from progress_control.dev.jars import build_maven_project, find_java
+from tests.helpers import stop_child
 
 __all__ = ["FLINK_DIR", "TickedSessionsJob", "build_flink_companion"]
 
@@ -104,16 +104,7 @@ class TickedSessionsJob:
             )
 
     def close(self) -> None:
-        try:
-            if self._process.stdin is not None and not self._process.stdin.closed:
-                with contextlib.suppress(BrokenPipeError):
-                    self._process.stdin.close()
-            self._process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        finally:
-            self._log.close()
+        stop_child(self._process, self._log)
 
     def __enter__(self) -> TickedSessionsJob:
         return self

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from progress_control.dev.jars import build_maven_project, find_java
+from tests.helpers import stop_child
 
 __all__ = ["COMPANION_DIR", "CompanionApps", "build_companion"]
 
@@ -99,15 +100,7 @@ class CompanionApps:
                     ) from None
 
     def close(self) -> None:
-        try:
-            if self._process.stdin is not None and not self._process.stdin.closed:
-                self._process.stdin.close()
-            self._process.wait(timeout=60)
-        except (subprocess.TimeoutExpired, BrokenPipeError):
-            self._process.kill()
-            self._process.wait()
-        finally:
-            self._log.close()
+        stop_child(self._process, self._log)
 
     def __enter__(self) -> CompanionApps:
         return self
