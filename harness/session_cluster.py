@@ -87,7 +87,6 @@ STARTUP_TIMEOUT_S = 180.0
 DRAIN_TIMEOUT_S = 180.0
 
 Guarantee = Literal["exactly_once", "at_least_once"]
-Assignor = Literal["cooperative-sticky", "range"]
 TopicPartitionKey = tuple[str, int]
 
 
@@ -601,8 +600,6 @@ class ClusterConfig:
     sink: str
     guarantee: Guarantee = "exactly_once"
     progress_propagation: bool = True
-    assignor: Assignor | None = None
-    """The consumers' ``partition.assignment.strategy`` (default: the runtime's choice)."""
 
     def env(self) -> dict[str, str]:
         prefix = "PROGRESS_CONTROL_RUNTIME_"
@@ -620,8 +617,6 @@ class ClusterConfig:
         }
         if self.guarantee == "at_least_once":
             settings["COMMIT_INTERVAL_MS"] = str(ALOS_COMMIT_INTERVAL_MS)
-        if self.assignor is not None:
-            settings["CONSUMER__PARTITION_ASSIGNMENT_STRATEGY"] = self.assignor
         return {
             **os.environ,
             "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -987,11 +982,6 @@ class Plan:
     guarantee: Guarantee = "exactly_once"
     progress_propagation: bool = True
     instances: int = 3
-    assignor: Assignor | None = None
-    """None: the runtime's (cooperative-sticky here). It balances partition counts, so with two
-    instances one may own every input partition and the other every repartition partition:
-    then no instance's inputs go idle while the other's are paused. ``range`` splits each
-    topic between the members."""
     seed: int = 1
     users: int = 36
     wave_s: float = 5.0
@@ -1086,7 +1076,6 @@ class _Run:
             self.sink,
             plan.guarantee,
             plan.progress_propagation,
-            plan.assignor,
         )
         self.cluster = SessionCluster(self.config, workdir)
         self.writer = ClickWriter(bootstrap, self.source, plan.seed)

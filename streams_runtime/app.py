@@ -171,6 +171,7 @@ class App:
                 metrics=self.metrics,
                 active_tasks=lambda: thread.active_tasks,
                 restoring_tasks=lambda: thread.restoring_tasks,
+                group_member=thread.group_member,
             )
         self.queries = InteractiveQueries(
             self.topology,
@@ -193,6 +194,7 @@ class App:
             self.replicator.endpoint = self.query_endpoint
             thread.assignment_listener = self.replicator.wake
             thread.warm_stores = self.replicator.warm_stores
+            thread.join_gate = self.replicator.ready_to_join
             self.replicator.start()
         return query_server
 

@@ -31,7 +31,13 @@ from progress_control.settings import (
 from progress_control.trust import TrustPolicy
 from streams_runtime.queries.security import check_query_settings
 
-__all__ = ["BadRecordPolicy", "ProcessingGuarantee", "RuntimeSettings", "StateEngine"]
+__all__ = [
+    "BadRecordPolicy",
+    "GroupProtocol",
+    "ProcessingGuarantee",
+    "RuntimeSettings",
+    "StateEngine",
+]
 
 
 class ProcessingGuarantee(enum.StrEnum):
@@ -55,6 +61,31 @@ class BadRecordPolicy(enum.StrEnum):
     LOG_AND_SKIP = "log-and-skip"
     DEAD_LETTER = "dead-letter"
     """Send the original bytes with error headers to ``dead_letter_topic``, then skip."""
+
+
+class GroupProtocol(enum.StrEnum):
+    """How the instances of an application share its tasks (docs/runtime/scaling.md)."""
+
+    AUTO = "auto"
+    """KIP-848's protocol where the broker has it (Apache Kafka 4.0 and later), else classic."""
+    CONSUMER = "consumer"
+    """KIP-848 (``group.protocol=consumer``) with the broker's ``range`` assignor: every
+    sub-topology spread evenly, co-partitioned inputs together, incremental rebalances."""
+    CLASSIC = "classic"
+    """The classic protocol with librdkafka's ``range`` assignor: the same spread, but every
+    rebalance stops all processing (eager)."""
+
+
+# The consumer properties the runtime sets itself: the group's assignment depends on them
+# (docs/runtime/scaling.md).
+_RUNTIME_CONSUMER_KEYS = frozenset(
+    {
+        "group.protocol",
+        "group.remote.assignor",
+        "partition.assignment.strategy",
+        "group.instance.id",
+    }
+)
 
 
 class RuntimeSettings(ControlTrustSettings, SigningSettings):
@@ -153,6 +184,30 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         "/health/live fails (plus restore_timeout_s while a task restores); default "
         "max(60000, 3 * max(poll_timeout_ms, commit_interval_ms)). Must exceed both.",
     )
+    group_protocol: GroupProtocol = Field(
+        GroupProtocol.AUTO,
+        description="auto: KIP-848 (consumer) where the broker supports it, else classic. "
+        "Both spread every sub-topology's tasks evenly; consumer rebalances incrementally.",
+    )
+    static_membership: bool = Field(
+        False,
+        description="Join as a static member (group.instance.id = the instance id, KIP-345): "
+        "a restart within the session timeout gets its tasks back without a rebalance, but a "
+        "clean stop also keeps them unprocessed until the session times out.",
+    )
+    warmup_timeout_ms: int = Field(
+        60_000,
+        ge=0,
+        description="A starting instance first restores the tasks it will own as warm-up "
+        "copies, and joins the group once they are within acceptable_recovery_lag or after "
+        "this long (0: join at once). Needs num_standby_replicas > 0 or application_server.",
+    )
+    acceptable_recovery_lag: int = Field(
+        10_000,
+        ge=0,
+        description="Changelog records a warm-up copy may still be behind when its instance "
+        "joins (Kafka Streams' acceptable.recovery.lag).",
+    )
     num_standby_replicas: int = Field(
         0, ge=0, description="Warm copies of every store partition on other instances (KIP-535)."
     )
@@ -220,6 +275,17 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         if isinstance(value, str):
             return {"exactly_once_v2": "exactly_once", "exactly_once_beta": "exactly_once"}.get(
                 value, value
+            )
+        return value
+
+    @field_validator("consumer", "kafka")
+    @classmethod
+    def _no_assignment_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        found = sorted(_RUNTIME_CONSUMER_KEYS.intersection(value))
+        if found:
+            raise ValueError(
+                f"{', '.join(found)}: set by the runtime (group_protocol chooses the protocol "
+                "and the range assignor; static_membership sets group.instance.id)"
             )
         return value
 

@@ -297,6 +297,11 @@ class EmbeddedKafkaBroker:
             "offsets.topic.num.partitions": "4",
             "transaction.state.log.num.partitions": "4",
             "group.initial.rebalance.delay.ms": "0",
+            # KIP-848 groups take their session timeout and heartbeat interval from the broker
+            # (or a group's own config within these bounds): allow the short ones tests and the
+            # demo use, as the classic protocol's 6 s minimum did.
+            "group.consumer.min.session.timeout.ms": "1000",
+            "group.consumer.min.heartbeat.interval.ms": "100",
             "auto.create.topics.enable": "true",
             **self.settings.server_properties,
         }

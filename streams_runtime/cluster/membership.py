@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams_runtime.cluster.assignment import GroupMember
+
 __all__ = [
     "LIVENESS_INTERVALS",
     "MEMBERSHIP_VERSION",
@@ -103,6 +105,7 @@ class MemberInfo:
 
     {"version": 1, "instance_id": "...", "endpoint": "host:port" | null,
      "heartbeat_ms": <epoch ms>, "interval_ms": 1000,
+     "group_member_id": "..." | null, "group_instance_id": "..." | null, "joining": false,
      "active": {"store": [0, 2]}, "restoring": {...}, "standby": {...},
      "lags": {"store": {"0": {"current_offset": .., "end_offset": .., "offset_lag": ..,
                               "time_lag_ms": ..}}}}
@@ -116,10 +119,25 @@ class MemberInfo:
     restoring: Partitions = field(default_factory=dict)
     standby: Partitions = field(default_factory=dict)
     lags: dict[str, dict[int, LagInfo]] = field(default_factory=dict)
+    group_member_id: str | None = None
+    """The stream thread's consumer's member id (None until it has one)."""
+    group_instance_id: str | None = None
+    """Its ``group.instance.id`` under static membership."""
+    joining: bool = False
+    """Warming up the tasks it will own before it joins the group (docs/runtime/scaling.md)."""
 
-    def live(self, now_ms: int) -> bool:
-        """Whether the heartbeat is younger than three publishing intervals."""
-        return now_ms - self.heartbeat_ms < LIVENESS_INTERVALS * self.interval_ms
+    @property
+    def group_member(self) -> GroupMember | None:
+        """This instance as the range assignor orders members; None while it has no member
+        id."""
+        if self.group_member_id is None:
+            return None
+        return GroupMember.of(self.instance_id, self.group_instance_id, self.group_member_id)
+
+    def live(self, now_ms: int, at_least_ms: int = 0) -> bool:
+        """Whether the heartbeat is younger than three publishing intervals (or
+        ``at_least_ms``, when longer)."""
+        return now_ms - self.heartbeat_ms < max(LIVENESS_INTERVALS * self.interval_ms, at_least_ms)
 
     def role(self, sp: StorePartition) -> str | None:
         """``active``, ``standby``, ``restoring`` or ``None`` for ``sp`` on this instance (a
@@ -151,6 +169,9 @@ class MemberInfo:
                 "endpoint": self.endpoint,
                 "heartbeat_ms": self.heartbeat_ms,
                 "interval_ms": self.interval_ms,
+                "group_member_id": self.group_member_id,
+                "group_instance_id": self.group_instance_id,
+                "joining": self.joining,
                 "active": {s: list(p) for s, p in self.active.items()},
                 "restoring": {s: list(p) for s, p in self.restoring.items()},
                 "standby": {s: list(p) for s, p in self.standby.items()},
@@ -174,6 +195,10 @@ class MemberInfo:
                 return {str(s): tuple(sorted(int(p) for p in ps)) for s, ps in value.items()}
 
             endpoint = data.get("endpoint")
+            member_id, group_instance_id = (
+                data.get("group_member_id"),
+                data.get("group_instance_id"),
+            )
             return cls(
                 instance_id=str(data["instance_id"]),
                 endpoint=None if endpoint is None else str(endpoint),
@@ -186,6 +211,9 @@ class MemberInfo:
                     str(store): {int(p): LagInfo.from_json(lag) for p, lag in lags.items()}
                     for store, lags in data.get("lags", {}).items()
                 },
+                group_member_id=None if member_id is None else str(member_id),
+                group_instance_id=None if group_instance_id is None else str(group_instance_id),
+                joining=bool(data.get("joining", False)),
             )
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a membership record: {exc}") from exc
@@ -222,7 +250,7 @@ class MembershipView:
         with self._lock:
             return dict(self._members)
 
-    def live(self, now_ms: int | None = None) -> dict[str, MemberInfo]:
+    def live(self, now_ms: int | None = None, at_least_ms: int = 0) -> dict[str, MemberInfo]:
         """Members whose heartbeat is recent (see :meth:`MemberInfo.live`)."""
         now = epoch_ms() if now_ms is None else now_ms
-        return {i: m for i, m in self.members().items() if m.live(now)}
+        return {i: m for i, m in self.members().items() if m.live(now, at_least_ms)}

@@ -36,6 +36,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from streams_runtime.cluster.assignment import task_owners
 from streams_runtime.cluster.changelog_lags import GroupOffsets, local_lags
 from streams_runtime.cluster.membership import (
     LagInfo,
@@ -65,6 +66,7 @@ __all__ = ["Replicator"]
 logger = logging.getLogger(__name__)
 
 _BATCH = 1000
+_DEFAULT_SESSION_TIMEOUT_MS = 45_000  # librdkafka's, and KIP-848 brokers' group default
 
 
 class Replicator:
@@ -80,6 +82,7 @@ class Replicator:
         metrics: RuntimeMetrics,
         active_tasks: Callable[[], frozenset[TaskId]],
         restoring_tasks: Callable[[], frozenset[TaskId]],
+        group_member: Callable[[], tuple[str | None, str | None]] = lambda: (None, None),
     ) -> None:
         self.topology = topology
         self.settings = settings
@@ -101,6 +104,21 @@ class Replicator:
             )
         self._active_tasks = active_tasks
         self._restoring_tasks = restoring_tasks
+        self._group_member = group_member
+        # Tasks per sub-topology: the partition count of its (co-partitioned) source topics.
+        self._tasks_per_subtopology = {
+            sub.id: partition_counts.get(sub.source_topics[0], 0) for sub in topology.subtopologies
+        }
+        # Placement counts an instance in the group as long as the broker does (until its session
+        # times out), not only while its heartbeats are fresh: a late heartbeat on a busy
+        # machine must not move every standby away and back.
+        self._group_session_ms = int(
+            settings.consumer_config().get("session.timeout.ms", _DEFAULT_SESSION_TIMEOUT_MS)
+        )
+        self.joining = False
+        """Warming up before the stream thread joins the group (:meth:`ready_to_join`)."""
+        self._join_deadline: float | None = None
+        self._membership_loaded = False
         self._interval_s = settings.membership_interval_ms / 1000
         # Logged stores: spec, sub-topology, changelog topic, partition count.
         self.stores: dict[str, tuple[StoreSpec, int, str, int]] = {}
@@ -129,7 +147,11 @@ class Replicator:
             "fetch.wait.max.ms": "50",
         }
         self._membership_consumer = Consumer(
-            {**common, "group.id": f"{settings.application_id}-membership-{suffix}"}
+            {
+                **common,
+                "group.id": f"{settings.application_id}-membership-{suffix}",
+                "enable.partition.eof": "true",  # the view is complete: joins may be planned
+            }
         )
         self._changelog_consumer = Consumer(
             {
@@ -205,11 +227,7 @@ class Replicator:
         for msg in self._membership_consumer.consume(_BATCH, 0):
             error = msg.error()
             if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    logger.warning(
-                        "membership consumer: %(error)s",
-                        {"topic": self.settings.membership_topic, "error": str(error)},
-                    )
+                self._membership_error(error)
                 continue
             key = msg.key()
             if key is None:
@@ -245,6 +263,15 @@ class Replicator:
             if not self.view.update(instance, info):
                 self._security.reject_membership(instance, "replayed", "older than the one held")
 
+    def _membership_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            self._membership_loaded = True
+            return
+        logger.warning(
+            "membership consumer: %(error)s",
+            {"topic": self.settings.membership_topic, "error": str(error)},
+        )
+
     def _local_partitions(self, tasks: frozenset[TaskId]) -> set[StorePartition]:
         return {
             StorePartition(name, task.partition)
@@ -261,6 +288,7 @@ class Replicator:
         with self._standby_lock:
             standby = set(self.standbys) - active
         lags = self.local_lags(active, restoring, standby) if with_lags else {}
+        member_id, group_instance_id = self._group_member()
         return MemberInfo(
             instance_id=self.instance_id,
             endpoint=self.endpoint,
@@ -273,6 +301,9 @@ class Replicator:
                 store: {sp.partition: lag for sp, lag in lags.items() if sp.store == store}
                 for store in sorted({sp.store for sp in lags})
             },
+            group_member_id=member_id,
+            group_instance_id=group_instance_id,
+            joining=self.joining,
         )
 
     def publish(self) -> MemberInfo:
@@ -331,24 +362,15 @@ class Replicator:
 
     def _place_standbys(self) -> None:
         count = self.settings.num_standby_replicas
-        if count <= 0:
-            return
         active = self._local_partitions(self._active_tasks())
         restoring = self._local_partitions(self._restoring_tasks())
-        members = self.view.live()
+        members = self.view.live(at_least_ms=self._group_session_ms)
         # Our own record in the view may be a moment old: use the current assignment.
-        members[self.instance_id] = MemberInfo(
-            self.instance_id,
-            self.endpoint,
-            epoch_ms(),
-            self.settings.membership_interval_ms,
-            active=partitions_by_store(active),
-            restoring=partitions_by_store(restoring - active),
-        )
+        members[self.instance_id] = self.member_info(with_lags=False)
         with self._standby_lock:
             current = set(self.standbys)
         wanted: set[StorePartition] = set()
-        for name, (_spec, _sub, _topic, partitions) in self.stores.items():
+        for name, (_spec, sub, _topic, partitions) in self.stores.items():
             for partition in range(partitions):
                 sp = StorePartition(name, partition)
                 if sp in active:
@@ -358,13 +380,72 @@ class Replicator:
                     if sp in current:
                         wanted.add(sp)
                     continue
-                placement = standby_placement(sp, members, count)
+                placement = standby_placement(
+                    sp, TaskId(sub, partition), members, count, self._tasks_per_subtopology
+                )
                 if (placement is None and sp in current) or (
                     placement is not None and self.instance_id in placement
                 ):
                     wanted.add(sp)
         if wanted != current:
             self._set_standbys(wanted)
+
+    # -- warm-ups -----------------------------------------------------------------------------
+
+    def ready_to_join(self) -> bool:
+        """The stream thread's join gate (KIP-441's warm-ups, docs/runtime/scaling.md): this
+        instance announces itself as joining, every instance places a warm-up copy of each
+        task it will own on it, and it joins once those copies are within
+        ``acceptable_recovery_lag``, or ``warmup_timeout_ms`` has passed, or no running
+        instance holds state to warm up from."""
+        now = time.monotonic()
+        if self._join_deadline is None:
+            if self.settings.warmup_timeout_ms <= 0:
+                return True
+            self._join_deadline = now + self.settings.warmup_timeout_ms / 1000
+            self.joining = True
+            self.wake()
+            return False
+        if not self.joining:
+            return True
+        behind = self._warmups_behind()
+        if behind is not None and not behind:
+            return self._join("warm-up copies caught up")
+        if now >= self._join_deadline:
+            return self._join(f"warm-up timeout; still behind: {behind or 'unknown'}")
+        return False
+
+    def _warmups_behind(self) -> list[StorePartition] | None:
+        """Store partitions of the tasks this instance will own whose local copy is not within
+        ``acceptable_recovery_lag``; None while that is not known yet."""
+        if not self._membership_loaded:
+            return None
+        me = self.member_info(with_lags=False).group_member
+        if me is None:
+            return []  # classic protocol: no member id before joining, nothing to plan with
+        members = self.view.live(at_least_ms=self._group_session_ms)
+        members.pop(self.instance_id, None)
+        if not any(m.group_member is not None and not m.joining for m in members.values()):
+            return []  # nobody runs: nothing is warmer than the changelogs
+        everyone = [m.group_member for m in members.values() if m.group_member is not None]
+        owners = task_owners([*everyone, me], self._tasks_per_subtopology)
+        mine = frozenset(task for task, owner in owners.items() if owner == self.instance_id)
+        behind = []
+        for sp in sorted(self._local_partitions(mine)):
+            lag = self.standby_lag(sp)
+            if (
+                lag is None
+                or lag.current_offset < 0
+                or not 0 <= lag.offset_lag <= self.settings.acceptable_recovery_lag
+            ):
+                behind.append(sp)
+        return behind
+
+    def _join(self, why: str) -> bool:
+        logger.info("joining the group: %(why)s", {"why": why})
+        self.joining = False
+        self.wake()
+        return True
 
     def _fold_standbys(self) -> None:
         """Give the standbys the application's committed offsets of the inputs behind their

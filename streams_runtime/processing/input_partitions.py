@@ -1,5 +1,11 @@
 """The consumer's input partitions as the stream thread and its task manager share them: which
-are assigned, which are paused, and how far each was fetched (for KIP-695's lag)."""
+are assigned, which are paused, and how far each was fetched (for KIP-695's lag).
+
+Every call here may name a partition a rebalance has just taken away, or one whose fetcher has
+not started yet (librdkafka answers a seek then with ``_STATE``, "Erroneous state"): neither is
+an error of the application. A partition no longer assigned is left alone; a seek the consumer
+cannot take yet is kept, with the partition paused, and tried again every loop turn
+(:meth:`InputPartitions.retry_seeks`), so its records are never read from anywhere else."""
 
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ class InputPartitions:
         self.paused: set[TopicPartitionId] = set()
         self._fetched: dict[TopicPartitionId, int] = {}
         self._eof: dict[TopicPartitionId, int] = {}
+        # Seeks the consumer could not take yet: offset, and whether to resume after it.
+        self._pending_seeks: dict[TopicPartitionId, tuple[int, bool]] = {}
 
     # -- fetch positions ----------------------------------------------------------------------
 
@@ -58,12 +66,19 @@ class InputPartitions:
     # -- pauses and seeks -----------------------------------------------------------------------
 
     def pause(self, partitions: list[TopicPartitionId]) -> None:
-        self._consumer.pause([TopicPartition(t.topic, t.partition) for t in partitions])
-        self.paused.update(partitions)
+        partitions = [tp for tp in partitions if tp in self.assigned]
+        if partitions:
+            self._consumer.pause([TopicPartition(t.topic, t.partition) for t in partitions])
+            self.paused.update(partitions)
 
     def resume(self, partitions: list[TopicPartitionId]) -> None:
-        self._consumer.resume([TopicPartition(t.topic, t.partition) for t in partitions])
-        self.paused.difference_update(partitions)
+        # Not before a pending seek is taken: the fetch would start at the wrong offset.
+        partitions = [
+            tp for tp in partitions if tp in self.assigned and tp not in self._pending_seeks
+        ]
+        if partitions:
+            self._consumer.resume([TopicPartition(t.topic, t.partition) for t in partitions])
+            self.paused.difference_update(partitions)
 
     def hold(self, tp: TopicPartitionId, offset: int) -> None:
         """Fetched, but no task owns ``tp`` yet: go back to ``offset`` and pause it until one
@@ -72,25 +87,44 @@ class InputPartitions:
             "no task owns %(topic)s[%(partition)d] yet; pausing it",
             {"topic": tp.topic, "partition": tp.partition, "offset": offset},
         )
-        ktp = TopicPartition(tp.topic, tp.partition, offset)
-        self._consumer.seek(ktp)
-        self._consumer.pause([ktp])
-        self.paused.add(tp)
+        self.pause([tp])
         self._fetched.pop(tp, None)
+        self._seek(tp, offset, resume=False)
 
     def start(self, tp: TopicPartitionId, committed: int, *, seek: bool) -> None:
         """A new task owns ``tp``: forget its fetch position; with ``seek``, or when it was held
         back, read it from the ``committed`` offset (the beginning when none)."""
         self._fetched.pop(tp, None)
         self._eof.pop(tp, None)
+        if tp not in self.assigned:
+            return  # revoked or lost meanwhile
         if seek or tp in self.paused:
-            ktp = TopicPartition(
-                tp.topic, tp.partition, committed if committed >= 0 else OFFSET_BEGINNING
-            )
+            self._seek(tp, committed if committed >= 0 else OFFSET_BEGINNING, resume=True)
+
+    def retry_seeks(self) -> None:
+        """Try the seeks the consumer could not take before (the stream thread calls this
+        every loop turn)."""
+        for tp, (offset, resume) in list(self._pending_seeks.items()):
+            del self._pending_seeks[tp]
+            self._seek(tp, offset, resume=resume)
+
+    def _seek(self, tp: TopicPartitionId, offset: int, *, resume: bool) -> None:
+        ktp = TopicPartition(tp.topic, tp.partition, offset)
+        try:
             self._consumer.seek(ktp)
-            if tp in self.paused:
-                self._consumer.resume([ktp])
-                self.paused.discard(tp)
+        except KafkaException as exc:
+            # Not fetching yet (its committed offset is still being looked up) or being taken
+            # away: paused until the seek is taken, or the partition is forgotten.
+            logger.debug(
+                "seek of %(topic)s[%(partition)d] to %(offset)d deferred: %(error)s",
+                {"topic": tp.topic, "partition": tp.partition, "offset": offset, "error": exc},
+            )
+            if tp not in self.paused:
+                self.pause([tp])
+            self._pending_seeks[tp] = (offset, resume)
+            return
+        if resume and tp in self.paused:
+            self.resume([tp])
 
     def forget(self, partitions: Iterable[TopicPartitionId]) -> None:
         """Revoked or lost."""
@@ -100,3 +134,4 @@ class InputPartitions:
         for tp in partitions:
             self._fetched.pop(tp, None)
             self._eof.pop(tp, None)
+            self._pending_seeks.pop(tp, None)

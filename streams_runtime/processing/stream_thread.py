@@ -26,13 +26,23 @@ from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedE
 from streams_runtime.health import Heartbeat
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import RecordCollector
-from streams_runtime.processing.commit_strategy import OffsetCommitHook, commit_strategy_for
+from streams_runtime.processing.commit_strategy import (
+    CommitStrategy,
+    OffsetCommitHook,
+    commit_strategy_for,
+)
+from streams_runtime.processing.group_protocol import (
+    JoinFailure,
+    classify_join_error,
+    consumer_group_config,
+    set_group_timeouts,
+)
 from streams_runtime.processing.input_partitions import InputPartitions
 from streams_runtime.processing.task import StreamTask, WarmStores
 from streams_runtime.processing.task_manager import TaskManager
 from streams_runtime.progress import Progress
 from streams_runtime.record import SourceRecord, TaskId, TopicPartitionId
-from streams_runtime.settings import RuntimeSettings
+from streams_runtime.settings import GroupProtocol, RuntimeSettings
 from streams_runtime.topology import Topology
 
 __all__ = ["StreamThread"]
@@ -43,6 +53,8 @@ _FETCH_BATCH = 1000
 _PROCESS_BUDGET = 1000  # records per task per loop turn, so one busy task cannot starve the rest
 _SHORT_POLL_S = 0.005  # while tasks hold records but wait (idling), poll briefly
 _WAIT_LOG_S = 10.0  # how often to report tasks that hold records but wait
+_JOIN_GATE_POLL_S = 0.2
+_REJOIN_BACKOFF_S = 1.0
 
 RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
@@ -84,41 +96,37 @@ class StreamThread:
         self._internal_topics = frozenset(topology.repartition_topics)
         # At-least-once or exactly-once: decided here, once, for the consumer, the producer and
         # every commit.
-        strategy = commit_strategy_for(settings)
+        self._strategy_for = commit_strategy_for(settings)
         self.collector = RecordCollector(
-            settings, instance_id, metrics, transactional=strategy.transactional
+            settings, instance_id, metrics, transactional=self._strategy_for.transactional
         )
-        multi_input = any(len(s.source_topics) > 1 for s in topology.subtopologies)
-        config: dict[str, object] = {
-            # Co-partitioned inputs of one task must land on one instance. librdkafka cannot
-            # run Kafka Streams' own assignor; the range assignor gives partition p of every
-            # equally partitioned topic to the same member, cooperative-sticky does not.
-            "partition.assignment.strategy": "range" if multi_input else "cooperative-sticky",
-            "auto.offset.reset": "earliest",
-            **settings.consumer_config(),
-            "group.id": settings.application_id,
-            "enable.auto.commit": "false",
-            "enable.auto.offset.store": "false",
-            "enable.partition.eof": "true",
-            "isolation.level": strategy.isolation_level,
-        }
-        self.consumer = Consumer(config)
-        self._partitions = InputPartitions(self.consumer)
+        self._instance_id = instance_id
+        self._before_offset_commit = before_offset_commit
+        self._bad_records = BadRecordHandler(
+            settings.bad_record_policy,
+            settings.dead_letter_topic or f"{settings.application_id}-dlq",
+            self.collector.send,
+            metrics,
+        )
+        self._protocol = (
+            GroupProtocol.CONSUMER
+            if settings.group_protocol is GroupProtocol.AUTO
+            else settings.group_protocol
+        )
+        self._joined = False  # an assignment came (a join failure is then a real failure)
+        self.join_gate: Callable[[], bool] | None = None
+        """Called before the consumer joins the group, until it returns True (warm-ups)."""
+        strategy, cooperative = self._connect()
         self.task_manager = TaskManager(
             topology,
             settings,
             self.consumer,
             self.collector,
-            strategy(self.collector, self.consumer, before_offset_commit=before_offset_commit),
+            strategy,
             self._partitions,
             metrics=metrics,
-            bad_records=BadRecordHandler(
-                settings.bad_record_policy,
-                settings.dead_letter_topic or f"{settings.application_id}-dlq",
-                self.collector.send,
-                metrics,
-            ),
-            cooperative=config["partition.assignment.strategy"] == "cooperative-sticky",
+            bad_records=self._bad_records,
+            cooperative=cooperative,
         )
         # Ticks follow the committed bounds of every task writing a topic, read back by a thread
         # of their own (:mod:`streams_runtime.progress`).
@@ -134,6 +142,31 @@ class StreamThread:
                 partitions_of=self._partitions_of,
                 metrics=metrics,
             )
+
+    def _connect(self) -> tuple[CommitStrategy, bool]:
+        """A consumer for :attr:`_protocol`, and what reads through it: its commit strategy, and
+        whether its rebalances are incremental."""
+        settings = self._settings
+        config: dict[str, object] = {
+            "auto.offset.reset": "earliest",
+            **consumer_group_config(settings, self._protocol, self._instance_id),
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            "enable.partition.eof": "true",
+            "isolation.level": self._strategy_for.isolation_level,
+        }
+        if self._protocol is GroupProtocol.CONSUMER:
+            set_group_timeouts(settings)
+        self.consumer = Consumer(config)
+        # Known at once under KIP-848 (the client makes it), on joining under classic. Kept
+        # here: asking librdkafka is a round trip through its main thread.
+        self._member_id: str | None = self.consumer.memberid() or None
+        self._partitions = InputPartitions(self.consumer)
+        strategy = self._strategy_for(
+            self.collector, self.consumer, before_offset_commit=self._before_offset_commit
+        )
+        # KIP-848 is incremental; librdkafka's classic range assignor is eager.
+        return strategy, self._protocol is GroupProtocol.CONSUMER
 
     # -- what other threads read (membership, interactive queries) --------------------------
 
@@ -174,6 +207,12 @@ class StreamThread:
     @warm_stores.setter
     def warm_stores(self, warm_stores: WarmStores | None) -> None:
         self.task_manager.warm_stores = warm_stores
+
+    def group_member(self) -> tuple[str | None, str | None]:
+        """The consumer's member id and ``group.instance.id`` (how the range assignor orders
+        this instance; :mod:`streams_runtime.cluster.assignment`). Any thread."""
+        static = self._instance_id if self._settings.static_membership else None
+        return self._member_id, static
 
     def lag(self, tp: TopicPartitionId) -> int | None:
         """KIP-695's lag of ``tp`` (see :meth:`InputPartitions.lag`)."""
@@ -245,12 +284,49 @@ class StreamThread:
 
     def _subscribe(self) -> None:
         self._set_state(AppState.REBALANCING)
+        if self.join_gate is not None:
+            while not self._stopping.is_set() and not self.join_gate():
+                self.heartbeat.beat()
+                self._stopping.wait(_JOIN_GATE_POLL_S)
         self.consumer.subscribe(
             list(self._topology.source_topics),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
+
+    def _join_failed(self, error: KafkaError) -> bool:
+        """A fatal ``error`` before the first assignment: join again when it says how (KIP-848
+        missing: the classic protocol; this instance's killed predecessor still a member: the
+        same, a moment later). Whether it was handled."""
+        if self._joined:
+            return False
+        failure = classify_join_error(error)
+        if failure == JoinFailure.UNSUPPORTED and (
+            self._settings.group_protocol is GroupProtocol.AUTO
+            and self._protocol is GroupProtocol.CONSUMER
+        ):
+            logger.warning(
+                "the broker does not support KIP-848 consumer groups (%(error)s); joining with "
+                "the classic protocol, whose rebalances stop every task",
+                {"error": str(error)},
+            )
+            self._protocol = GroupProtocol.CLASSIC
+        elif failure == JoinFailure.INSTANCE_ID_IN_USE:
+            logger.warning(
+                "instance %(instance)s is still a member of the group (a previous process of "
+                "this instance that did not leave, until its session times out); joining again "
+                "in %(retry)s s",
+                {"instance": self._instance_id, "retry": _REJOIN_BACKOFF_S},
+            )
+            self._stopping.wait(_REJOIN_BACKOFF_S)
+        else:
+            return False
+        self.consumer.close()
+        strategy, cooperative = self._connect()
+        self.task_manager.reconnect(self.consumer, strategy, self._partitions, cooperative)
+        self._subscribe()
+        return True
 
     # -- rebalance callbacks (called from consume, and from close) ---------------------------
 
@@ -259,6 +335,8 @@ class StreamThread:
             # Stopping: no task to restore for an assignment about to be given up.
             return
         self._set_state(AppState.REBALANCING)
+        self._joined = True
+        self._member_id = consumer.memberid() or None
         self._guarded(self.task_manager.on_assign, consumer, partitions)
         if self._callback_error is None and not self.task_manager.restoring_tasks:
             self._set_state(AppState.RUNNING)
@@ -291,6 +369,7 @@ class StreamThread:
         self._raise_callback_error()
         if self.task_manager.finish_restores() and not self.restoring_tasks:
             self._set_state(AppState.RUNNING)
+        self._partitions.retry_seeks()
 
     def _raise_callback_error(self) -> None:
         error, self._callback_error = self._callback_error, None
@@ -369,7 +448,9 @@ class StreamThread:
                         TopicPartitionId(topic, partition), msg.offset() or 0
                     )
                     continue
-                if error.fatal():
+                if error.code() == KafkaError._FATAL or error.fatal():
+                    if self._join_failed(error):
+                        return
                     raise StreamsError(f"consumer failed: {error}")
                 logger.warning(
                     "consumer error: %(error)s",

@@ -76,6 +76,22 @@ class TaskManager:
         self.warm_stores: WarmStores | None = None
         self._lag_published_at = float("-inf")
 
+    def reconnect(
+        self,
+        consumer: Consumer,
+        strategy: CommitStrategy,
+        partitions: InputPartitions,
+        cooperative: bool,
+    ) -> None:
+        """Read through a new consumer (its group join failed before any assignment, so no
+        task exists yet)."""
+        if self.tasks or self._restoring:
+            raise StreamsError("cannot change the consumer of a thread that has tasks")
+        self._consumer = consumer
+        self._strategy = strategy
+        self._partitions = partitions
+        self._cooperative = cooperative
+
     def restoring(self, task_id: TaskId) -> StreamTask | None:
         """``task_id`` while its stores restore right now (readable, stale, by queries)."""
         return self._updater.restoring(task_id)

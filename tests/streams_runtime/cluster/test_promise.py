@@ -88,10 +88,6 @@ def _plan(case: Case, *, ticks: bool) -> Plan:
         seed=seed,
         instances=instances,
         progress_propagation=ticks,
-        # Two members of cooperative-sticky may split by topic (one every input partition,
-        # the other every repartition partition): then no input goes idle beside the paused
-        # one. Range splits each topic between them, as in the two-instance case.
-        assignor="range" if instances == 2 else None,
     )
 
 
