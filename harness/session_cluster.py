@@ -847,7 +847,7 @@ class SessionCluster:
         group_id = self.config.application_id
         try:
             description = self._admin.describe_consumer_groups([group_id])[group_id].result(10)
-        except KafkaException:
+        except (KafkaException, TimeoutError):  # no answer in 10 s, e.g. a broker just started
             return None
         assignment = {
             m.client_id: frozenset(
