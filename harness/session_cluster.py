@@ -53,7 +53,7 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, MemberDescription, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.waiting import unique_name, wait_for
@@ -88,6 +88,7 @@ DRAIN_TIMEOUT_S = 180.0
 
 Guarantee = Literal["exactly_once", "at_least_once"]
 Assignor = Literal["cooperative-sticky", "range"]
+GroupProtocol = Literal["classic", "consumer"]
 TopicPartitionKey = tuple[str, int]
 
 
@@ -603,6 +604,9 @@ class ClusterConfig:
     progress_propagation: bool = True
     assignor: Assignor | None = None
     """The consumers' ``partition.assignment.strategy`` (default: the runtime's choice)."""
+    group_protocol: GroupProtocol = "classic"
+    """``consumer`` (KIP-848): the session timeout and heartbeat interval are the broker's
+    (``group.consumer.*``, see :data:`KIP848_BROKER_PROPERTIES`), not the consumers'."""
 
     def env(self) -> dict[str, str]:
         prefix = "PROGRESS_CONTROL_RUNTIME_"
@@ -615,9 +619,12 @@ class ClusterConfig:
             "METRICS_PORT": "0",
             # The checkers read every repartition record at the end: purge none meanwhile.
             "REPARTITION_PURGE_INTERVAL_MS": "3600000",
-            "CONSUMER__SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
-            "CONSUMER__HEARTBEAT_INTERVAL_MS": "500",
         }
+        if self.group_protocol == "classic":
+            settings["CONSUMER__SESSION_TIMEOUT_MS"] = str(SESSION_TIMEOUT_MS)
+            settings["CONSUMER__HEARTBEAT_INTERVAL_MS"] = "500"
+        else:
+            settings["CONSUMER__GROUP_PROTOCOL"] = self.group_protocol
         if self.guarantee == "at_least_once":
             settings["COMMIT_INTERVAL_MS"] = str(ALOS_COMMIT_INTERVAL_MS)
         if self.assignor is not None:
@@ -628,6 +635,15 @@ class ClusterConfig:
             **{prefix + name: value for name, value in settings.items()},
         }
 
+
+KIP848_BROKER_PROPERTIES = {
+    "group.consumer.min.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "500",
+}
+"""A broker's settings for ``group_protocol="consumer"`` groups with the session timeout and
+heartbeat interval the classic ones get from :meth:`ClusterConfig.env`."""
 
 InstanceState = Literal["running", "paused", "killed", "stopped"]
 
@@ -641,6 +657,7 @@ class Instance:
         self.client_id = f"{config.application_id}-{self.name}"
         self.log_path = workdir / f"{self.name}.log"
         self._port_file = workdir / f"{self.name}.port"
+        self._instance_id_file = workdir / f"state-{slot}" / config.application_id / "instance.id"
         self._log = self.log_path.open("ab")
         env = {
             **config.env(),
@@ -670,6 +687,15 @@ class Instance:
         try:
             return int(self._port_file.read_text())
         except (OSError, ValueError):
+            return None
+
+    @property
+    def runtime_instance_id(self) -> str | None:
+        """The runtime's own instance id (kept in its state dir; its membership record's key,
+        and its consumer's ``group.instance.id`` when it sets one); ``None`` until written."""
+        try:
+            return self._instance_id_file.read_text().strip() or None
+        except OSError:
             return None
 
     def scrape(self) -> dict[str, float] | None:
@@ -850,13 +876,26 @@ class SessionCluster:
         except (KafkaException, TimeoutError):  # no answer in 10 s, e.g. a broker just started
             return None
         assignment = {
-            m.client_id: frozenset(
+            self._client_of(m): frozenset(
                 (tp.topic, tp.partition)
                 for tp in (m.assignment.topic_partitions if m.assignment else [])
             )
             for m in description.members
         }
         return GroupView(description.state == ConsumerGroupState.STABLE, assignment)
+
+    def _client_of(self, member: MemberDescription) -> str:
+        """The client id of the instance ``member`` is: its own client id when it is one of
+        ours, else (a static member, classic or KIP-848, whose client id is another) the
+        instance whose runtime instance id its ``group.instance.id`` names."""
+        if any(i.client_id == member.client_id for i in self.instances):
+            return member.client_id
+        static = member.group_instance_id or ""
+        for instance in reversed(self.instances):  # a slot's latest start first
+            instance_id = instance.runtime_instance_id
+            if static and instance_id and instance_id in static:
+                return instance.client_id
+        return member.client_id
 
     def wait_stable(self, timeout_s: float = STARTUP_TIMEOUT_S) -> GroupView:
         """Until the group is stable with exactly the running instances as members, each
