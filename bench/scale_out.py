@@ -51,6 +51,7 @@ the 6 s session timeout as ``group.consumer.*`` settings).
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import random
 import tempfile
@@ -482,6 +483,7 @@ def _failover(bootstrap: str, workdir: Path) -> None:
 
 def main() -> None:
     phases = {"balance": _balance, "throughput": _throughput, "failover": _failover}
+    faulthandler.enable()  # a crash in librdkafka's C code shows every thread's Python stack
     unknown = set(PHASES) - set(phases)
     if unknown:
         raise SystemExit(f"BENCH_PHASES: unknown {sorted(unknown)} (known: {list(phases)})")
