@@ -12,6 +12,7 @@ BENCHMARKS = {
     "engines": "bench.engines",
     "query-failover": "bench.query_failover",
     "promise-at-scale": "bench.promise_at_scale",
+    "scale-out": "bench.scale_out",
     "tick-volume": "bench.tick_volume",
     "sidecar": "bench.sidecar",
     "slow-connections": "bench.slow_connections",

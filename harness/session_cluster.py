@@ -53,7 +53,7 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, MemberDescription, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.waiting import unique_name, wait_for
@@ -87,6 +87,7 @@ STARTUP_TIMEOUT_S = 180.0
 DRAIN_TIMEOUT_S = 180.0
 
 Guarantee = Literal["exactly_once", "at_least_once"]
+GroupProtocol = Literal["auto", "consumer", "classic"]
 TopicPartitionKey = tuple[str, int]
 
 
@@ -600,6 +601,9 @@ class ClusterConfig:
     sink: str
     guarantee: Guarantee = "exactly_once"
     progress_propagation: bool = True
+    group_protocol: GroupProtocol = "auto"
+    """The runtime's ``group_protocol`` (it applies the session timeout and heartbeat interval
+    below to a KIP-848 group's config)."""
 
     def env(self) -> dict[str, str]:
         prefix = "PROGRESS_CONTROL_RUNTIME_"
@@ -614,6 +618,7 @@ class ClusterConfig:
             "REPARTITION_PURGE_INTERVAL_MS": "3600000",
             "CONSUMER__SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
             "CONSUMER__HEARTBEAT_INTERVAL_MS": "500",
+            "GROUP_PROTOCOL": self.group_protocol,
         }
         if self.guarantee == "at_least_once":
             settings["COMMIT_INTERVAL_MS"] = str(ALOS_COMMIT_INTERVAL_MS)
@@ -636,6 +641,7 @@ class Instance:
         self.client_id = f"{config.application_id}-{self.name}"
         self.log_path = workdir / f"{self.name}.log"
         self._port_file = workdir / f"{self.name}.port"
+        self._instance_id_file = workdir / f"state-{slot}" / config.application_id / "instance.id"
         self._log = self.log_path.open("ab")
         env = {
             **config.env(),
@@ -665,6 +671,15 @@ class Instance:
         try:
             return int(self._port_file.read_text())
         except (OSError, ValueError):
+            return None
+
+    @property
+    def runtime_instance_id(self) -> str | None:
+        """The runtime's own instance id (kept in its state dir; its membership record's key,
+        and its consumer's ``group.instance.id`` when it sets one); ``None`` until written."""
+        try:
+            return self._instance_id_file.read_text().strip() or None
+        except OSError:
             return None
 
     def scrape(self) -> dict[str, float] | None:
@@ -842,16 +857,29 @@ class SessionCluster:
         group_id = self.config.application_id
         try:
             description = self._admin.describe_consumer_groups([group_id])[group_id].result(10)
-        except KafkaException:
+        except (KafkaException, TimeoutError):  # no answer in 10 s, e.g. a broker just started
             return None
         assignment = {
-            m.client_id: frozenset(
+            self._client_of(m): frozenset(
                 (tp.topic, tp.partition)
                 for tp in (m.assignment.topic_partitions if m.assignment else [])
             )
             for m in description.members
         }
         return GroupView(description.state == ConsumerGroupState.STABLE, assignment)
+
+    def _client_of(self, member: MemberDescription) -> str:
+        """The client id of the instance ``member`` is: its own client id when it is one of
+        ours, else (a static member, classic or KIP-848, whose client id is another) the
+        instance whose runtime instance id its ``group.instance.id`` names."""
+        if any(i.client_id == member.client_id for i in self.instances):
+            return member.client_id
+        static = member.group_instance_id or ""
+        for instance in reversed(self.instances):  # a slot's latest start first
+            instance_id = instance.runtime_instance_id
+            if static and instance_id and instance_id in static:
+                return instance.client_id
+        return member.client_id
 
     def wait_stable(self, timeout_s: float = STARTUP_TIMEOUT_S) -> GroupView:
         """Until the group is stable with exactly the running instances as members, each
