@@ -302,6 +302,9 @@ class EmbeddedKafkaBroker:
             # demo use, as the classic protocol's 6 s minimum did.
             "group.consumer.min.session.timeout.ms": "1000",
             "group.consumer.min.heartbeat.interval.ms": "100",
+            # A killed producer's open transaction is aborted within a second of its timeout,
+            # not ten (exactly-once failovers wait for it).
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "auto.create.topics.enable": "true",
             **self.settings.server_properties,
         }

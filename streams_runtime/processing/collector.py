@@ -106,7 +106,11 @@ class RecordCollector:
         }
         if self._eos:
             config.setdefault("transactional.id", f"{settings.application_id}-{instance_id}")
-            config.setdefault("transaction.timeout.ms", "10000")
+            # A killed instance's open transaction holds back every read_committed reader of
+            # what it wrote (the new owners' restores and inputs) until it times out: no
+            # longer than the group takes to notice the death (docs/runtime/scaling.md).
+            session_ms = settings.consumer_config().get("session.timeout.ms", "10000")
+            config.setdefault("transaction.timeout.ms", str(min(10_000, int(session_ms))))
         self._config = config
         self.producer = Producer(config)
         self._in_transaction = False
