@@ -338,7 +338,7 @@ class StreamThread:
         self._joined = True
         self._member_id = consumer.memberid() or None
         self._guarded(self.task_manager.on_assign, consumer, partitions)
-        if self._callback_error is None and not self.task_manager.restoring_tasks:
+        if self._callback_error is None and not self.task_manager.settling:
             self._set_state(AppState.RUNNING)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -367,7 +367,8 @@ class StreamThread:
         """A rebalance callback's failure is raised here; tasks whose stores finished
         restoring start processing (RUNNING once none is left restoring)."""
         self._raise_callback_error()
-        if self.task_manager.finish_restores() and not self.restoring_tasks:
+        self.task_manager.create_pending_tasks()
+        if self.task_manager.finish_restores() and not self.task_manager.settling:
             self._set_state(AppState.RUNNING)
         self._partitions.retry_seeks()
 

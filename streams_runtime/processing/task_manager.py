@@ -28,6 +28,8 @@ __all__ = ["TaskManager"]
 
 logger = logging.getLogger(__name__)
 
+_RESTORE_ATTEMPTS = 3  # a task's restore fails the thread after this many retries
+
 
 class TaskManager:
     """Owns the tasks of the partitions assigned to one consumer; runs on that consumer's thread
@@ -75,6 +77,8 @@ class TaskManager:
         self.assignment_listener: Callable[[], None] | None = None
         self.warm_stores: WarmStores | None = None
         self._lag_published_at = float("-inf")
+        self._creation_pending = False
+        self._restore_failures: dict[TaskId, int] = {}
 
     def reconnect(
         self,
@@ -168,8 +172,26 @@ class TaskManager:
             offsets = self._restoring.pop(task.id)
             if error is not None:
                 task.close()
-                failure = failure or error
+                failures = self._restore_failures.get(task.id, 0) + 1
+                self._restore_failures[task.id] = failures
+                if failures > _RESTORE_ATTEMPTS:
+                    failure = failure or error
+                else:
+                    # A broker hiccup or a changelog moving under a rebalance: try again, from
+                    # scratch, while the task's inputs are still assigned here.
+                    logger.warning(
+                        "restore of task %(task)s failed (%(error)s); attempt %(attempt)d of "
+                        "%(attempts)d next",
+                        {
+                            "task": str(task.id),
+                            "error": str(error),
+                            "attempt": failures + 1,
+                            "attempts": _RESTORE_ATTEMPTS + 1,
+                        },
+                    )
+                    self._creation_pending = True
                 continue
+            self._restore_failures.pop(task.id, None)
             task.start_processing()
             self.tasks[task.id] = task
             for tp, offset in offsets.items():
@@ -181,6 +203,18 @@ class TaskManager:
         if failure is not None:
             raise StreamsError(f"restore failed: {failure}") from failure
         return bool(done)
+
+    @property
+    def settling(self) -> bool:
+        """Whether tasks are restoring or waiting to be created (the thread is not RUNNING)."""
+        return bool(self._restoring) or self._creation_pending
+
+    def create_pending_tasks(self) -> None:
+        """Create the tasks whose creation failed before (the stream thread calls this every
+        loop turn)."""
+        if self._creation_pending:
+            self._creation_pending = False
+            self._create_tasks(sorted(self._partitions.assigned))
 
     def publish_lag(self, now: float) -> None:
         """Set the consumer lag gauge of every assigned input partition from cached watermarks
@@ -290,10 +324,21 @@ class TaskManager:
         all_inputs = [
             TopicPartition(tp.topic, tp.partition) for _, _, inputs in ready for tp in inputs
         ]
-        committed = {
-            TopicPartitionId(tp.topic, tp.partition): (tp.offset, tp.metadata)
-            for tp in self._consumer.committed(all_inputs, timeout=30)
-        }
+        try:
+            committed = {
+                TopicPartitionId(tp.topic, tp.partition): (tp.offset, tp.metadata)
+                for tp in self._consumer.committed(all_inputs, timeout=30)
+            }
+        except KafkaException as exc:
+            # The group moved on meanwhile (a stale member epoch, a coordinator change) or the
+            # broker did not answer: the tasks are created on a later loop turn, if their
+            # inputs are still assigned then (:meth:`create_pending_tasks`).
+            logger.warning(
+                "committed offsets not read (%(error)s); creating the tasks later",
+                {"error": str(exc)},
+            )
+            self._creation_pending = True
+            return
         for task_id, sub, inputs in ready:
             task = StreamTask(
                 task_id,
