@@ -79,12 +79,7 @@ class GroupProtocol(enum.StrEnum):
 # The consumer properties the runtime sets itself: the group's assignment depends on them
 # (docs/runtime/scaling.md).
 _RUNTIME_CONSUMER_KEYS = frozenset(
-    {
-        "group.protocol",
-        "group.remote.assignor",
-        "partition.assignment.strategy",
-        "group.instance.id",
-    }
+    {"group.protocol", "group.remote.assignor", "partition.assignment.strategy"}
 )
 
 
@@ -191,7 +186,8 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     )
     static_membership: bool = Field(
         False,
-        description="Join as a static member (group.instance.id = the instance id, KIP-345): "
+        description="Join as a static member (KIP-345) with group.instance.id = the instance id "
+        "(or the consumer's group.instance.id, which implies this): "
         "a restart within the session timeout gets its tasks back without a rebalance, but a "
         "clean stop also keeps them unprocessed until the session times out.",
     )
@@ -285,7 +281,7 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         if found:
             raise ValueError(
                 f"{', '.join(found)}: set by the runtime (group_protocol chooses the protocol "
-                "and the range assignor; static_membership sets group.instance.id)"
+                "and the range assignor)"
             )
         return value
 
@@ -414,6 +410,11 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     def client_config(self) -> dict[str, str]:
         """Kafka properties shared by every client."""
         return {"bootstrap.servers": self.bootstrap_servers, **self.kafka}
+
+    @property
+    def group_instance_id(self) -> str | None:
+        """The consumer's own ``group.instance.id``, when set (static membership)."""
+        return self.consumer_config().get("group.instance.id")
 
     def consumer_config(self) -> dict[str, str]:
         """Properties of the runtime's consumers (main and restore)."""

@@ -6,8 +6,8 @@ has the properties it needs: **range**. For topics of equal partition counts it 
 partitions in contiguous, even ranges (every sub-topology's tasks differ by at most one between
 instances). With KIP-848 (``group.protocol=consumer``, Apache Kafka 4.0 and later) the broker
 runs it and rebalances incrementally; on older brokers the classic protocol runs librdkafka's,
-eagerly. The assignment is a pure function of the members' ids (``group.instance.id`` with
-``static_membership``, else the member id each instance publishes in the membership topic):
+eagerly. The assignment is a pure function of the members' ids (``group.instance.id`` under
+static membership, else the member id; each instance publishes both in the membership topic):
 :mod:`streams_runtime.cluster.assignment` computes the same one, which is how standbys and
 warm-ups are placed where tasks will go.
 
@@ -51,7 +51,7 @@ def consumer_group_config(
     config = dict(settings.consumer_config())
     config["group.id"] = settings.application_id
     if settings.static_membership:
-        config["group.instance.id"] = instance_id
+        config.setdefault("group.instance.id", instance_id)
     if protocol is GroupProtocol.CONSUMER:
         for key in _CLASSIC_ONLY:
             config.pop(key, None)

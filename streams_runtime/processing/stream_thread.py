@@ -114,6 +114,9 @@ class StreamThread:
             else settings.group_protocol
         )
         self._joined = False  # an assignment came (a join failure is then a real failure)
+        self._group_instance_id = settings.group_instance_id or (
+            instance_id if settings.static_membership else None
+        )
         self.join_gate: Callable[[], bool] | None = None
         """Called before the consumer joins the group, until it returns True (warm-ups)."""
         strategy, cooperative = self._connect()
@@ -211,8 +214,7 @@ class StreamThread:
     def group_member(self) -> tuple[str | None, str | None]:
         """The consumer's member id and ``group.instance.id`` (how the range assignor orders
         this instance; :mod:`streams_runtime.cluster.assignment`). Any thread."""
-        static = self._instance_id if self._settings.static_membership else None
-        return self._member_id, static
+        return self._member_id, self._group_instance_id
 
     def lag(self, tp: TopicPartitionId) -> int | None:
         """KIP-695's lag of ``tp`` (see :meth:`InputPartitions.lag`)."""
@@ -317,7 +319,7 @@ class StreamThread:
                 "instance %(instance)s is still a member of the group (a previous process of "
                 "this instance that did not leave, until its session times out); joining again "
                 "in %(retry)s s",
-                {"instance": self._instance_id, "retry": _REJOIN_BACKOFF_S},
+                {"instance": self._group_instance_id, "retry": _REJOIN_BACKOFF_S},
             )
             self._stopping.wait(_REJOIN_BACKOFF_S)
         else:

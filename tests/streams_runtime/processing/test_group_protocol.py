@@ -51,6 +51,14 @@ def test_classic_takes_the_range_assignor_and_keeps_timeouts() -> None:
     assert config["group.instance.id"] == "i-1"
 
 
+def test_a_group_instance_id_of_the_users_makes_a_static_member() -> None:
+    settings = _settings(consumer={"group.instance.id": "pod-0"})
+    assert consumer_group_config(settings, GroupProtocol.CONSUMER, "i-1")["group.instance.id"] == (
+        "pod-0"
+    )
+    assert settings.group_instance_id == "pod-0"
+
+
 @pytest.mark.parametrize("key", ["group.protocol", "partition.assignment.strategy"])
 def test_assignment_settings_are_the_runtimes(key: str) -> None:
     with pytest.raises(ValidationError, match=f"{key}: set by the runtime"):
