@@ -119,6 +119,8 @@ class StreamThread:
         )
         self.join_gate: Callable[[], bool] | None = None
         """Called before the consumer joins the group, until it returns True (warm-ups)."""
+        if self._protocol is GroupProtocol.CONSUMER:
+            set_group_timeouts(settings)
         strategy, cooperative = self._connect()
         self.task_manager = TaskManager(
             topology,
@@ -158,8 +160,6 @@ class StreamThread:
             "enable.partition.eof": "true",
             "isolation.level": self._strategy_for.isolation_level,
         }
-        if self._protocol is GroupProtocol.CONSUMER:
-            set_group_timeouts(settings)
         self.consumer = Consumer(config)
         # Known at once under KIP-848 (the client makes it), on joining under classic. Kept
         # here: asking librdkafka is a round trip through its main thread.
