@@ -171,8 +171,9 @@ def _assignments(
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("protocol", ["consumer", "classic"])
-@pytest.mark.parametrize("count", [2, 3, 4])
+@pytest.mark.parametrize(
+    ("protocol", "count"), [("consumer", 2), ("consumer", 3), ("consumer", 4), ("classic", 3)]
+)
 def test_the_computed_assignment_is_the_assignors(
     protocol: str, count: int, kafka_bootstrap: str, create_topic: Callable[..., str]
 ) -> None:
