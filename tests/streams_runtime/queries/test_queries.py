@@ -57,6 +57,7 @@ from streams_runtime.queries.security import (
     query_address,
     query_token,
 )
+from streams_runtime.record import TaskId
 from streams_runtime.serdes import Integer, String
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import changelog_topic
@@ -115,22 +116,22 @@ def test_rendezvous_placement_is_deterministic_and_stable() -> None:
 
 
 def test_standby_placement_excludes_the_owner() -> None:
-    sp = StorePartition("s", 0)
+    sp, task, tasks = StorePartition("s", 0), TaskId(0, 0), {0: 1}
     now = int(time.time() * 1000)
 
     def member(name: str, **kw: Any) -> MemberInfo:
         return MemberInfo(name, f"{name}:1", now, 1000, **kw)
 
     members = {"a": member("a", active={"s": (0,)}), "b": member("b"), "c": member("c")}
-    placement = standby_placement(sp, members, 1)
+    placement = standby_placement(sp, task, members, 1, tasks)
     assert placement is not None
     assert placement[0] in {"b", "c"}
-    assert set(standby_placement(sp, members, 5) or []) == {"b", "c"}
+    assert set(standby_placement(sp, task, members, 5, tasks) or []) == {"b", "c"}
     # A restoring owner counts as the owner; nobody owning: None (keep existing standbys).
     members["a"] = member("a", restoring={"s": (0,)})
-    assert "a" not in (standby_placement(sp, members, 2) or ["a"])
+    assert "a" not in (standby_placement(sp, task, members, 2, tasks) or ["a"])
     members["a"] = member("a")
-    assert standby_placement(sp, members, 1) is None
+    assert standby_placement(sp, task, members, 1, tasks) is None
 
 
 def test_member_info_json_roundtrip_and_liveness() -> None:
