@@ -1,8 +1,10 @@
-"""The cluster side of an instance (KIP-535, docs/runtime/queries.md), one job per module:
+"""The cluster side of an instance (KIP-535, docs/runtime/queries.md, docs/runtime/scaling.md),
+one job per module:
 
+- ``assignment``: where the group's range assignor puts tasks, for today's members and others;
 - ``membership``: the membership record (wire format), lags, and the view of live members;
 - ``membership_auth``: signing and verifying membership records (HMAC);
-- ``placement``: which instances keep a standby of a store partition (rendezvous hashing);
+- ``placement``: which instances keep a standby or warm-up copy of a store partition;
 - ``standby``: a standby replica, applying its changelog and keeping its committed copy;
 - ``replicator``: the thread that publishes and reads membership and feeds the standbys;
 - ``changelog_lags``: how far behind each local copy is, and the offsets that takes;
