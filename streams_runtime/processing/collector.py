@@ -107,10 +107,11 @@ class RecordCollector:
         if self._eos:
             config.setdefault("transactional.id", f"{settings.application_id}-{instance_id}")
             # A killed instance's open transaction holds back every read_committed reader of
-            # what it wrote (the new owners' restores and inputs) until it times out: no
-            # longer than the group takes to notice the death (docs/runtime/scaling.md).
-            session_ms = settings.consumer_config().get("session.timeout.ms", "10000")
-            config.setdefault("transaction.timeout.ms", str(min(10_000, int(session_ms))))
+            # what it wrote (its tasks' new owners read committed offsets, changelogs, inputs)
+            # until it times out: aborted well before the group notices the death (half the
+            # session timeout), its successors never wait (docs/runtime/scaling.md).
+            session_ms = int(settings.consumer_config().get("session.timeout.ms", "20000"))
+            config.setdefault("transaction.timeout.ms", str(min(10_000, session_ms // 2)))
         self._config = config
         self.producer = Producer(config)
         self._in_transaction = False

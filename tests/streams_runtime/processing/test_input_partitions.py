@@ -1,0 +1,97 @@
+"""``InputPartitions`` against a real consumer on the real broker: a seek librdkafka refuses with
+``_STATE`` ("Erroneous state": the partition was just assigned and is not fetching yet, or was
+taken away) is deferred, never raised; a deferred seek is taken before any record of its
+partition is read, and one of a partition taken away is dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.record import TopicPartitionId
+from tests.helpers import unique_name
+
+pytestmark = pytest.mark.broker
+
+RECORDS = 20
+SEEK_TO = 7
+
+
+@pytest.fixture
+def topic(create_topic: Callable[..., str], kafka_bootstrap: str) -> str:
+    name = create_topic("input-partitions", partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for n in range(RECORDS):
+        producer.produce(name, value=str(n).encode(), partition=0)
+    assert producer.flush(30) == 0
+    return name
+
+
+@pytest.fixture
+def consumer(kafka_bootstrap: str) -> Iterator[Consumer]:
+    """A group consumer, as the stream thread's (KIP-848), assigned by hand."""
+    made = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": unique_name("input-partitions"),
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    yield made
+    made.close()
+
+
+def _refuses_seek_now(consumer: Consumer, tp: TopicPartition) -> bool:
+    """Whether librdkafka refuses a seek of ``tp`` right now with ``_STATE``."""
+    try:
+        consumer.seek(TopicPartition(tp.topic, tp.partition, SEEK_TO))
+    except KafkaException as exc:
+        return bool(exc.args[0].code() == KafkaError._STATE)
+    return False
+
+
+def test_a_seek_right_after_an_incremental_assign_is_deferred_then_taken(
+    consumer: Consumer, topic: str
+) -> None:
+    tp, key = TopicPartition(topic, 0), TopicPartitionId(topic, 0)
+    partitions = InputPartitions(consumer)
+    # What the task manager does on an assignment: assign, then (its task restored) start it
+    # at the committed offset. Here the start comes before the fetcher has started.
+    consumer.incremental_assign([tp])
+    partitions.assigned.add(key)
+    partitions.start(key, SEEK_TO, seek=True)  # librdkafka: _STATE; must not raise
+    assert key in partitions.paused, "the seek was not deferred (librdkafka took it at once?)"
+    offsets: list[int] = []
+    for _ in range(100):
+        for msg in consumer.consume(10, 0.1):
+            if msg.error() is None:
+                offsets.append(msg.offset() or 0)
+        partitions.retry_seeks()  # the stream thread's every loop turn
+        if offsets and offsets[-1] >= RECORDS - 1:
+            break
+    # Nothing read before the seek was taken: every record from SEEK_TO on, once.
+    assert offsets == list(range(SEEK_TO, RECORDS))
+    assert key not in partitions.paused
+
+
+def test_a_seek_of_a_partition_taken_away_is_dropped(consumer: Consumer, topic: str) -> None:
+    tp, key = TopicPartition(topic, 0), TopicPartitionId(topic, 0)
+    partitions = InputPartitions(consumer)
+    consumer.incremental_assign([tp])
+    partitions.assigned.add(key)
+    # Taken away by a rebalance before the task manager hears of it (the revocation callback
+    # comes on the next consume): the consumer refuses the seek.
+    consumer.incremental_unassign([tp])
+    assert _refuses_seek_now(consumer, tp)
+    partitions.start(key, SEEK_TO, seek=True)  # must not raise
+    partitions.retry_seeks()  # still refused: kept, not raised
+    partitions.forget([key])  # the revocation
+    partitions.retry_seeks()  # nothing left to retry
+    assert key not in partitions.assigned
+    assert key not in partitions.paused
+    assert consumer.assignment() == []
