@@ -31,7 +31,8 @@ has (``harness.scale_cluster.ContinuousInput``): a task that stood still replays
 exactness is not lost to records late by more than gap + grace (as Kafka Streams would drop).
 
 CI runs the short form (two kills, each scenario once: about 2.5 minutes on 2 cores);
-``PROGRESS_CONTROL_LONG_TESTS=1`` (as for the other cluster suites) the long form: 20 kills over 5 seeds, the other scenarios with 3 seeds and a bigger backlog.
+``PROGRESS_CONTROL_LONG_TESTS=1`` (as for the other cluster suites) the long form: 20 kills
+over 5 seeds, the other scenarios with 3 seeds and a bigger backlog.
 Timings are in the assertion messages (and the steps of passing runs, printed: ``-rP``); the
 only timed assertions are the two bounds above.
 """
