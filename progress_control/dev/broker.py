@@ -302,6 +302,9 @@ class EmbeddedKafkaBroker:
             # demo use, as the classic protocol's 6 s minimum did.
             "group.consumer.min.session.timeout.ms": "1000",
             "group.consumer.min.heartbeat.interval.ms": "100",
+            # Members learn of a new assignment on their next heartbeat: every step of a
+            # rebalance waits up to this long (the broker's default: 5 s).
+            "group.consumer.heartbeat.interval.ms": "500",
             # A killed producer's open transaction is aborted within a second of its timeout,
             # not ten (exactly-once failovers wait for it).
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
