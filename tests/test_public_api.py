@@ -159,6 +159,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "streams_runtime.settings": [
         "BadRecordPolicy",
+        "GroupProtocol",
         "ProcessingGuarantee",
         "RuntimeSettings",
         "StateEngine",
