@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import uuid
+from collections.abc import Iterator
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-__all__ = ["create_topic", "end_offsets", "unique_name"]
+from progress_control.dev.broker import EmbeddedKafkaBroker
+
+__all__ = ["bootstrap_servers", "create_topic", "end_offsets", "unique_name"]
 
 _TIMEOUT_S = 30.0
+
+
+@contextlib.contextmanager
+def bootstrap_servers() -> Iterator[str]:
+    """``KAFKA_BOOTSTRAP_SERVERS`` when set (a shared broker), else an embedded one."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    with EmbeddedKafkaBroker() as broker:
+        yield broker.bootstrap_servers
 
 
 def unique_name(prefix: str) -> str:

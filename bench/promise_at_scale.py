@@ -34,16 +34,15 @@ why, and the next run starts.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
+from bench._kafka import bootstrap_servers
 from harness.session_cluster import Guarantee, Plan, RunResult, run_scenario
-from progress_control.dev.broker import EmbeddedKafkaBroker
 
 RUNS = int(os.environ.get("BENCH_RUNS", "10"))
 IDLE_S = float(os.environ.get("BENCH_IDLE_S", "30"))
@@ -52,17 +51,6 @@ LIVENESS_S = float(os.environ.get("BENCH_LIVENESS_S", "30"))
 GUARANTEE: Guarantee = (
     "at_least_once" if os.environ.get("BENCH_GUARANTEE") == "at_least_once" else "exactly_once"
 )
-
-
-@contextlib.contextmanager
-def _bootstrap() -> Iterator[str]:
-    """``KAFKA_BOOTSTRAP_SERVERS`` when set (a shared broker), else an embedded one."""
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
-        yield external
-        return
-    with EmbeddedKafkaBroker() as broker:
-        yield broker.bootstrap_servers
 
 
 def _plan(seed: int, instances: int) -> Plan:
@@ -163,7 +151,10 @@ def _summary(results: Sequence[tuple[RunResult, RunResult]]) -> None:
 
 def main() -> None:
     results: list[tuple[RunResult, RunResult]] = []
-    with _bootstrap() as bootstrap, tempfile.TemporaryDirectory(prefix="bench-promise-") as tmp:
+    with (
+        bootstrap_servers() as bootstrap,
+        tempfile.TemporaryDirectory(prefix="bench-promise-") as tmp,
+    ):
         for seed in range(1, RUNS + 1):
             workdir = Path(tmp) / f"seed-{seed}"
             for sub in ("three", "one"):

@@ -50,19 +50,18 @@ on this broker; ``classic``: the classic protocol with the range assignor).
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import os
 import random
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
-from bench._kafka import unique_name
+from bench._kafka import bootstrap_servers, unique_name
 from bench._timing import interleaved
 from harness.group_watch import (
     Offsets,
@@ -93,7 +92,6 @@ from harness.session_cluster import (
     session_topology,
     sessions_of,
 )
-from progress_control.dev.broker import EmbeddedKafkaBroker
 
 PHASES = os.environ.get("BENCH_PHASES", "balance,throughput,failover").split(",")
 BALANCE_RUNS = int(os.environ.get("BENCH_BALANCE_RUNS", "3"))
@@ -116,17 +114,6 @@ BASELINE_DELAY_S = 0.5
 """The victim's committed offsets are read this long after the kill: a commit it had in flight
 lands before, none of its tasks' new owners can commit this early (the session timeout)."""
 SESSION_TIMEOUT = f"session timeout {SESSION_TIMEOUT_MS / 1000:.1f} s"
-
-
-@contextlib.contextmanager
-def _bootstrap() -> Iterator[str]:
-    """``KAFKA_BOOTSTRAP_SERVERS`` when set (a shared broker), else an embedded one."""
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
-        yield external
-        return
-    with EmbeddedKafkaBroker() as broker:
-        yield broker.bootstrap_servers
 
 
 class _App:
@@ -485,7 +472,10 @@ def main() -> None:
     unknown = set(PHASES) - set(phases)
     if unknown:
         raise SystemExit(f"BENCH_PHASES: unknown {sorted(unknown)} (known: {list(phases)})")
-    with _bootstrap() as bootstrap, tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+    with (
+        bootstrap_servers() as bootstrap,
+        tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp,
+    ):
         for name, phase in phases.items():
             if name in PHASES:
                 started = time.monotonic()

@@ -29,7 +29,6 @@ import itertools
 import json
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -63,6 +62,7 @@ from harness.session_cluster import (
     high_watermarks,
     read_topic,
     results_of,
+    run_instance,
     session_topology,
     sessions_of,
     users_on,
@@ -95,25 +95,7 @@ def join_topology(views: str, profiles: str, sink: str) -> StreamsBuilder:
 
 
 def _instance_main(views: str, profiles: str, sink: str, port_file: Path) -> None:
-    import faulthandler
-
-    from progress_control.logging import configure_logging
-    from streams_runtime import App
-
-    configure_logging("INFO", json=False)
-    faulthandler.register(signal.SIGUSR1)  # stack dump on demand, for debugging hangs
-    app = App(join_topology(views, profiles, sink))
-
-    def publish_metrics_port() -> None:
-        # metrics_port is 0 (any free port): tell the harness which one was bound.
-        while app.metrics_port is None:
-            time.sleep(0.05)
-        partial = port_file.with_suffix(".partial")
-        partial.write_text(str(app.metrics_port))
-        partial.rename(port_file)
-
-    threading.Thread(target=publish_metrics_port, name="metrics-port", daemon=True).start()
-    app.run()
+    run_instance(join_topology(views, profiles, sink), port_file)
 
 
 # -- the processes ------------------------------------------------------------------------------

@@ -116,13 +116,15 @@ def session_topology(source: str, sink: str) -> StreamsBuilder:
     return builder
 
 
-def _instance_main(source: str, sink: str, port_file: Path) -> None:
+def run_instance(builder: StreamsBuilder, port_file: Path) -> None:
+    """Run an app of ``builder``'s topology in this process (settings from the env), writing
+    its bound metrics port to ``port_file`` once known."""
     from progress_control.logging import configure_logging
     from streams_runtime import App
 
     configure_logging("INFO", json=False)
     faulthandler.register(signal.SIGUSR1)  # stack dump on demand, for debugging hangs
-    app = App(session_topology(source, sink))
+    app = App(builder)
 
     def publish_metrics_port() -> None:
         # metrics_port is 0 (any free port): tell the harness which one was bound.
@@ -134,6 +136,10 @@ def _instance_main(source: str, sink: str, port_file: Path) -> None:
 
     threading.Thread(target=publish_metrics_port, name="metrics-port", daemon=True).start()
     app.run()
+
+
+def _instance_main(source: str, sink: str, port_file: Path) -> None:
+    run_instance(session_topology(source, sink), port_file)
 
 
 # -- input and ground truth ---------------------------------------------------------------------
