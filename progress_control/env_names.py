@@ -48,10 +48,10 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
     ),
     # streams runtime (RuntimeSettings)
     "PROGRESS_CONTROL_RUNTIME_": _words(
-        """application_id application_server bad_record_policy bootstrap_servers
-        buffered_records_per_partition commit_interval_ms consumer control_allowed_sources
-        control_verification_keys control_verification_keys_file dead_letter_topic kafka
-        liveness_deadline_ms max_control_skew_ms max_task_idle_ms membership_interval_ms
+        """acceptable_recovery_lag application_id application_server bad_record_policy
+        bootstrap_servers buffered_records_per_partition commit_interval_ms consumer
+        control_allowed_sources control_verification_keys control_verification_keys_file
+        dead_letter_topic group_protocol kafka liveness_deadline_ms max_control_skew_ms max_task_idle_ms membership_interval_ms
         membership_secret membership_secret_file metrics_host metrics_port
         num_repartition_partitions num_standby_replicas poll_timeout_ms processing_guarantee
         producer progress_interval_ms progress_propagation query_allow_unauthenticated
@@ -59,7 +59,7 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
         query_tls_ca_file query_tls_cert_file query_tls_key_file query_token query_token_file
         query_workers repartition_purge_interval_ms replication_factor restore_timeout_s
         signing_key_file signing_key_id signing_key_secret state_dir state_engine
-        statestore_cache_max_bytes"""
+        static_membership statestore_cache_max_bytes warmup_timeout_ms"""
     ),
     # Spark jobs (SparkJobSettings)
     "PROGRESS_CONTROL_SPARK_": _words(
