@@ -51,7 +51,8 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
         """acceptable_recovery_lag application_id application_server bad_record_policy
         bootstrap_servers buffered_records_per_partition commit_interval_ms consumer
         control_allowed_sources control_verification_keys control_verification_keys_file
-        dead_letter_topic group_protocol kafka liveness_deadline_ms max_control_skew_ms max_task_idle_ms membership_interval_ms
+        dead_letter_topic group_protocol kafka liveness_deadline_ms max_control_skew_ms
+        max_task_idle_ms membership_interval_ms
         membership_secret membership_secret_file metrics_host metrics_port
         num_repartition_partitions num_standby_replicas poll_timeout_ms processing_guarantee
         producer progress_interval_ms progress_propagation query_allow_unauthenticated
