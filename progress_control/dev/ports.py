@@ -32,7 +32,11 @@ def free_port(
 
 
 def can_bind(host: str, port: int) -> bool:
+    """Whether a listener can bind ``port`` now. With ``SO_REUSEADDR``, as the JVM's server
+    sockets bind: a port left in TIME_WAIT by a stopped broker is free to it, and taking it
+    again keeps the address clients were given."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
