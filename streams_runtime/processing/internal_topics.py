@@ -84,6 +84,9 @@ def prepare_topics(topology: Topology, settings: RuntimeSettings) -> dict[str, i
     # Inputs created a moment ago may not be in the metadata yet: wait a little for them.
     inputs = {t for t in topology.source_topics if t not in topology.repartition_topics}
     existing = _wait_for_topics(admin, inputs, _INPUT_WAIT_S, require=False)
+    missing = sorted(inputs - existing.keys())
+    if missing:
+        raise TopologyError(_missing_inputs_message(missing, settings.bootstrap_servers))
     plan = _TopicPlan(existing, settings)
     # A repartition topic takes its upstream sub-topology's partition count: resolve in order.
     pending = list(topology.subtopologies)
@@ -113,6 +116,19 @@ def prepare_topics(topology: Topology, settings: RuntimeSettings) -> dict[str, i
     return plan.counts
 
 
+def _missing_inputs_message(topics: list[str], bootstrap_servers: str) -> str:
+    listed = ", ".join(repr(t) for t in topics)
+    example = ", ".join(f"NewTopic({t!r}, num_partitions=3)" for t in topics)
+    return (
+        f"input topic{'s' if len(topics) > 1 else ''} {listed} not found on {bootstrap_servers} "
+        f"after {_INPUT_WAIT_S:.0f}s. Create input topics before starting the application: "
+        "like Kafka Streams, the runtime creates its internal topics but never its inputs "
+        "(their partition count sets its task count). E.g. "
+        f"AdminClient({{'bootstrap.servers': {bootstrap_servers!r}}})"
+        f".create_topics([{example}])"
+    )
+
+
 def _plan_subtopology(sub: Subtopology, topology: Topology, plan: _TopicPlan) -> bool:
     """Plan the repartition inputs and changelogs of ``sub``; False while an upstream
     sub-topology's partition count is still unknown."""
@@ -125,10 +141,8 @@ def _plan_subtopology(sub: Subtopology, topology: Topology, plan: _TopicPlan) ->
             if count is None:
                 return False
             inputs[topic] = count
-        elif topic in plan.existing:
-            inputs[topic] = plan.existing[topic]
         else:
-            raise TopologyError(f"input topic {topic!r} does not exist")
+            inputs[topic] = plan.existing[topic]
     if len(set(inputs.values())) > 1:
         raise TopologyError(f"inputs of sub-topology {sub.id} are not co-partitioned: {inputs}")
     for topic, count in inputs.items():
