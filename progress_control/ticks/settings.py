@@ -45,21 +45,23 @@ def _default_source_id() -> str:
 
 class TickSettings(SigningSettings):
     """When ticks are sent and what they look like; shared by the interceptor and the sidecar.
-    Defaults send at most ``max.records`` ticks per idle period: the first after ``start.ms``,
-    then spaced by a backoff that doubles. Signed with ``signing.key.*``
+    Defaults send a tick each second from the first second of idleness for up to an hour: so a
+    window closes within about a second of its end on ticks alone whatever its size (up to
+    ``end.ms``), at one small record per idle partition per second. An exponential backoff or
+    ``max.records`` trades that promptness for fewer ticks. Signed with ``signing.key.*``
     (:class:`~progress_control.settings.SigningSettings`, the rules every writer shares)."""
 
     model_config = component_config(ENV_PREFIX)
 
-    start_ms: int = Field(10_000, ge=1, description="Idle time before the first tick.")
+    start_ms: int = Field(1_000, ge=1, description="Idle time before the first tick.")
     end_ms: int | None = Field(
-        None, ge=1, description="No tick after this much idle time (unset: only max.records)."
+        3_600_000, ge=1, description="No tick after this much idle time (unset: only max.records)."
     )
     backoff_ms: int = Field(1_000, ge=1, description="Spacing after the first tick.")
-    backoff_exponential: bool = Field(True, description="Multiply the spacing after each tick.")
+    backoff_exponential: bool = Field(False, description="Multiply the spacing after each tick.")
     backoff_multiplier: float = Field(2.0, ge=1.0, le=100.0, description="Exponential factor.")
     max_records: int | None = Field(
-        10, ge=1, description="Ticks per idle period (unset: until end.ms; one must be set)."
+        None, ge=1, description="Ticks per idle period (unset: until end.ms; one must be set)."
     )
     topics_include: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="Comma list of topic names or regexes (full match); empty: all topics."

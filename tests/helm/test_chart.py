@@ -374,11 +374,11 @@ def test_config_map_carries_kafka_and_schedule_settings(
 ) -> None:
     default = one(default_manifests, "ConfigMap")["data"]
     assert default["PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS"] == "kafka:9092"
-    assert default["PROGRESS_CONTROL_START_MS"] == "10000"
+    assert default["PROGRESS_CONTROL_START_MS"] == "1000"
     assert default["PROGRESS_CONTROL_BACKOFF_MS"] == "1000"
-    assert default["PROGRESS_CONTROL_BACKOFF_EXPONENTIAL"] == "true"
-    assert default["PROGRESS_CONTROL_MAX_RECORDS"] == "10"
-    assert "PROGRESS_CONTROL_END_MS" not in default
+    assert default["PROGRESS_CONTROL_BACKOFF_EXPONENTIAL"] == "false"
+    assert default["PROGRESS_CONTROL_MAX_RECORDS"] == "none"
+    assert default["PROGRESS_CONTROL_END_MS"] == "3600000"
     assert "PROGRESS_CONTROL_TOPICS_INCLUDE" not in default
     assert default["PROGRESS_CONTROL_WATCH_ENABLED"] == "true"
     assert default["PROGRESS_CONTROL_WATCH_INTERVAL_MS"] == "5000"
@@ -816,7 +816,10 @@ def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
         (["--set", "kafka.mountSecret=true"], "needs kafka.existingSecret"),
         (["--set", "kafka.config.sasl\\.password=hunter2"], "looks like a credential"),
         (["--set", "kafka.config.bootstrap\\.servers=x:9092"], "set kafka.bootstrapServers"),
-        (["--set", "schedule.maxRecords=null"], "set schedule.maxRecords or schedule.endMs"),
+        (
+            ["--set", "schedule.maxRecords=null,schedule.endMs=null"],
+            "set schedule.maxRecords or schedule.endMs",
+        ),
         (["--set", "schedule.endMs=5"], "schedule.endMs must be >= schedule.startMs"),
         (["--set", "sidecar.report.transport=udp,sidecar.report.port=8081"], "must differ"),
         (["--set", "example.enabled=false,metrics.service.enabled=true"], "metrics.service"),

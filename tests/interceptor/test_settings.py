@@ -32,12 +32,12 @@ def test_defaults() -> None:
     s = InterceptorSettings.from_config({})
     assert s.enabled is True
     assert s.mode is Mode.TICKS
-    assert s.start_ms == 10_000
+    assert s.start_ms == 1_000
     assert s.backoff_ms == 1_000
-    assert s.backoff_exponential is True
+    assert s.backoff_exponential is False
     assert s.backoff_multiplier == 2.0
-    assert s.max_records == 10
-    assert s.end_ms is None
+    assert s.max_records is None
+    assert s.end_ms == 3_600_000
     assert s.key == b"__progress_control__" == DEFAULT_SENTINEL_KEY
     assert s.topics_include == ()
     assert s.topics_exclude == ()
@@ -96,7 +96,7 @@ def test_unrelated_progress_control_env_variables_are_ignored(
 ) -> None:
     monkeypatch.setenv("PROGRESS_CONTROL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PROGRESS_CONTROL_BROKER_PORT", "19092")
-    assert InterceptorSettings.from_config({}).start_ms == 10_000
+    assert InterceptorSettings.from_config({}).start_ms == 1_000
 
 
 def test_topic_lists_are_comma_separated_regexes() -> None:
@@ -255,13 +255,13 @@ def test_every_problem_is_reported_at_once() -> None:
 
 
 def test_unbounded_schedule_is_rejected() -> None:
-    message = _error({"progress.control.max.records": None})
+    message = _error({"progress.control.max.records": None, "progress.control.end.ms": None})
     assert "max.records" in message
     assert "end.ms" in message
 
 
 def test_unbounded_schedule_error_names_the_keys_and_env_variables() -> None:
-    message = _error({"progress.control.max.records": None})
+    message = _error({"progress.control.max.records": None, "progress.control.end.ms": None})
     assert "progress.control.max.records" in message
     assert "PROGRESS_CONTROL_MAX_RECORDS" in message
     assert "progress.control.end.ms" in message
@@ -270,6 +270,7 @@ def test_unbounded_schedule_error_names_the_keys_and_env_variables() -> None:
 
 def test_unbounded_schedule_from_env_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROGRESS_CONTROL_MAX_RECORDS", "")
+    monkeypatch.setenv("PROGRESS_CONTROL_END_MS", "")
     message = _error({})
     assert "progress.control.max.records" in message
     assert "PROGRESS_CONTROL_MAX_RECORDS" in message
@@ -284,8 +285,8 @@ def test_end_ms_before_start_ms_is_rejected() -> None:
 
 
 def test_end_ms_before_start_ms_from_env_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PROGRESS_CONTROL_END_MS", "5000")
-    message = _error({})  # start.ms defaults to 10 s
+    monkeypatch.setenv("PROGRESS_CONTROL_END_MS", "500")
+    message = _error({})  # start.ms defaults to 1 s
     assert "PROGRESS_CONTROL_END_MS" in message
     assert "PROGRESS_CONTROL_START_MS" in message
 
@@ -304,7 +305,9 @@ def test_max_records_and_end_ms_can_be_unset_by_strings(unset: str) -> None:
     )
     assert s.max_records is None
     assert s.end_ms == 60_000
-    s = InterceptorSettings.from_config({"progress.control.end.ms": unset})
+    s = InterceptorSettings.from_config(
+        {"progress.control.end.ms": unset, "progress.control.max.records": 10}
+    )
     assert s.end_ms is None
     assert s.max_records == 10
 
@@ -324,6 +327,7 @@ def test_env_can_unset_max_records_when_end_ms_is_set(
 
 def test_env_none_leaves_end_ms_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROGRESS_CONTROL_END_MS", "none")
+    monkeypatch.setenv("PROGRESS_CONTROL_MAX_RECORDS", "10")
     assert InterceptorSettings.from_config({}).end_ms is None
 
 
@@ -375,6 +379,7 @@ def test_tick_schedule_follows_the_settings() -> None:
         {
             "progress.control.start.ms": 5_000,
             "progress.control.backoff.ms": 250,
+            "progress.control.backoff.exponential": True,
             "progress.control.backoff.multiplier": 3,
             "progress.control.max.records": "none",
             "progress.control.end.ms": 60_000,
@@ -382,8 +387,10 @@ def test_tick_schedule_follows_the_settings() -> None:
     )
     assert s.tick_schedule() == TickSchedule(5_000, 250, True, 3.0, None, 60_000)
     defaults = InterceptorSettings.from_config({}).tick_schedule()
-    assert [defaults.offset_ms(n) for n in range(3)] == [10_000, 11_000, 13_000]
-    assert defaults.offset_ms(10) is None
+    # A tick each second of idleness, up to an hour.
+    assert [defaults.offset_ms(n) for n in range(3)] == [1_000, 2_000, 3_000]
+    assert defaults.offset_ms(3_599) == 3_600_000
+    assert defaults.offset_ms(3_600) is None
 
 
 def test_split_config() -> None:
