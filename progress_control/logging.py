@@ -176,6 +176,28 @@ class OncePerKey:
 _ERROR_CB_FACILITIES = frozenset({"FAIL", "FATAL"})
 
 
+# Warnings librdkafka logs about a step it retries by itself while a coordinator starts (a
+# broker that just started loads its transaction and group state): normal, so debug lines.
+_TRANSIENT_RETRIES = ("Coordinator load in progress", "Coordinator not available")
+
+
+class _TransientRetries(logging.Filter):
+    """Turns librdkafka's warnings about a coordinator still loading, which it retries by
+    itself (``GETPID ... Coordinator load in progress: retrying`` on a fresh broker), into
+    debug lines, kept only where debug is on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not isinstance(record.args, tuple):
+            return True
+        message = str(record.args[-1]) if record.args else ""
+        if not message.endswith("retrying") or not any(t in message for t in _TRANSIENT_RETRIES):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
 class _ErrorCallbackEchoes(logging.Filter):
     """Drops the librdkafka log lines that ``error_cb`` reports too, so each error is logged
     once, by ``error_cb`` (with its code and whether it is fatal)."""
@@ -191,6 +213,7 @@ def client_logger(name: str) -> logging.Logger:
     also has an ``error_cb`` that logs: the log lines repeating an error ``error_cb`` reports are
     dropped. Lower-level lines (a FAIL at debug) and every other facility pass."""
     logger = logging.getLogger(name)
-    if not any(isinstance(f, _ErrorCallbackEchoes) for f in logger.filters):
-        logger.addFilter(_ErrorCallbackEchoes())
+    for kind in (_ErrorCallbackEchoes, _TransientRetries):
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())
     return logger

@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry, Counter
 
 from progress_control.dev.ports import free_port
-from progress_control.logging import configure_logging
+from progress_control.logging import client_logger, configure_logging
 from progress_control.protocol import CONTROL_HEADER, is_control_record
 from progress_control.ticks.metrics import ProgressControlMetrics
 from progress_control.ticks.sender import TickSender
@@ -274,3 +274,27 @@ def test_every_log_call_passes_its_values_as_a_mapping() -> None:
                     problems.append(f"{where}: the values are not a mapping")
     assert calls > 50  # the scan found the packages' calls
     assert not problems, "\n".join(problems)
+
+
+def _librdkafka_line(logger: logging.Logger, level: int, facility: str, message: str) -> None:
+    # confluent-kafka logs each line as ``"%s [%s] %s", facility, client name, message``.
+    logger.log(level, "%s [%s] %s", facility, "rdkafka#producer-1", message)
+
+
+def test_client_logger_turns_coordinator_load_retries_into_debug_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = client_logger("tests.librdkafka")
+    retry = (
+        "Failed to acquire idempotence PID from broker b/1: Coordinator load in progress: retrying"
+    )
+    with caplog.at_level(logging.INFO, logger="tests.librdkafka"):
+        _librdkafka_line(logger, logging.WARNING, "GETPID", retry)
+        _librdkafka_line(logger, logging.WARNING, "GETPID", "Fatal idempotent producer error")
+    assert [r.getMessage() for r in caplog.records] == [
+        "GETPID [rdkafka#producer-1] Fatal idempotent producer error"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="tests.librdkafka"):
+        _librdkafka_line(logger, logging.WARNING, "GETPID", retry)
+    assert [(r.levelname, r.args[-1]) for r in caplog.records] == [("DEBUG", retry)]  # type: ignore[index]
