@@ -52,6 +52,7 @@ from streams_runtime.cluster.placement import standby_placement
 from streams_runtime.cluster.standby import StandbyReplica, standby_directory
 from streams_runtime.cluster.standby_files import checkpoint_standbys, open_standby
 from streams_runtime.metrics import RuntimeMetrics, security_metrics
+from streams_runtime.queries.security import is_loopback_host
 from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings, StateEngine
 from streams_runtime.state import (
@@ -67,6 +68,14 @@ logger = logging.getLogger(__name__)
 
 _BATCH = 1000
 _DEFAULT_SESSION_TIMEOUT_MS = 45_000  # librdkafka's, and KIP-848 brokers' group default
+
+
+def unauthenticated_membership_level(application_server: str | None) -> int:
+    """How loudly to say membership records are not authenticated: a warning where queries are
+    served off loopback; on a developer's machine (loopback, or no query server) only info."""
+    if application_server is None or is_loopback_host(application_server.rpartition(":")[0]):
+        return logging.INFO
+    return logging.WARNING
 
 
 class Replicator:
@@ -97,7 +106,8 @@ class Replicator:
             None if key is None else MembershipAuthenticator(key, settings.membership_topic)
         )
         if self._auth is None:
-            logger.warning(
+            logger.log(
+                unauthenticated_membership_level(settings.application_server),
                 "membership records are not authenticated (no membership_secret and no "
                 "query_token): anyone who can write %(topic)s can redirect forwarded queries",
                 {"topic": settings.membership_topic},
