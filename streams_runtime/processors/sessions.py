@@ -61,7 +61,7 @@ class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, Session
     def _open_store(self, context: ProcessorContext) -> SessionStore:
         return context.session_store(self._store_name)
 
-    def process(self, record: Record[Any, Any]) -> None:
+    def _aggregate(self, record: Record[Any, Any]) -> None:
         store = self._store
         assert store is not None
         assert self._context is not None
@@ -137,7 +137,8 @@ class SuppressProcessor(Processor):
     sessions, deleted windows) remove the window, so it is never emitted. The buffer is a
     changelogged store, so a restart neither loses nor repeats final results (time and sliding
     windows keep each update's timestamp there too; headers are not kept across a restart);
-    control records advance the observed stream time too.
+    control records advance the observed stream time too, and so does a cached aggregation
+    above it when its stream time closes windows (:meth:`observe`).
 
     Progress passes through unchanged: every window still buffered starts after the
     aggregation's bound (sessions: end after ``stream time - gap - grace``; time and sliding
@@ -207,6 +208,23 @@ class SuppressProcessor(Processor):
         self.observed_stream_time = max(self.observed_stream_time, timestamp)
         self._emit_closed()
         super().advance(timestamp)
+
+    @property
+    def observed_time(self) -> int:
+        return self.observed_stream_time
+
+    def earliest_end(self) -> int | None:
+        """The smallest end of the windows buffered (or of one emitted or merged away since:
+        never above the truth)."""
+        return self._by_end[0][0] if self._by_end else None
+
+    def observe(self, stream_time: int) -> None:
+        """The aggregation's stream time, which a record cache kept from reaching here: emit
+        what it closed, as the update carrying that time would have (nothing downstream is
+        told: no time passed there without data)."""
+        if stream_time > self.observed_stream_time:
+            self.observed_stream_time = stream_time
+            self._emit_closed()
 
     def _emit_closed(self) -> None:
         assert self._store is not None

@@ -99,7 +99,7 @@ class TimeWindowAggregateProcessor(_TimestampedWindowAggregate[TimeWindows]):
 
     name = "time_window_aggregate"
 
-    def process(self, record: Record[Any, Any]) -> None:
+    def _aggregate(self, record: Record[Any, Any]) -> None:
         assert self._store is not None
         key_bytes = self._store_key(record)
         if key_bytes is None:
@@ -183,7 +183,7 @@ class SlidingWindowAggregateProcessor(_TimestampedWindowAggregate[SlidingWindows
         self._latest_start = max(self._latest_start, start)
         self._put(record, key_bytes, start, start + self._windows.time_difference_ms, agg)
 
-    def process(self, record: Record[Any, Any]) -> None:
+    def _aggregate(self, record: Record[Any, Any]) -> None:
         assert self._store is not None
         if record.value is None and record.key is not None:
             assert self._context is not None
