@@ -66,7 +66,8 @@ class QueryForwarder:
         self, endpoint: str, store: str, key_text: str, allow_stale: bool, max_lag: int | None
     ) -> QueryResult:
         """Ask the member at ``endpoint`` (``host:port``) for its local answer;
-        :class:`ForwardError` when it gives none (a 404 "not found" is an answer)."""
+        :class:`ForwardError` when it gives none. An absent key is an answer: 200 with
+        ``"found": false`` (404 with ``found`` from instances before the error codes)."""
         params: dict[str, str] = {"local": "true", "allow_stale": str(allow_stale).lower()}
         if max_lag is not None:
             params["max_lag"] = str(max_lag)
@@ -90,7 +91,7 @@ class QueryForwarder:
         if status != 200 and not (status == 404 and "found" in body):
             raise ForwardError(f"{endpoint}: HTTP {status}: {body.get('message')}")
         try:
-            return QueryResult.from_json(body)  # a 404 with "found" is an answer: not found
+            return QueryResult.from_json(body)
         except TypeError as exc:
             raise ForwardError(f"{endpoint}: unexpected answer {body!r}") from exc
 

@@ -16,7 +16,7 @@ from http import HTTPStatus
 from progress_control.http_server import HttpRequest, HttpResponse
 from streams_runtime.health import InstanceHealth
 from streams_runtime.metrics import SecurityMetrics
-from streams_runtime.queries.results import InvalidKeyError, QueryError
+from streams_runtime.queries.results import QueryError
 from streams_runtime.queries.router import InteractiveQueries, key_from_text
 from streams_runtime.queries.security import tokens_equal
 
@@ -31,6 +31,7 @@ _FALSE = {"false", "0", "no", ""}
 
 class _BadRequestError(QueryError):
     status = 400
+    code = "bad-request"
 
 
 def _flag(params: dict[str, list[str]], name: str) -> bool:
@@ -85,7 +86,7 @@ class QueryEndpoints:
             status, body = exc.status, exc.to_json()
         except Exception as exc:  # never let a request take the server down
             logger.exception("query failed")
-            status, body = 500, {"error": type(exc).__name__, "message": str(exc)}
+            status, body = 500, {"error": QueryError.code, "message": str(exc)}
         challenge = (("WWW-Authenticate", "Bearer"),) if status == HTTPStatus.UNAUTHORIZED else ()
         return HttpResponse.json(status, body, challenge)
 
@@ -108,7 +109,7 @@ class QueryEndpoints:
             return 200, {"status": "ok", "instance_id": queries.instance_id}
         if not authorized:
             self._metrics.unauthorized.inc()
-            return 401, {"error": "Unauthorized", "message": "missing or wrong bearer token"}
+            return 401, {"error": "unauthorized", "message": "missing or wrong bearer token"}
         if parts == ["lags"]:
             lags = queries.all_local_store_partition_lags()
             return 200, {
@@ -134,7 +135,11 @@ class QueryEndpoints:
                 result = queries.get_local(spec.name, key, allow_stale=allow_stale, max_lag=max_lag)
             else:
                 result = queries.get(spec.name, key, allow_stale=allow_stale, max_lag=max_lag)
-            return (200 if result.found else 404), result.to_json()
+            # An absent key is an answer ("found": false), not an error: a 404 means the store
+            # (or the path) does not exist.
+            return 200, result.to_json()
         if parts and parts[0] in {"stores", "metadata"}:
-            raise InvalidKeyError(f"bad path {url.path!r}")
-        return 404, {"error": "NotFound", "message": f"no such path {url.path!r}"}
+            raise _BadRequestError(
+                f"bad path {url.path!r}: /stores/<store>/keys/<key> or /metadata/<store>/<key>"
+            )
+        return 404, {"error": "no-such-path", "message": f"no such path {url.path!r}"}

@@ -1,8 +1,17 @@
 """What an interactive query answers: :class:`QueryResult`, :class:`KeyQueryMetadata`, and
-the :class:`QueryError` family (each with the HTTP status the query server answers with)."""
+the :class:`QueryError` family, each with the HTTP status and the error code
+(``{"error": code, "message": ...}``) the query server answers with.
+
+A key absent from a store is an answer, not an error: a :class:`QueryResult` with ``found``
+false and ``value`` ``None`` (HTTP 200), as Kafka Streams' ``ReadOnlyKeyValueStore.get``
+returns null. A store the topology does not have is an error: :class:`UnknownStoreError`
+(HTTP 404, ``"error": "unknown-store"``), naming the stores there are
+(docs/runtime/queries.md#errors).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,33 +27,59 @@ __all__ = [
 
 
 class QueryError(Exception):
-    """A query that cannot be answered; ``status`` is the HTTP status the server uses."""
+    """A query that cannot be answered; ``status`` is the HTTP status the server uses and
+    ``code`` the ``error`` field of its JSON body."""
 
     status = 500
+    code = "query-failed"
 
     def to_json(self) -> dict[str, object]:
-        return {"error": type(self).__name__, "message": str(self)}
+        return {"error": self.code, "message": str(self)}
+
+
+STORE_NAMING_HINT = (
+    "a store is named by name= on count/reduce/aggregate (and suppress), or store_name= on "
+    "StreamsBuilder.table and Table.filter; see docs/runtime/dsl.md#naming-stores"
+)
 
 
 class UnknownStoreError(QueryError, KeyError):
+    """The topology has no queryable store ``store``; ``queryable`` lists those it has."""
+
     status = 404
+    code = "unknown-store"
+
+    def __init__(self, store: str, queryable: Iterable[str] = ()) -> None:
+        super().__init__(store)
+        self.store = store
+        self.queryable = sorted(queryable)
 
     def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "unknown store"
+        return f"unknown store {self.store!r}; queryable: {self.queryable} ({STORE_NAMING_HINT})"
+
+    def to_json(self) -> dict[str, object]:
+        return {**super().to_json(), "store": self.store, "queryable": self.queryable}
 
 
 class InvalidKeyError(QueryError, ValueError):
+    """A key (or a query parameter) the store cannot take."""
+
     status = 400
+    code = "invalid-key"
 
 
 class NotAvailableError(QueryError):
-    """No copy this query may be served from (e.g. no live active, stale reads not allowed)."""
+    """No copy this query may be served from (e.g. no live active, stale reads not allowed,
+    or the app not running)."""
 
     status = 503
+    code = "not-available"
 
 
 class NoReplicaWithinBoundError(NotAvailableError):
     """No live copy within ``max_lag``; ``lags`` lists what was seen."""
+
+    code = "no-replica-within-bound"
 
     def __init__(self, message: str, lags: list[dict[str, object]]) -> None:
         super().__init__(message)
@@ -66,7 +101,8 @@ class KeyQueryMetadata:
 
 @dataclass
 class QueryResult:
-    """One answer: ``value`` (a table's value, or for a session store a list of
+    """One answer: ``found`` (false for a key the store does not hold, ``value`` then
+    ``None``), ``value`` (a table's value, or for a session or window store a list of
     ``{"start", "end", "value"}``), where it was served, and the lag it was served at."""
 
     store: str
@@ -90,5 +126,6 @@ class QueryResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueryResult:
-        fields = {k: v for k, v in data.items() if k != "stale"}
-        return cls(**fields)
+        """The answer in ``data`` (fields it does not know, e.g. a newer instance's, ignored)."""
+        names = {f.name for f in cls.__dataclass_fields__.values() if f.init}
+        return cls(**{k: v for k, v in data.items() if k in names})

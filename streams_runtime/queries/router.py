@@ -121,9 +121,7 @@ class InteractiveQueries:
     def store(self, name: str) -> QueryableStore:
         spec = self.topology.queryable_stores.get(name)
         if spec is None:
-            raise UnknownStoreError(
-                f"unknown store {name!r}; queryable: {sorted(self.topology.queryable_stores)}"
-            )
+            raise UnknownStoreError(name, self.topology.queryable_stores)
         return spec
 
     def _serialize_key(self, spec: QueryableStore, key: object) -> bytes:
@@ -302,6 +300,10 @@ class InteractiveQueries:
     def _route(
         self, store: str, key: object, *, allow_stale: bool, max_lag: int | None
     ) -> QueryResult:
+        if self.replicator is None:
+            # No membership (no application_server, no standbys): this instance knows no other,
+            # so its own copies are the only ones to ask, as Kafka Streams' local stores.
+            return self.get_local(store, key, allow_stale=allow_stale, max_lag=max_lag)
         spec = self.store(store)
         raw = self._serialize_key(spec, key)
         if max_lag is not None and max_lag < 0:

@@ -1,10 +1,11 @@
 """The HTTP(S) query server of one instance.
 
 - ``GET /stores/{store}/keys/{key}?allow_stale=false&max_lag=N``: the value of ``key`` (text,
-  converted with the store's key serde), routed to wherever it lives; 200 with the answer, 404
-  with ``"found": false`` when the key is absent (or the store unknown, without ``found``), 400
-  for a bad key or parameter, 503 when no copy may answer (with the lags seen). ``local=true``
-  answers from this instance's copies only (what forwarding instances ask).
+  converted with the store's key serde), routed to wherever it lives; 200 with the answer
+  (``"found": false`` and ``"value": null`` when the key is absent), 404 ``unknown-store`` when
+  the topology has no such store (the body lists those it has), 400 for a bad key or
+  parameter, 503 when no copy may answer (with the lags seen). ``local=true`` answers from this
+  instance's copies only (what forwarding instances ask).
 - ``GET /metadata/{store}/{key}``: active host, standby hosts and partition.
 - ``GET /lags``: ``all_local_store_partition_lags()``.
 - ``GET /health/live`` and ``GET /health/ready``: the instance's probes
@@ -16,7 +17,10 @@
 With a token (``query_token``) every other request needs ``Authorization: Bearer <token>``
 (401 otherwise, compared in constant time). Binding a non-loopback address without one is
 refused at start-up (:mod:`streams_runtime.queries.security`). Every error is a JSON body
-``{"error": ..., "message": ...}``; no request can stop the server.
+``{"error": code, "message": ...}``, the code one of ``unknown-store``, ``invalid-key``,
+``bad-request``, ``unauthorized``, ``no-such-path``, ``not-available``,
+``no-replica-within-bound``, ``query-failed`` (:mod:`streams_runtime.queries.results`); no
+request can stop the server.
 
 Slow or idle clients cannot starve queries: the connections are owned by
 :class:`progress_control.http_server.BoundedHttpServer` (one I/O thread reading request headers,

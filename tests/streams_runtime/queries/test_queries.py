@@ -346,8 +346,8 @@ def test_lags_match_the_broker_and_queries_route(  # noqa: PLR0915 - one scenari
         assert status == 200
         assert set(body["lags"]) == {"strings", "ints"}
         status, body = http_get(f"http://{app.query_endpoint}/stores/strings/keys/nope")
-        assert status == 404
-        assert body["found"] is False
+        assert (status, body["found"], body["value"]) == (200, False, None)
+        assert "error" not in body
     # Stale reads from the local standby copy, within a bound.
     for app in apps:
         for key, value in rows.items():
@@ -370,8 +370,12 @@ def test_bad_queries_get_clean_4xx(two_instances: tuple[list[App], str, str, str
     apps, *_ = two_instances
     app = apps[0]
     base = f"http://{app.query_endpoint}"
-    with pytest.raises(UnknownStoreError):
+    with pytest.raises(UnknownStoreError) as unknown:
         app.get("nope", "k")
+    assert (unknown.value.code, unknown.value.store) == ("unknown-store", "nope")
+    assert unknown.value.queryable == ["ints", "strings"]
+    assert "queryable: ['ints', 'strings']" in str(unknown.value)
+    assert "name=" in str(unknown.value)  # how a store gets a name
     with pytest.raises(InvalidKeyError):
         app.get("strings", 5)
     with pytest.raises(InvalidKeyError):
@@ -379,25 +383,25 @@ def test_bad_queries_get_clean_4xx(two_instances: tuple[list[App], str, str, str
     with pytest.raises(InvalidKeyError):
         app.query_metadata_for_key("ints", 1.5)
     cases = [
-        ("/stores/nope/keys/k", TOKEN, 404, "UnknownStoreError"),
-        ("/metadata/nope/k", TOKEN, 404, "UnknownStoreError"),
-        ("/stores/ints/keys/abc", TOKEN, 400, "InvalidKeyError"),
-        ("/metadata/ints/abc", TOKEN, 400, "InvalidKeyError"),
-        ("/stores/strings/keys/k?max_lag=-1", TOKEN, 400, None),
-        ("/stores/strings/keys/k?max_lag=lots", TOKEN, 400, None),
-        ("/stores/strings/keys/k?allow_stale=maybe", TOKEN, 400, None),
-        ("/stores/strings/k", TOKEN, 400, None),
-        ("/elsewhere", TOKEN, 404, None),
-        ("/stores/strings/keys/k", None, 401, "Unauthorized"),
-        ("/stores/strings/keys/k", "wrong", 401, "Unauthorized"),
-        ("/lags", "wrong", 401, "Unauthorized"),
+        ("/stores/nope/keys/k", TOKEN, 404, "unknown-store"),
+        ("/metadata/nope/k", TOKEN, 404, "unknown-store"),
+        ("/stores/ints/keys/abc", TOKEN, 400, "invalid-key"),
+        ("/metadata/ints/abc", TOKEN, 400, "invalid-key"),
+        ("/stores/strings/keys/k?max_lag=-1", TOKEN, 400, "bad-request"),
+        ("/stores/strings/keys/k?max_lag=lots", TOKEN, 400, "bad-request"),
+        ("/stores/strings/keys/k?allow_stale=maybe", TOKEN, 400, "bad-request"),
+        ("/stores/strings/k", TOKEN, 400, "bad-request"),
+        ("/elsewhere", TOKEN, 404, "no-such-path"),
+        ("/stores/strings/keys/k", None, 401, "unauthorized"),
+        ("/stores/strings/keys/k", "wrong", 401, "unauthorized"),
+        ("/lags", "wrong", 401, "unauthorized"),
     ]
     for path, token, status, error in cases:
         got, body = http_get(base + path, token)
-        assert got == status, (path, body)
+        assert (got, body["error"]) == (status, error), (path, body)
         assert "message" in body
-        if error:
-            assert body["error"] == error
+    got, body = http_get(base + "/stores/nope/keys/k")
+    assert (body["store"], body["queryable"]) == ("nope", ["ints", "strings"])
     # Garbage on the socket does not take the server down either.
     with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=5) as sock:
         sock.sendall(b"\x00\x01garbage\r\n\r\n")
@@ -564,7 +568,7 @@ def test_non_loopback_bind_needs_a_token_or_an_explicit_opt_out(
             port = running.query_endpoint.rsplit(":", 1)[1]
             url = f"http://127.0.0.1:{port}/stores/t/keys/nope"
             # 503 until the task is assigned; then "not found" is the answer.
-            wait_for(lambda: http_get(url, token)[0] == 404, timeout_s=60, message="an answer")  # noqa: B023
+            wait_for(lambda: http_get(url, token)[0] == 200, timeout_s=60, message="an answer")  # noqa: B023
             assert http_get(url, token)[1]["found"] is False
             if token is not None:
                 assert http_get(f"http://127.0.0.1:{port}/stores/t/keys/nope", None)[0] == 401
@@ -581,14 +585,14 @@ def test_unauthenticated_and_wrong_token_reads_are_refused(
     app = apps[0]
     base = f"http://{app.query_endpoint}"
     wait_for(
-        lambda: http_get(f"{base}/stores/strings/keys/k1")[0] == 200,
+        lambda: http_get(f"{base}/stores/strings/keys/k1")[1].get("found"),
         timeout_s=60,
         message="k1 answered with the token",
     )
     for path in ("/stores/strings/keys/k1", "/metadata/strings/k1", "/lags"):
         for token in (None, "wrong", TOKEN + "x", TOKEN[:-1], ""):
             status, body = http_get(base + path, token)
-            assert (status, body["error"]) == (401, "Unauthorized"), (path, token)
+            assert (status, body["error"]) == (401, "unauthorized"), (path, token)
             assert "v1" not in json.dumps(body)
     # Other schemes and a token without a scheme are refused too.
     for header in (f"Basic {TOKEN}", TOKEN, f"Bearer{TOKEN}"):
@@ -635,7 +639,7 @@ def test_idle_and_slow_connections_do_not_starve_queries(
         app = apps[0]
         produce_table(kafka_bootstrap, strings, {"k1": "v1"}, String())
         url = f"http://{app.query_endpoint}/stores/strings/keys/k1"
-        wait_for(lambda: http_get(url)[0] == 200, timeout_s=60, message="k1 answered")
+        wait_for(lambda: http_get(url)[1].get("found"), timeout_s=60, message="k1 answered")
         host, port = str(app.query_endpoint).rsplit(":", 1)
         idle: list[socket.socket] = []
         try:
@@ -909,7 +913,7 @@ def test_tls_round_trip_and_forwarding_over_https(
                     status, body = https_get(
                         f"https://{app.query_endpoint}/stores/strings/keys/{k}"
                     )
-                    if status == 200 and body["instance_id"] != app.instance_id:
+                    if status == 200 and body["found"] and body["instance_id"] != app.instance_id:
                         assert (body["value"], body["served_by"]) == (value, "active")
                         return body
             return None
