@@ -10,8 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
-from streams_runtime import App, StateEngine, StreamsBuilder, TimeWindows, until_window_closes
+from progress_control.protocol import ControlMarker, ControlRecord
+from streams_runtime import (
+    App,
+    SessionWindows,
+    SlidingWindows,
+    StateEngine,
+    StreamsBuilder,
+    TimeWindows,
+    until_window_closes,
+)
 from streams_runtime.queries.results import QueryError
 from streams_runtime.serdes import Integer, Json, String
 from tests.helpers import TopicReader, unique_name, wait_for
@@ -201,3 +211,119 @@ def test_cached_windows_and_final_results_survive_a_restart(
     produce(kafka_bootstrap, source, [("a", 0, BASE_MS + 700), ("z", 0, BASE_MS + 60_000)])
     finals = _wait_for_rows(reader_for(final_sink, 1), 2, "final results after the restart")
     assert sorted(finals) == [("a", [0, 3], 700), ("b", [1000, 1], 1100)]
+
+
+# Windows closed on time with the cache on (docs/runtime/windows.md, "When final results come
+# out"): every kind, behind a stream-table join and a repartition topic.
+CLOSING_WINDOWS: dict[str, Any] = {
+    "tumbling": TimeWindows.of_size(1_000, grace=200),
+    "hopping": TimeWindows.of_size(1_000, grace=200).advance_by(500),
+    "sliding": SlidingWindows.of_time_difference(1_000, grace=200),
+    "session": SessionWindows(gap_ms=1_000, grace_ms=200),
+}
+
+
+def _joined_finals(clicks: str, users: str, sinks: dict[str, str]) -> StreamsBuilder:
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
+    by_page = (
+        builder.stream(clicks)
+        .join(builder.table(users), lambda click, user: {**click, "tier": user["tier"]})
+        .select_key(lambda _user, click: click["page"])
+        .group_by_key()
+    )
+    for kind, windows in CLOSING_WINDOWS.items():
+        (
+            by_page.windowed_by(windows)
+            .count(name=f"counts-{kind}")
+            .suppress(until_window_closes(), name=f"finals-{kind}")
+            .to_stream()
+            .map(lambda w, n: (w.key, [w.start - BASE_MS, w.end - BASE_MS, n]))
+            .to(sinks[kind])
+        )
+    return builder
+
+
+# The final results of the clicks at 100 and 300 (relative to BASE_MS), closed at 5000.
+CLOSED_FINALS = {
+    "tumbling": [("home", [0, 1_000, 2], 300)],
+    "hopping": [("home", [-500, 500, 2], 300), ("home", [0, 1_000, 2], 300)],
+    "sliding": [
+        ("home", [-900, 100, 1], 100),
+        ("home", [-700, 300, 2], 300),
+        ("home", [101, 1_101, 1], 300),
+    ],
+    "session": [("home", [100, 300, 2], 300)],
+}
+
+
+def _assert_finals(
+    sinks: dict[str, str], reader_for: Callable[[str, int], TopicReader], message: str
+) -> None:
+    for kind, sink in sinks.items():
+        reader = reader_for(sink, 1)
+        found: list[Any] = []
+
+        def out(reader: TopicReader = reader, found: list[Any] = found, kind: str = kind) -> bool:
+            found[:] = [(k, v, ts - BASE_MS) for k, v, ts in updates(reader.read())]
+            return len(found) >= len(CLOSED_FINALS[kind])
+
+        wait_for(out, timeout_s=30, message=f"{kind}: {message}")
+        assert found == CLOSED_FINALS[kind], kind
+
+
+@broker
+def test_windows_closed_by_data_come_out_long_before_a_commit(
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+) -> None:
+    # Cache on, a commit interval far longer than the test, and no ticks (nor the early commit
+    # they bring): only the record that closes the windows can get their final results out.
+    # Kafka Streams would hold them until its next commit.
+    clicks, users = create_topic("clicks"), create_topic("users")
+    sinks = {kind: create_topic(f"finals-{kind}") for kind in CLOSING_WINDOWS}
+    run_app(
+        _joined_finals(clicks, users, sinks),
+        commit_interval_ms=600_000,
+        statestore_cache_max_bytes=10 * 1024 * 1024,
+        progress_propagation=False,
+    )
+    produce(kafka_bootstrap, users, [("u1", {"tier": 1}, BASE_MS), ("u2", {"tier": 2}, BASE_MS)])
+    at = [100, 300, 5_000]  # the last one closes every window of the first two
+    produce(
+        kafka_bootstrap,
+        clicks,
+        [(f"u{i % 2 + 1}", {"page": "home"}, BASE_MS + t) for i, t in enumerate(at)],
+    )
+    _assert_finals(sinks, reader_for, "final results before any commit")
+
+
+@broker
+def test_windows_closed_by_a_tick_behind_a_repartition_come_out_long_before_a_commit(
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+) -> None:
+    # The same, closed by a control record on the clicks: its time crosses the join, and the
+    # repartition topic as the runtime's own tick, which waits for the upstream task's commit
+    # (of a task gone quiet: at once, not at the end of its commit interval).
+    clicks, users = create_topic("clicks"), create_topic("users")
+    sinks = {kind: create_topic(f"finals-{kind}") for kind in CLOSING_WINDOWS}
+    run_app(
+        _joined_finals(clicks, users, sinks),
+        commit_interval_ms=600_000,
+        statestore_cache_max_bytes=10 * 1024 * 1024,
+    )
+    produce(kafka_bootstrap, users, [("u1", {"tier": 1}, BASE_MS), ("u2", {"tier": 2}, BASE_MS)])
+    produce(
+        kafka_bootstrap,
+        clicks,
+        [("u1", {"page": "home"}, BASE_MS + 100), ("u2", {"page": "home"}, BASE_MS + 300)],
+    )
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    tick = ControlRecord(clicks, 0, BASE_MS + 5_000, ControlMarker("test-input", 0))
+    producer.produce(**tick.produce_kwargs())  # type: ignore[arg-type]
+    assert producer.flush(10) == 0
+    _assert_finals(sinks, reader_for, "final results on a tick, before any commit")
