@@ -257,7 +257,9 @@ class StreamThread:
                     self.collector.poll()
                     now = time.monotonic()
                     self.task_manager.publish_lag(now)
-                    if self._progress is not None and self._progress.due(now):
+                    if self._progress is not None and (
+                        self._progress.due(now) or self._took_control()
+                    ):
                         if (
                             next_commit - now > self._progress.interval_s
                             and self._progress_waits_for_commit()
@@ -510,6 +512,17 @@ class StreamThread:
             self._partitions.pause(pause)
         if resume:
             self._partitions.resume(resume)
+
+    def _took_control(self) -> bool:
+        """Whether a task took a control record since the last call: its bounds may have
+        moved, so a quiet task commits them now and the tick downstream follows at once,
+        rather than at the next progress interval (docs/runtime/windows.md)."""
+        took = False
+        for task in self.tasks.values():
+            if task.took_control:
+                task.took_control = False
+                took = True
+        return took
 
     def _progress_waits_for_commit(self) -> bool:
         """Whether a task went quiet (no data for a progress interval) with bounds past its

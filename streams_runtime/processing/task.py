@@ -127,6 +127,8 @@ class StreamTask:
         self._warm: Mapping[str, WarmStore] | None = None
         self.committed_bounds: dict[str, int] = {}
         self.last_data_at = time.monotonic()
+        self.took_control = False
+        """Whether the task took a control record since the stream thread last cleared this."""
         label = str(task_id)
         self._processed_metric = metrics.records_processed(label)
         self._control_metric = metrics.control_records(label)
@@ -308,6 +310,8 @@ class StreamTask:
             if done:
                 if done > controls:
                     self.last_data_at = time.monotonic()
+                if controls:
+                    self.took_control = True
                 self._processed_metric.inc(done - controls)
                 self._control_metric.inc(controls)
                 self._stream_time_metric.set(max(group.stream_time, 0) / 1000)
