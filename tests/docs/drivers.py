@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from progress_control.protocol import ControlMarker, ControlRecord, is_control_record
@@ -83,6 +85,54 @@ class Sessions(Driver):
         ], sessions
 
 
+class UserSessions(Driver):
+    """The topology of README.md (and docs/getting-started.md): clicks keyed by user, sessions of
+    10 s gap and 2 s grace on ``sessions``, the clicks again on ``events``. Alice clicks twice
+    4 s apart, a bot once; then only a control record comes, 13 s after her last click: her
+    one final session comes out, and both human clicks on ``events``."""
+
+    def while_running(self, app: App, env: RunEnv) -> None:
+        base = (int(time.time()) - 600) * 1000
+        producer = Producer({"bootstrap.servers": env.bootstrap})
+        for user, click, timestamp in [
+            ("alice", {"user": "alice", "page": "/", "ts": base}, base),
+            (
+                "bot-7",
+                {"user": "bot-7", "page": "/", "ts": base + 1_000, "bot": True},
+                base + 1_000,
+            ),
+            ("alice", {"user": "alice", "page": "/cart", "ts": base + 4_000}, base + 4_000),
+        ]:
+            producer.produce("clicks", key=user, value=json.dumps(click), timestamp=timestamp)
+        tick = ControlRecord("clicks", 0, base + 17_000, ControlMarker("docs-driver", 0))
+        producer.produce(**tick.produce_kwargs())  # type: ignore[arg-type]
+        producer.flush(30)
+        sessions = _data(env, "sessions", bool)
+        assert sessions == [
+            (b"alice", {"user": "alice", "start": base, "end": base + 4_000, "count": 2})
+        ], sessions
+        events = _data(env, "events", lambda found: len(found) >= 2)
+        assert [(k, v["page"]) for k, v in events] == [(b"alice", "/"), (b"alice", "/cart")]
+
+
+def _data(
+    env: RunEnv, topic: str, enough: Callable[[list[Message]], bool]
+) -> list[tuple[bytes | None, Any]]:
+    """The data records of ``topic`` (control records left out) once ``enough`` of them came,
+    and a second later (nothing more comes)."""
+    reader = TopicReader(env.bootstrap, topic, 1)
+    try:
+
+        def data() -> list[Message]:
+            return [m for m in reader.read() if not is_control_record(m)]
+
+        wait_for(lambda: enough(data()), timeout_s=60, message=f"records on {topic}")
+        reader.read(quiet_s=1.0, max_s=2.0)
+        return [(m.key(), json.loads(m.value() or b"null")) for m in data()]
+    finally:
+        reader.close()
+
+
 class SignedTick(Driver):
     """docs/concepts/trust.md's tick signed by hand: one control record on events[0], which a
     reader given key k1 accepts and one given another key refuses."""
@@ -109,6 +159,7 @@ class SignedTick(Driver):
 
 DRIVERS: dict[str, type[Driver]] = {
     "sessions": Sessions,
+    "user-sessions": UserSessions,
     "signed-tick": SignedTick,
 }
 """Name (``driver: NAME``) -> driver."""
