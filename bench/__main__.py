@@ -14,6 +14,7 @@ BENCHMARKS = {
     "promise-at-scale": "bench.promise_at_scale",
     "scale-out": "bench.scale_out",
     "tick-volume": "bench.tick_volume",
+    "window-close-delay": "bench.window_close_delay",
     "sidecar": "bench.sidecar",
     "slow-connections": "bench.slow_connections",
     "spark-sessionization": "bench.spark_sessionization",
