@@ -20,11 +20,6 @@ from tests.paths import ROOT
 # there is an expected failure (strict: once marked, it is checked like any other); a page
 # whose blocks are all marked must leave this list (test_pending_pages_have_unmarked_blocks).
 PENDING_PAGES: dict[str, str] = {
-    "README.md": "marked by the README's owner",
-    "docs/benchmarks.md": "marked by the benchmarks page's owner",
-    "docs/contributing.md": "the blocks outside the tests section, marked by the page's owner",
-    "docs/getting-started.md": "marked by the page's owner (being rewritten)",
-    "docs/producers.md": "marked by the page's owner",
     "docs/spark.md": "marked by the Spark engineer",
     "docs/runtime/windows.md": "marked by the runtime engineer",
 }
