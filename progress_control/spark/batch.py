@@ -102,7 +102,7 @@ def batch_sessions(
         raise ValueError(f"watermark_delay_ms must be >= 0, got {watermark_delay_ms}")
     if trust is not None and trust.verification_keys:
         redact_key_material(spark)
-    parsed = parse_records(read_range(spark, source, records or BatchRange()), trust)
+    parsed = parse_records(read_range(spark, source, records or BatchRange()), trust, source.schema)
     counted = parsed if observation is None else parsed.observe(observation, *record_counts())
     sessions = sessionize_events(counted, gap_ms)
     if not closed_only:
@@ -150,7 +150,9 @@ def run_batch(
         sessions_path
     )
     if errors_path is not None:
-        parsed = parse_records(read_range(spark, source, records or BatchRange()), trust)
+        parsed = parse_records(
+            read_range(spark, source, records or BatchRange()), trust, source.schema
+        )
         error_rows(parsed).write.mode("overwrite").parquet(errors_path)
     counts = RecordCounts.from_metrics(observation.get)
     RejectionLog("sessionization batch").report(counts.samples)

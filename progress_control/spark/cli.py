@@ -6,18 +6,28 @@ Every option is validated before Spark starts; a bad value names its option
 settings read from ``PROGRESS_CONTROL_SPARK_*`` env variables
 (:mod:`progress_control.spark.settings`: which control records move time, verification keys): keys
 never come from the command line.
+
+What a data record looks like (:class:`~progress_control.spark.input_schema.InputSchema`) comes
+from the input-schema options (``--user-field``/``--user-from-key``, ``--time-field``/
+``--time-from-record``, ``--page-field``/``--no-page-field``, ``--integer-field``/
+``--no-integer-fields``), each winning over its ``PROGRESS_CONTROL_SPARK_INPUT_*`` variable.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from progress_control.argtypes import positive_int
 from progress_control.settings import ConfigurationError
 from progress_control.spark.durations import parse_duration_ms, parse_instant_ms
+from progress_control.spark.input_schema import InputSchema
 from progress_control.spark.settings import load_job_settings
 
 if TYPE_CHECKING:
@@ -25,15 +35,17 @@ if TYPE_CHECKING:
 
     from progress_control.spark.batch import BatchRange
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "input_schema", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one job; returns the exit status (reconcile: 1 when the sides differ)."""
     args = build_parser().parse_args(argv)
     try:
-        args.trust = load_job_settings().trust_policy()
-    except ConfigurationError as exc:
+        settings = load_job_settings()
+        args.trust = settings.trust_policy()
+        args.schema = input_schema(args, settings.input_schema())
+    except (ConfigurationError, ValueError) as exc:
         print(f"python -m progress_control.spark: error: {exc}", file=sys.stderr)
         return 2
     handler: Callable[[argparse.Namespace], int] = args.handler
@@ -74,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs = parser.add_subparsers(required=True, metavar="JOB")
 
     stream = jobs.add_parser("stream", parents=[common], help="the streaming job")
+    _add_input_schema(stream)
     stream.add_argument("--output", required=True, help="output root: sessions/ and errors/")
     stream.add_argument("--checkpoint", required=True, help="checkpoint root")
     stream.add_argument(
@@ -91,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.set_defaults(handler=_stream)
 
     batch = jobs.add_parser("batch", parents=[common], help="the batch (backfill) job")
+    _add_input_schema(batch)
     batch.add_argument("--output", required=True, help="output root: sessions/ and errors/")
     _add_range(batch)
     batch.add_argument(
@@ -104,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile = jobs.add_parser(
         "reconcile", parents=[common], help="compare with the streams runtime's sessions topic"
     )
+    _add_input_schema(reconcile)
     reconcile.add_argument("--sessions-topic", required=True, help="the runtime's sessions")
     reconcile.add_argument("--grace", type=_duration, default=0, help="the runtime's grace")
     _add_range(reconcile)
@@ -111,11 +126,105 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INPUT_SCHEMA_HELP = """\
+What a data record of --topic must look like. Its value is a JSON object; by default
+{"user": <string>, "page": <string>, "ts": <integer>, ...} with the Kafka record timestamp as
+the event time (ts is checked, not used): what the runtime forwards to an events topic. A record
+that does not fit goes to the errors output with the reason, e.g. "missing field 'user'". Each
+option wins over its PROGRESS_CONTROL_SPARK_INPUT_* variable."""
+
+
+def _add_input_schema(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("input schema", INPUT_SCHEMA_HELP)
+    user = group.add_mutually_exclusive_group()
+    user.add_argument(
+        "--user-field",
+        metavar="NAME",
+        type=_field_name,
+        help="the value field holding the user, a string (user)",
+    )
+    user.add_argument(
+        "--user-from-key",
+        action="store_true",
+        default=None,
+        help="the record key (UTF-8, not null) is the user",
+    )
+    time = group.add_mutually_exclusive_group()
+    time.add_argument(
+        "--time-field",
+        metavar="NAME",
+        type=_field_name,
+        help="event time from this value field: epoch ms as a JSON integer (not a string, "
+        "fraction or exponent); it must be the record's own timestamp for ticks to apply "
+        "(default: the Kafka record timestamp)",
+    )
+    time.add_argument(
+        "--time-from-record",
+        action="store_true",
+        default=None,
+        help="event time is the Kafka record timestamp (the default)",
+    )
+    page = group.add_mutually_exclusive_group()
+    page.add_argument(
+        "--page-field",
+        metavar="NAME",
+        type=_field_name,
+        help="a string field every event must carry (page)",
+    )
+    page.add_argument(
+        "--no-page-field", action="store_true", default=None, help="no page field required"
+    )
+    integers = group.add_mutually_exclusive_group()
+    integers.add_argument(
+        "--integer-field",
+        metavar="NAME",
+        type=_field_name,
+        action="append",
+        help="an integer field every event must carry, checked, not used; repeatable, replaces "
+        "the default (ts)",
+    )
+    integers.add_argument(
+        "--no-integer-fields", action="store_true", default=None, help="no integer field required"
+    )
+
+
+def input_schema(args: argparse.Namespace, base: InputSchema | None = None) -> InputSchema:
+    """The input schema of parsed arguments: ``base`` (the environment's, else the default)
+    with every input-schema option given on the command line applied."""
+    schema = base or InputSchema()
+    user, time, page, integers = (
+        schema.user_field,
+        schema.time_field,
+        schema.page_field,
+        schema.integer_fields,
+    )
+    if args.user_from_key:
+        user = None
+    elif args.user_field is not None:
+        user = args.user_field
+    if args.time_from_record:
+        time = None
+    elif args.time_field is not None:
+        time = args.time_field
+    if args.no_page_field:
+        page = None
+    elif args.page_field is not None:
+        page = args.page_field
+    if args.no_integer_fields:
+        integers = ()
+    elif args.integer_field is not None:
+        integers = tuple(args.integer_field)
+    return InputSchema(user, time, page, integers)
+
+
 def _add_range(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--starting-offsets", default="earliest", help="earliest or JSON")
     parser.add_argument("--ending-offsets", default="latest", help="latest or JSON")
     parser.add_argument(
-        "--from", dest="start_time", type=_instant, help="first record time (epoch ms or ISO)"
+        "--from",
+        dest="start_time",
+        type=_instant,
+        help="first Kafka record timestamp (epoch ms or ISO)",
     )
     parser.add_argument("--to", dest="end_time", type=_instant, help="end time, exclusive")
 
@@ -125,7 +234,9 @@ def _stream(args: argparse.Namespace) -> int:
     from progress_control.spark.stream import SessionizationStream, StreamConfig
 
     config = StreamConfig(
-        source=KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option)),
+        source=KafkaSource(
+            args.bootstrap_servers, args.topic, dict(args.kafka_option), args.schema
+        ),
         gap_ms=args.gap,
         output_dir=args.output,
         checkpoint_dir=args.checkpoint,
@@ -138,14 +249,16 @@ def _stream(args: argparse.Namespace) -> int:
     )
     job = SessionizationStream(_spark(args, "sessionization-stream"), config).start()
     print(f"streaming: sessions to {config.sessions_location}, errors to {config.errors_location}")
+    print(f"input: {config.source.schema.describe()}")
+    deadline = None if args.run_for is None else time.monotonic() + args.run_for / 1000
     try:
-        if args.run_for is None:
-            while not job.await_termination(3600.0):
-                pass
-        else:
-            job.await_termination(args.run_for / 1000)
-    except KeyboardInterrupt:
-        print("stopping...", file=sys.stderr)
+        with _stop_signals() as stop:
+            while not stop.is_set():
+                wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                if wait <= 0 or job.await_termination(wait):
+                    break
+            if stop.is_set():
+                print("stopping...", file=sys.stderr)
     finally:
         metrics = job.metrics()
         job.stop()
@@ -157,6 +270,28 @@ def _stream(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _stop_signals() -> Iterator[threading.Event]:
+    """SIGINT (Ctrl-C) and SIGTERM (``kill``, Kubernetes) set the returned event, so the job
+    stops cleanly: each query finishes its micro-batch and the summary is printed. Not an
+    exception, which could land in the middle of a py4j call. The previous handlers are back on
+    exit, so a second signal while the job stops acts as usual."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        signal.signal(sig, lambda _sig, _frame: stop.set())
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            # None: a handler not installed from Python, which cannot be put back.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
 def _batch(args: argparse.Namespace) -> int:
     from progress_control.spark.batch import run_batch
     from progress_control.spark.source import KafkaSource
@@ -164,7 +299,7 @@ def _batch(args: argparse.Namespace) -> int:
     root = args.output.rstrip("/")
     result = run_batch(
         _spark(args, "sessionization-batch"),
-        KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option)),
+        KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option), args.schema),
         args.gap,
         f"{root}/sessions",
         _range(args),
@@ -188,7 +323,7 @@ def _reconcile(args: argparse.Namespace) -> int:
 
     report = reconcile_topics(
         _spark(args, "sessionization-reconcile"),
-        KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option)),
+        KafkaSource(args.bootstrap_servers, args.topic, dict(args.kafka_option), args.schema),
         args.sessions_topic,
         args.gap,
         _range(args),
@@ -241,6 +376,14 @@ def _instant(text: str) -> int:
         return parse_instant_ms(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _field_name(text: str) -> str:
+    try:
+        InputSchema(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from exc
+    return text
 
 
 def _key_value(text: str) -> tuple[str, str]:

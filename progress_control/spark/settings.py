@@ -11,6 +11,15 @@ command line, where a secret would show in ``ps`` and shell history:
 - ``PROGRESS_CONTROL_SPARK_CONTROL_ALLOWED_SOURCES`` (comma list): when set, only control records
   from these source ids move time.
 
+And what a data record looks like (:class:`~progress_control.spark.input_schema.InputSchema`;
+the command line's ``--user-field``, ``--time-field``, ... win over these):
+
+- ``PROGRESS_CONTROL_SPARK_INPUT_USER_FIELD`` (default ``user``) or
+  ``PROGRESS_CONTROL_SPARK_INPUT_USER_FROM_KEY=true``;
+- ``PROGRESS_CONTROL_SPARK_INPUT_TIME_FIELD`` (default unset: the record timestamp);
+- ``PROGRESS_CONTROL_SPARK_INPUT_PAGE_FIELD`` (default ``page``; empty: none);
+- ``PROGRESS_CONTROL_SPARK_INPUT_INTEGER_FIELDS`` (default ``ts``; comma list, empty: none).
+
 Invalid values fail at start-up with the setting's name (:func:`load_job_settings`); a secret is
 never echoed in the message.
 """
@@ -19,7 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from progress_control.settings import ControlTrustSettings, component_config, load_settings
+from progress_control.spark.input_schema import InputSchema
 
 __all__ = ["ENV_PREFIX", "SparkJobSettings", "load_job_settings"]
 
@@ -27,9 +39,56 @@ ENV_PREFIX = "PROGRESS_CONTROL_SPARK_"
 
 
 class SparkJobSettings(ControlTrustSettings):
-    """Control-record trust settings of the streaming and batch jobs (see the module docstring)."""
+    """Control-record trust and input-schema settings of the streaming, batch and reconcile jobs
+    (see the module docstring)."""
 
     model_config = component_config(ENV_PREFIX)
+
+    input_user_field: str = Field(
+        "user",
+        min_length=1,
+        description="The JSON value field holding the user (a string).",
+    )
+    input_user_from_key: bool = Field(
+        False, description="The record key (UTF-8) is the user, not input_user_field."
+    )
+    input_time_field: str | None = Field(
+        None,
+        description="The JSON value field holding the event time, epoch milliseconds as a JSON "
+        "integer; unset or empty: the Kafka record timestamp.",
+    )
+    input_page_field: str | None = Field(
+        "page",
+        description="A JSON string field every event must carry (the page); empty: none.",
+    )
+    input_integer_fields: str = Field(
+        "ts",
+        description="Comma-separated JSON integer fields every event must carry, checked and "
+        "otherwise unused; empty: none.",
+    )
+
+    @field_validator(
+        "input_user_field", "input_time_field", "input_page_field", "input_integer_fields"
+    )
+    @classmethod
+    def _field_names(cls, value: str | None) -> str | None:
+        for name in _names(value or ""):
+            InputSchema(name)  # its ValueError says what is wrong with the name
+        return value
+
+    def input_schema(self) -> InputSchema:
+        """What a data record looks like (:class:`InputSchema`), from these settings."""
+        return InputSchema(
+            user_field=None if self.input_user_from_key else self.input_user_field,
+            time_field=self.input_time_field or None,
+            page_field=self.input_page_field or None,
+            integer_fields=_names(self.input_integer_fields),
+        )
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """A comma list of field names (spaces around each name dropped)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def load_job_settings(**values: Any) -> SparkJobSettings:

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from progress_control.protocol import CONTROL_HEADER
+from progress_control.spark.input_schema import MAX_EPOCH_MS, InputSchema
 from progress_control.spark.trust import (
     ACCEPTED,
     REJECTION_REASONS,
@@ -32,6 +33,7 @@ __all__ = [
     "ERROR_COLUMNS",
     "MAX_REJECTION_SAMPLES",
     "PARSED_COLUMNS",
+    "InputSchema",
     "KafkaSource",
     "MalformedRecord",
     "RecordCounts",
@@ -62,12 +64,13 @@ PARSED_COLUMNS = (
     "key",
     "value",
 )
-"""Columns of :func:`parse_records`. ``event_time`` is the Kafka record timestamp; ``is_control``
+"""Columns of :func:`parse_records`. ``event_time`` is a valid event's time (the Kafka record
+timestamp, or the schema's time field), every other record's Kafka record timestamp; ``is_control``
 is true for every record carrying a ``progress-control`` header (never data, valid or not);
 ``control`` is ``accepted`` for a control record that may move time, else the reason it is skipped
 (:data:`progress_control.spark.trust.REJECTION_REASONS`), null for other records; ``control_source``
-the marker's source id (``?`` when unreadable); ``user`` and ``page`` are set for valid events only;
-``error`` is set for malformed data records only."""
+the marker's source id (``?`` when unreadable); ``user`` and ``page`` (the schema's page field)
+are set for valid events only; ``error`` is set for malformed data records only."""
 
 ERROR_COLUMNS = ("topic", "partition", "offset", "event_time", "error", "key", "value")
 """Columns of the errors output (:func:`error_rows`)."""
@@ -77,7 +80,9 @@ _INTEGER_TYPES = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 
 @dataclass(frozen=True, slots=True)
 class KafkaSource:
-    """Where to read: bootstrap servers, topic(s) (comma list) and extra source options.
+    """Where to read: bootstrap servers, topic(s) (comma list), extra source options, and what a
+    data record looks like (``schema``, default :class:`InputSchema`: value ``{"user", "page",
+    "ts"}``, event time the record timestamp).
 
     ``options`` holds anything else for Spark's Kafka source, e.g. ``kafka.security.protocol``
     or ``kafka.sasl.jaas.config`` (``kafka.``-prefixed keys go to the consumer), and may override
@@ -87,6 +92,7 @@ class KafkaSource:
     bootstrap_servers: str
     topic: str
     options: Mapping[str, str] = field(default_factory=dict)
+    schema: InputSchema = field(default_factory=InputSchema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,33 +156,55 @@ def read_kafka(
     return reader.format("kafka").options(**options).load()
 
 
-def parse_records(raw: DataFrame, trust: TrustPolicy | None = None) -> DataFrame:
+def parse_records(
+    raw: DataFrame, trust: TrustPolicy | None = None, schema: InputSchema | None = None
+) -> DataFrame:
     """Classify raw Kafka rows: control record (validated against ``trust``, default
-    :class:`~progress_control.trust.TrustPolicy`), valid click event, or malformed (with a reason).
+    :class:`~progress_control.trust.TrustPolicy`), valid click event (under ``schema``, default
+    :class:`InputSchema`), or malformed (with a reason).
 
     A record with a ``progress-control`` header is a control record whatever its key and value,
     and never data: it either moves time (``control == "accepted"``) or is skipped with the
     validator's reason (a broken marker is ``malformed``), never handed to the errors output. A
-    click event's value is a JSON object with string ``user`` and ``page`` and an integer ``ts``;
-    a number where a string belongs is an error, not silently converted.
+    click event's value is a JSON object with the schema's fields at their types (by default
+    string ``user`` and ``page`` and an integer ``ts``); a number where a string belongs is an
+    error, not silently converted. The first problem found is the reason, checked in this order:
+    the value (null, not UTF-8, not JSON, not an object), the user (field or key), the page, the
+    time field, the integer fields, a negative record timestamp (when it is the event time).
     """
+    schema = schema or InputSchema()
     checked = with_control_verdict(raw, trust or TrustPolicy())
     staged = checked.select(
         "topic",
         "partition",
         "offset",
-        sf.col("timestamp").alias("event_time"),
+        sf.col("timestamp").alias("_record_time"),
         "key",
         "value",
         "control",
         "control_source",
         sf.try_parse_json(sf.col("value").cast("string")).alias("_json"),
     )
+    # Every field the schema reads or checks, once, by position: names are the user's and may
+    # hold anything, column aliases may not.
+    names = list(
+        dict.fromkeys(
+            name
+            for name in (
+                schema.user_field,
+                schema.page_field,
+                schema.time_field,
+                *schema.integer_fields,
+            )
+            if name is not None
+        )
+    )
     typed = staged.select(
         "*",
         sf.schema_of_variant("_json").alias("_json_type"),
-        *(_field_type(name).alias(f"_{name}_type") for name in ("user", "page", "ts")),
+        *(_field_type(name).alias(f"_type_{i}") for i, name in enumerate(names)),
     )
+    found = {name: sf.col(f"_type_{i}") for i, name in enumerate(names)}
     is_control = sf.col("control").isNotNull()
     error = (
         sf.when(is_control, sf.lit(None).cast("string"))
@@ -184,20 +212,54 @@ def parse_records(raw: DataFrame, trust: TrustPolicy | None = None) -> DataFrame
         .when(~sf.is_valid_utf8(sf.col("value").cast("string")), sf.lit("value is not UTF-8"))
         .when(sf.col("_json").isNull(), sf.lit("value is not valid JSON"))
         .when(~sf.col("_json_type").startswith("OBJECT<"), sf.lit("value is not a JSON object"))
-        .when(*_type_error("user", ("STRING",), "a string"))
-        .when(*_type_error("page", ("STRING",), "a string"))
-        .when(*_type_error("ts", _INTEGER_TYPES, "an integer"))
-        .when(sf.unix_millis("event_time") < 0, sf.lit("negative record timestamp"))
     )
+    if schema.user_field is None:
+        error = error.when(sf.col("key").isNull(), sf.lit("null key (the user)")).when(
+            ~sf.is_valid_utf8(sf.col("key").cast("string")), sf.lit("key (the user) is not UTF-8")
+        )
+    else:
+        error = error.when(*_type_error(schema.user_field, found, ("STRING",), "a string"))
+    if schema.page_field is not None:
+        error = error.when(*_type_error(schema.page_field, found, ("STRING",), "a string"))
+    if schema.time_field is not None:
+        name = schema.time_field
+        error = error.when(
+            *_type_error(name, found, _INTEGER_TYPES, "an integer (epoch milliseconds)")
+        ).when(
+            ~_field_long(name).between(0, MAX_EPOCH_MS),
+            sf.lit(f"field {_quoted(name)} is not an epoch millisecond from 0 to {MAX_EPOCH_MS}"),
+        )
+    for name in schema.integer_fields:
+        error = error.when(*_type_error(name, found, _INTEGER_TYPES, "an integer"))
+    if schema.time_field is None:
+        error = error.when(sf.unix_millis("_record_time") < 0, sf.lit("negative record timestamp"))
     classified = typed.select("*", is_control.alias("is_control"), error.alias("error"))
-    # Only valid events carry user and page: a half-parsed malformed record must not look like
-    # data to anything downstream.
+    # Only valid events carry user and page, and only they take their time from a field: a
+    # half-parsed malformed record must not look like data to anything downstream.
     is_data = sf.col("error").isNull() & ~sf.col("is_control")
-    event_fields = {
-        name: sf.when(is_data, sf.try_variant_get("_json", f"$.{name}", "string")).alias(name)
-        for name in ("user", "page")
+    user = (
+        sf.col("key").cast("string")
+        if schema.user_field is None
+        else sf.try_variant_get("_json", _path(schema.user_field), "string")
+    )
+    page = (
+        sf.lit(None).cast("string")
+        if schema.page_field is None
+        else sf.try_variant_get("_json", _path(schema.page_field), "string")
+    )
+    event_time = (
+        sf.col("_record_time")
+        if schema.time_field is None
+        else sf.when(is_data, sf.timestamp_millis(_field_long(schema.time_field))).otherwise(
+            sf.col("_record_time")
+        )
+    )
+    columns = {
+        "event_time": event_time.alias("event_time"),
+        "user": sf.when(is_data, user).alias("user"),
+        "page": sf.when(is_data, page).alias("page"),
     }
-    return classified.select(*(event_fields.get(name, name) for name in PARSED_COLUMNS))
+    return classified.select(*(columns.get(name, name) for name in PARSED_COLUMNS))
 
 
 def rejected_column() -> Column:
@@ -336,18 +398,37 @@ def valid_marker(marker: Column) -> Column:
     return well_formed_marker(marker)
 
 
+def _path(name: str) -> str:
+    """A variant path to the top-level field ``name``, whatever characters it holds (the
+    schema refuses a name with both quote kinds)."""
+    quote = '"' if "'" in name else "'"
+    return f"$[{quote}{name}{quote}]"
+
+
+def _quoted(name: str) -> str:
+    return f"'{name}'"
+
+
 def _field_type(name: str) -> Column:
     """The JSON type of a top-level field (``STRING``, ``BIGINT``, ``VOID`` for null), or null
     when the field is missing or the value is not an object."""
-    return sf.schema_of_variant(sf.try_variant_get("_json", f"$.{name}", "variant"))
+    return sf.schema_of_variant(sf.try_variant_get("_json", _path(name), "variant"))
 
 
-def _type_error(name: str, accepted: tuple[str, ...], what: str) -> tuple[Column, Column]:
+def _field_long(name: str) -> Column:
+    """A top-level integer field as a ``BIGINT`` (null when it is not one)."""
+    return sf.try_variant_get("_json", _path(name), "bigint")
+
+
+def _type_error(
+    name: str, found: Mapping[str, Column], accepted: tuple[str, ...], what: str
+) -> tuple[Column, Column]:
     """A ``when`` branch: condition and message for a missing, null or mistyped field."""
-    found = sf.col(f"_{name}_type")
+    kind = found[name]
+    field = _quoted(name)
     message = (
-        sf.when(found.isNull(), sf.lit(f"missing field '{name}'"))
-        .when(found == "VOID", sf.lit(f"field '{name}' is null"))
-        .otherwise(sf.concat(sf.lit(f"field '{name}' must be {what}, got "), found))
+        sf.when(kind.isNull(), sf.lit(f"missing field {field}"))
+        .when(kind == "VOID", sf.lit(f"field {field} is null"))
+        .otherwise(sf.concat(sf.lit(f"field {field} must be {what}, got "), kind))
     )
-    return found.isNull() | ~found.isin(*accepted), message
+    return kind.isNull() | ~kind.isin(*accepted), message

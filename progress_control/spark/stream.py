@@ -170,7 +170,7 @@ class SessionizationStream:
                 .start()
             )
             self._queries["errors"] = (
-                error_rows(parse_records(self._read(), config.trust))
+                error_rows(parse_records(self._read(), config.trust, config.source.schema))
                 .writeStream.format("parquet")
                 .outputMode("append")
                 .option("path", config.errors_location)
@@ -207,7 +207,7 @@ class SessionizationStream:
         """The sessions query's streaming DataFrame (columns :data:`SESSIONS_SCHEMA`), with the
         record counts observed for :meth:`metrics`."""
         config = self.config
-        counted = parse_records(self._read(), config.trust).observe(
+        counted = parse_records(self._read(), config.trust, config.source.schema).observe(
             self._metrics_name, *record_counts()
         )
         # Skipped control records (and malformed data) never reach the watermark.
