@@ -1,9 +1,11 @@
 """Reconcile Spark's sessions with the streams runtime's closed sessions for the same events.
 
 The runtime writes one record per closed session to its sessions topic: key = user, value = JSON
-``{"user": ..., "start": <ms>, "end": <ms>, "count": <n>}`` where ``[start, end]`` are the first and
-last event time (inclusive). Those map directly to Spark's ``session_start``/``session_end``, so
-a session matches when user, start, end and event count are equal.
+``{"user": ..., "start": <ms>, "end": <ms>, "count": <n>}`` (or, as the README's topology writes
+it, ``{"start", "end", "clicks"}``: the user in the key, the count as ``clicks``) where ``[start,
+end]`` are the first and last event time (inclusive). Those map directly to Spark's
+``session_start``/``session_end``, so a session matches when user, start, end and event count are
+equal.
 
 **The one boundary difference.** Both sides merge inclusively: the runtime (Kafka Streams
 semantics) merges an event at ``t`` into a session when ``start - gap <= t <= end + gap``, and
@@ -259,7 +261,8 @@ def parse_runtime_session(key: bytes | None, value: bytes | None) -> RuntimeSess
     """One record of the runtime's sessions topic, or ``None`` if it is not a valid session.
 
     ``user`` comes from the JSON value, else from the key (the runtime's key is the user);
-    ``start``, ``end`` and ``count`` must be integers with ``start <= end`` and ``count >= 1``.
+    ``start``, ``end`` and ``count`` (or ``clicks`` when there is no ``count``) must be integers
+    with ``start <= end`` and ``count >= 1``.
     """
     data = _json_object(value)
     if data is None:
@@ -270,7 +273,8 @@ def parse_runtime_session(key: bytes | None, value: bytes | None) -> RuntimeSess
             user = key.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    start, end, count = data.get("start"), data.get("end"), data.get("count")
+    start, end = data.get("start"), data.get("end")
+    count = data["count"] if "count" in data else data.get("clicks")
     if not (isinstance(user, str) and _is_int(start) and _is_int(end) and _is_int(count)):
         return None
     if start > end or count < 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,10 @@ from progress_control.spark import (
     sessionize,
 )
 from progress_control.spark.cli import build_parser, main
+from progress_control.spark.output import committed_files
 from progress_control.spark.reconcile import parse_runtime_session
+from progress_control.spark.sessionize import collect_sessions
+from progress_control.spark.stream import SESSIONS_SCHEMA
 from progress_control.spark.trust import RejectionLog, RejectionSample, with_control_verdict
 from progress_control.trust import (
     ControlRecordValidator,
@@ -174,6 +178,7 @@ class StreamRun:
     errors: list[MalformedRecord]
     metrics: StreamMetrics
     kafka_output: list[tuple[str, str]]
+    output_dir: Path
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +243,7 @@ def stream_run(
         errors=errors,
         metrics=metrics,
         kafka_output=kafka_output,
+        output_dir=work / "out",
     )
 
 
@@ -283,6 +289,34 @@ def test_malformed_values_go_to_the_errors_output_and_are_counted(stream_run: St
     assert stream_run.metrics.malformed_records == len(MALFORMED)
     # The job kept running: it processed the ticks that came after the bad records.
     assert stream_run.sessions == EXPECTED
+
+
+@pytest.mark.broker
+def test_committed_files_leave_out_crash_leftovers(
+    spark: SparkSession, stream_run: StreamRun
+) -> None:
+    """What a job killed mid-batch leaves in its output folder, planted in a real run's: a file
+    a task had just opened (0 bytes) and a complete one of the batch that never committed (its
+    rows, which the restarted batch writes again)."""
+    folder = stream_run.output_dir / "sessions"
+    committed = committed_files(folder)
+    assert committed
+    assert all(p.parent == folder and p.name.startswith("part-") for p in committed)
+    (folder / "part-00000-0-leftover-c000.snappy.parquet").write_bytes(b"")
+    donor = max(committed, key=lambda p: p.stat().st_size)
+    shutil.copy(donor, folder / "part-00001-0-leftover-c000.snappy.parquet")
+
+    assert committed_files(folder) == committed
+    # Spark's reader of the folder reads the log, and so does a reader given committed_files.
+    assert read_sessions(spark, str(folder)) == EXPECTED
+    given = spark.read.schema(SESSIONS_SCHEMA).parquet(*(str(p) for p in committed))
+    assert collect_sessions(given) == EXPECTED
+    # A reader that lists the folder reads the uncommitted rows too (Spark skips the 0-byte
+    # file; pyarrow and DuckDB fail on it).
+    listed = sorted(str(p) for p in folder.glob("part-*.parquet"))
+    assert len(listed) == len(committed) + 2
+    doubled = collect_sessions(spark.read.schema(SESSIONS_SCHEMA).parquet(*listed))
+    assert len(doubled) > len(EXPECTED)
 
 
 # -- batch and reconciliation, against the broker ---------------------------------------------
@@ -1049,6 +1083,9 @@ def test_parse_runtime_session() -> None:
     assert parse_runtime_session(b"k", b'{"start": 1, "end": 5, "count": 2}') == RuntimeSession(
         "k", 1, 5, 2
     )
+    # The README's topology: the user in the key, the count named "clicks".
+    readme = b'{"start": 1, "end": 5, "clicks": 2}'
+    assert parse_runtime_session(b"k", readme) == RuntimeSession("k", 1, 5, 2)
     for bad in [
         None,
         b"nope",
@@ -1057,6 +1094,8 @@ def test_parse_runtime_session() -> None:
         b'{"user": "a", "start": 1, "end": "5", "count": 2}',
         b'{"user": "a", "start": 9, "end": 5, "count": 2}',
         b'{"user": "a", "start": 1, "end": 5, "count": 0}',
+        b'{"user": "a", "start": 1, "end": 5, "count": null, "clicks": 2}',
+        b'{"user": "a", "start": 1, "end": 5}',
     ]:
         assert parse_runtime_session(b"a", bad) is None
 
