@@ -202,7 +202,11 @@ class App:
 
     def _running_queries(self) -> InteractiveQueries:
         if self.queries is None:
-            raise NotAvailableError("the app is not running")
+            raise NotAvailableError(
+                f"the app is not running (state {self.state}): queries need a running app; "
+                "call app.start() and app.wait_until('RUNNING') first, or query from another "
+                "thread while app.run() runs"
+            )
         return self.queries
 
     def query_metadata_for_key(self, store: str, key: object) -> KeyQueryMetadata:

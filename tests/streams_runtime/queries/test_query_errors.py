@@ -114,3 +114,11 @@ def test_an_app_without_membership_answers_from_its_own_copies(
         app.get("counts", "home")
     assert unknown.value.queryable == ["KTABLE-SOURCE-STORE-0000000003", "views"]
     assert app.query_metadata_for_key("views", "home").active_host is None
+
+
+def test_a_query_before_start_says_what_to_call() -> None:
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())
+    builder.stream("clicks").to("out")
+    app = App(builder, application_id="not-started", bootstrap_servers="127.0.0.1:1")
+    with pytest.raises(NotAvailableError, match=r"call app.start\(\) and app.wait_until"):
+        app.get("counts", "alice")
