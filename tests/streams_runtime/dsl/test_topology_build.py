@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from streams_runtime.serdes import (
     String,
 )
 from streams_runtime.settings import RuntimeSettings
-from tests.paths import ROOT
 
 
 def test_select_key_then_group_repartitions_into_a_second_subtopology() -> None:
@@ -161,17 +159,3 @@ def test_control_record_trust_settings(tmp_path: Path) -> None:
         RuntimeSettings(
             application_id="a", bootstrap_servers="b:1", control_verification_keys="k:short"
         )
-
-
-def test_readme_example_builds() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## The streams runtime") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    # Everything but running it: App(...).run() becomes a settings check.
-    source = code.group(1).replace("App(builder, ", "RuntimeSettings(").replace(".run()", "")
-    namespace: dict[str, object] = {"RuntimeSettings": RuntimeSettings}
-    exec(source, namespace)  # noqa: S102 - our own README
-    builder = namespace["builder"]
-    assert isinstance(builder, StreamsBuilder)
-    assert len(builder.build("sessions").subtopologies) == 2
