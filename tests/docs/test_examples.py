@@ -21,7 +21,6 @@ from tests.paths import ROOT
 # whose blocks are all marked must leave this list (test_pending_pages_have_unmarked_blocks).
 PENDING_PAGES: dict[str, str] = {
     "docs/spark.md": "marked by the Spark engineer",
-    "docs/runtime/windows.md": "marked by the runtime engineer",
 }
 
 
