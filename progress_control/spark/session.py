@@ -16,9 +16,32 @@ from pyspark.sql import SparkSession
 
 from progress_control.dev.jars import fetch_jars, spark_kafka_connector_jars
 
-__all__ = ["DEFAULT_APP_NAME", "connector_jars", "spark_jars_dir", "spark_session"]
+__all__ = [
+    "DEFAULT_APP_NAME",
+    "QUIET_LOGGERS",
+    "connector_jars",
+    "spark_jars_dir",
+    "spark_session",
+]
 
 DEFAULT_APP_NAME = "kafka-progress-control"
+
+QUIET_LOGGERS: dict[str, str] = {
+    # "Current batch is falling behind. The trigger interval is 1000 milliseconds, but spent
+    # 1203 milliseconds": logged for any micro-batch longer than the trigger interval, which is
+    # normal for the first batch of a backlog or on a busy laptop. The next batch simply starts
+    # at once; what matters (input rate vs processing rate) is in the query progress.
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor": "error",
+    # "Failed to cancel job group <run id>. Cannot find active jobs for it.": logged for every
+    # query stopped between micro-batches, which is how SessionizationStream.stop() stops them
+    # (a stop within a micro-batch kills its tasks and logs InterruptedException traces). Its
+    # other warnings ("Broadcasting large task binary ...") are hints, not failures; a failed
+    # job still fails the query, which raises.
+    "org.apache.spark.scheduler.DAGScheduler": "error",
+}
+"""Driver loggers the sessions make quieter (log4j2 name: level), because what they say at
+WARN is normal operation. Applied when the session starts unless the log4j2 configuration names
+the logger already (yours wins); in the ``log_file`` configuration too."""
 
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[^/]*\.jar$")
 _LOCAL_MASTER = re.compile(r"^local(\[(?P<threads>\*|\d+)(,\d+)?\])?$")
@@ -101,7 +124,21 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark: SparkSession = builder.getOrCreate()
+    _quiet_loggers(spark)
     return spark
+
+
+def _quiet_loggers(spark: SparkSession) -> None:
+    """Set the levels of :data:`QUIET_LOGGERS` in the driver's log4j2, except for loggers its
+    configuration sets itself."""
+    jvm = getattr(spark.sparkContext, "_jvm", None)
+    if jvm is None:  # Spark Connect: the server's log configuration decides
+        return
+    log4j = jvm.org.apache.logging.log4j
+    configured = log4j.LogManager.getContext(False).getConfiguration().getLoggers()
+    for name, level in QUIET_LOGGERS.items():
+        if not configured.containsKey(name):
+            log4j.core.config.Configurator.setLevel(name, log4j.Level.toLevel(level.upper()))
 
 
 def _log4j2_file_config(log_file: Path) -> Path:
@@ -124,6 +161,14 @@ def _log4j2_file_config(log_file: Path) -> Path:
                 "appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex",
                 "rootLogger.level = warn",
                 "rootLogger.appenderRef.file.ref = file",
+                *(
+                    line
+                    for i, (name, level) in enumerate(QUIET_LOGGERS.items())
+                    for line in (
+                        f"logger.quiet{i}.name = {name}",
+                        f"logger.quiet{i}.level = {level}",
+                    )
+                ),
                 "",
             ]
         )

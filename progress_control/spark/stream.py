@@ -308,10 +308,18 @@ class SessionizationStream:
                 return False
             time.sleep(min(remaining, 0.2))
 
-    def stop(self) -> None:
-        """Stop every query (each finishes its current micro-batch) and the listener."""
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop every query and the listener, each query between two micro-batches.
+
+        Spark's ``stop()`` interrupts a micro-batch in flight: its tasks are killed, its files
+        left half-written (see :mod:`progress_control.spark.output`) and the driver logs
+        ``InterruptedException`` traces for a normal stop. So each query is stopped once its
+        current trigger is over, waiting up to ``timeout_s`` in all; past that, as Spark does.
+        """
         queries, self._queries = self._queries, {}
+        deadline = time.monotonic() + timeout_s
         for query in queries.values():
+            _await_trigger_end(query, deadline)
             query.stop()
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
@@ -325,6 +333,17 @@ class SessionizationStream:
             starting_offsets=self.config.starting_offsets,
             max_offsets_per_trigger=self.config.max_offsets_per_trigger,
         )
+
+
+def _await_trigger_end(query: StreamingQuery, deadline: float) -> None:
+    """Wait until ``query`` is between triggers (or stopped), or until ``deadline``."""
+    while time.monotonic() < deadline:
+        try:
+            if not query.isActive or not query.status["isTriggerActive"]:
+                return
+        except Exception:  # a query failing meanwhile: stop() reports nothing either
+            return
+        time.sleep(0.05)
 
 
 def run_stream(spark: SparkSession, config: StreamConfig, duration_s: float) -> StreamResult:

@@ -1130,3 +1130,16 @@ def test_cli_parses_a_stream_job() -> None:
     assert (args.gap, args.watermark_delay, args.trigger) == (30_000, 2_000, 1_000)
     assert dict(args.conf) == {"spark.executor.memory": "2g"}
     assert dict(args.kafka_option) == {"kafka.security.protocol": "SSL"}
+
+
+def test_normal_operation_messages_are_quiet(spark: SparkSession, tmp_path: Path) -> None:
+    """ "Falling behind" and a stopped idle query's "Failed to cancel job group" are not logged
+    (the stop itself lands between micro-batches: SessionizationStream.stop)."""
+    from progress_control.spark.session import QUIET_LOGGERS, _log4j2_file_config
+
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    for name, level in QUIET_LOGGERS.items():
+        assert str(log4j.LogManager.getLogger(name).getLevel()) == level.upper()
+    config = _log4j2_file_config(tmp_path / "spark.log").read_text()
+    for name in QUIET_LOGGERS:
+        assert f".name = {name}\n" in config
