@@ -28,6 +28,8 @@ _require_extra("spark", "progress_control.spark", "pyspark")
 
 from progress_control.spark.batch import BatchRange, BatchResult, batch_sessions, run_batch
 from progress_control.spark.durations import format_interval, parse_duration_ms, parse_instant_ms
+from progress_control.spark.input_schema import InputSchema
+from progress_control.spark.output import committed_files
 from progress_control.spark.reconcile import (
     Difference,
     DifferenceKind,
@@ -68,6 +70,7 @@ __all__ = [
     "BatchResult",
     "Difference",
     "DifferenceKind",
+    "InputSchema",
     "KafkaSource",
     "MalformedRecord",
     "ReconciliationReport",
@@ -82,6 +85,7 @@ __all__ = [
     "StreamResult",
     "batch_sessions",
     "collect_sessions",
+    "committed_files",
     "connector_jars",
     "format_interval",
     "load_job_settings",

@@ -10,7 +10,8 @@ never come from the command line.
 What a data record looks like (:class:`~progress_control.spark.input_schema.InputSchema`) comes
 from the input-schema options (``--user-field``/``--user-from-key``, ``--time-field``/
 ``--time-from-record``, ``--page-field``/``--no-page-field``, ``--integer-field``/
-``--no-integer-fields``), each winning over its ``PROGRESS_CONTROL_SPARK_INPUT_*`` variable.
+``--no-integer-fields``), each winning over its variable
+(``PROGRESS_CONTROL_SPARK_INPUT_USER_FIELD`` and so on).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ What a data record of --topic must look like. Its value is a JSON object; by def
 {"user": <string>, "page": <string>, "ts": <integer>, ...} with the Kafka record timestamp as
 the event time (ts is checked, not used): what the runtime forwards to an events topic. A record
 that does not fit goes to the errors output with the reason, e.g. "missing field 'user'". Each
-option wins over its PROGRESS_CONTROL_SPARK_INPUT_* variable."""
+option wins over its variable (PROGRESS_CONTROL_SPARK_INPUT_USER_FIELD and so on)."""
 
 
 def _add_input_schema(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,6 @@ from tests.paths import ROOT
 # there is an expected failure (strict: once marked, it is checked like any other); a page
 # whose blocks are all marked must leave this list (test_pending_pages_have_unmarked_blocks).
 PENDING_PAGES: dict[str, str] = {
-    "docs/spark.md": "marked by the Spark engineer",
 }
 
 
