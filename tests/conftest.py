@@ -45,9 +45,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# Tests that use Spark: under pytest-xdist (``-n 2 --dist loadgroup``) they all run on one
+# worker, so the test session starts one Spark JVM, not one per worker.
+_SPARK_MODULES = ("tests/progress_control/demo/",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that gets the session's broker is marked ``broker``, so ``-m "not broker"``
-    never starts one (tests that start a broker of their own are marked by hand)."""
+    never starts one (tests that start a broker of their own are marked by hand); every test
+    that uses Spark is in the ``spark`` group of pytest-xdist."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) or item.nodeid.startswith(_SPARK_MODULES):
+            item.add_marker(pytest.mark.xdist_group("spark"))
     unmarked = [
         item.nodeid
         for item in items

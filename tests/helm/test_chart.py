@@ -482,7 +482,8 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
     )
     if variant == "default":
         assert settings.kafka == {"bootstrap.servers": "kafka:9092"}
-        assert (settings.start_ms, settings.max_records, settings.end_ms) == (10_000, 10, None)
+        schedule = (settings.start_ms, settings.max_records, settings.end_ms)
+        assert schedule == (1_000, None, 3_600_000)
         assert settings.watch_enabled is True
         assert settings.shutdown_timeout_s == 10
         assert settings.report_socket_mode == 0o660

@@ -35,8 +35,7 @@ def test_help_lists_every_setting(
 def test_help_shows_defaults_and_descriptions(capsys: pytest.CaptureFixture[str]) -> None:
     text = _help(capsys, "sidecar")
     assert (
-        "PROGRESS_CONTROL_START_MS  (default: 1000)\n      Idle time before the first tick."
-        in text
+        "PROGRESS_CONTROL_START_MS  (default: 1000)\n      Idle time before the first tick." in text
     )
     assert "PROGRESS_CONTROL_KAFKA__<KEY>  (default: empty)" in text
     assert "PROGRESS_CONTROL_LOG_FORMAT  (default: auto)" in text
