@@ -19,8 +19,7 @@ from tests.paths import ROOT
 # Pages whose owners have yet to mark their blocks -> why. An unmarked Python or shell block
 # there is an expected failure (strict: once marked, it is checked like any other); a page
 # whose blocks are all marked must leave this list (test_pending_pages_have_unmarked_blocks).
-PENDING_PAGES: dict[str, str] = {
-}
+PENDING_PAGES: dict[str, str] = {}
 
 
 COLLECTED = collect(ROOT)
