@@ -94,6 +94,7 @@ PROCESS_NAMES = frozenset(
         "PROGRESS_CONTROL_GO",  # progress_control/tools/helm.py
         "PROGRESS_CONTROL_VENV",  # ./dev
         "PROGRESS_CONTROL_TEST_BROKER",  # tests/conftest.py
+        "PROGRESS_CONTROL_TEST_WORKERS",  # ./dev test
         "PROGRESS_CONTROL_TEST_KAFKA_IMAGE",  # tests/conftest.py
         "PROGRESS_CONTROL_LONG_TESTS",  # tests/streams_runtime/cluster
     }
