@@ -137,56 +137,59 @@ option wins over its variable (PROGRESS_CONTROL_SPARK_INPUT_USER_FIELD and so on
 
 def _add_input_schema(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("input schema", INPUT_SCHEMA_HELP)
-    user = group.add_mutually_exclusive_group()
-    user.add_argument(
+    _field_or_flag(
+        group,
         "--user-field",
-        metavar="NAME",
-        type=_field_name,
-        help="the value field holding the user, a string (user)",
-    )
-    user.add_argument(
+        "the value field holding the user, a string (user)",
         "--user-from-key",
-        action="store_true",
-        default=None,
-        help="the record key (UTF-8, not null) is the user",
+        "the record key (UTF-8, not null) is the user",
     )
-    time = group.add_mutually_exclusive_group()
-    time.add_argument(
+    _field_or_flag(
+        group,
         "--time-field",
-        metavar="NAME",
-        type=_field_name,
-        help="event time from this value field: epoch ms as a JSON integer (not a string, "
+        "event time from this value field: epoch ms as a JSON integer (not a string, "
         "fraction or exponent); it must be the record's own timestamp for ticks to apply "
         "(default: the Kafka record timestamp)",
-    )
-    time.add_argument(
         "--time-from-record",
-        action="store_true",
-        default=None,
-        help="event time is the Kafka record timestamp (the default)",
+        "event time is the Kafka record timestamp (the default)",
     )
-    page = group.add_mutually_exclusive_group()
-    page.add_argument(
+    _field_or_flag(
+        group,
         "--page-field",
-        metavar="NAME",
-        type=_field_name,
-        help="a string field every event must carry (page)",
+        "a string field every event must carry (page)",
+        "--no-page-field",
+        "no page field required",
     )
-    page.add_argument(
-        "--no-page-field", action="store_true", default=None, help="no page field required"
-    )
-    integers = group.add_mutually_exclusive_group()
-    integers.add_argument(
+    _field_or_flag(
+        group,
         "--integer-field",
+        "an integer field every event must carry, checked, not used; repeatable, replaces "
+        "the default (ts)",
+        "--no-integer-fields",
+        "no integer field required",
+        repeatable=True,
+    )
+
+
+def _field_or_flag(
+    group: argparse._ArgumentGroup,
+    field: str,
+    field_help: str,
+    flag: str,
+    flag_help: str,
+    *,
+    repeatable: bool = False,
+) -> None:
+    """A ``--x-field NAME`` option and the flag that stands instead of it, mutually exclusive."""
+    pair = group.add_mutually_exclusive_group()
+    pair.add_argument(
+        field,
         metavar="NAME",
         type=_field_name,
-        action="append",
-        help="an integer field every event must carry, checked, not used; repeatable, replaces "
-        "the default (ts)",
+        action="append" if repeatable else "store",
+        help=field_help,
     )
-    integers.add_argument(
-        "--no-integer-fields", action="store_true", default=None, help="no integer field required"
-    )
+    pair.add_argument(flag, action="store_true", default=None, help=flag_help)
 
 
 def input_schema(args: argparse.Namespace, base: InputSchema | None = None) -> InputSchema:
