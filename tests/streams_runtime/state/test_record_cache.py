@@ -271,6 +271,26 @@ def _assert_finals(
         assert found == CLOSED_FINALS[kind], kind
 
 
+def _start_joined_finals(
+    create_topic: Callable[..., str],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+    **settings: object,
+) -> tuple[str, dict[str, str]]:
+    """Run :func:`_joined_finals` with the cache on and a commit interval far longer than the
+    test, users u1 and u2 in its table; returns the clicks topic and the sinks per window kind."""
+    clicks, users = create_topic("clicks"), create_topic("users")
+    sinks = {kind: create_topic(f"finals-{kind}") for kind in CLOSING_WINDOWS}
+    run_app(
+        _joined_finals(clicks, users, sinks),
+        commit_interval_ms=600_000,
+        statestore_cache_max_bytes=10 * 1024 * 1024,
+        **settings,
+    )
+    produce(kafka_bootstrap, users, [("u1", {"tier": 1}, BASE_MS), ("u2", {"tier": 2}, BASE_MS)])
+    return clicks, sinks
+
+
 @broker
 def test_windows_closed_by_data_come_out_long_before_a_commit(
     create_topic: Callable[..., str],
@@ -281,15 +301,9 @@ def test_windows_closed_by_data_come_out_long_before_a_commit(
     # Cache on, a commit interval far longer than the test, and no ticks (nor the early commit
     # they bring): only the record that closes the windows can get their final results out.
     # Kafka Streams would hold them until its next commit.
-    clicks, users = create_topic("clicks"), create_topic("users")
-    sinks = {kind: create_topic(f"finals-{kind}") for kind in CLOSING_WINDOWS}
-    run_app(
-        _joined_finals(clicks, users, sinks),
-        commit_interval_ms=600_000,
-        statestore_cache_max_bytes=10 * 1024 * 1024,
-        progress_propagation=False,
+    clicks, sinks = _start_joined_finals(
+        create_topic, run_app, kafka_bootstrap, progress_propagation=False
     )
-    produce(kafka_bootstrap, users, [("u1", {"tier": 1}, BASE_MS), ("u2", {"tier": 2}, BASE_MS)])
     at = [100, 300, 5_000]  # the last one closes every window of the first two
     produce(
         kafka_bootstrap,
@@ -309,14 +323,7 @@ def test_windows_closed_by_a_tick_behind_a_repartition_come_out_long_before_a_co
     # The same, closed by a control record on the clicks: its time crosses the join, and the
     # repartition topic as the runtime's own tick, which waits for the upstream task's commit
     # (of a task gone quiet: at once, not at the end of its commit interval).
-    clicks, users = create_topic("clicks"), create_topic("users")
-    sinks = {kind: create_topic(f"finals-{kind}") for kind in CLOSING_WINDOWS}
-    run_app(
-        _joined_finals(clicks, users, sinks),
-        commit_interval_ms=600_000,
-        statestore_cache_max_bytes=10 * 1024 * 1024,
-    )
-    produce(kafka_bootstrap, users, [("u1", {"tier": 1}, BASE_MS), ("u2", {"tier": 2}, BASE_MS)])
+    clicks, sinks = _start_joined_finals(create_topic, run_app, kafka_bootstrap)
     produce(
         kafka_bootstrap,
         clicks,
