@@ -315,9 +315,11 @@ def _agree(kind: str, max_bytes: int, engine_path: Path | None) -> None:
     assert cached_sent <= plain_sent
 
 
-def test_control_time_flushes_the_cache_before_suppression_sees_it() -> None:
-    context = WindowCachedContext(_BIG)
-    windows = TimeWindows(size_ms=10)
+def _suppressed_time_count(
+    context: WindowCachedContext, windows: TimeWindows
+) -> tuple[WindowedAggregateProcessor[Any, Any], SuppressProcessor, _Collect]:
+    """A cached windowed count with a final-results suppression below it, both initialised on
+    ``context`` at input offset 0; returns the count, the suppression and what it emits."""
     aggregate = _aggregation("time", windows)
     finals = _Collect()
     suppress = SuppressProcessor("final", windows, String(), Integer())
@@ -326,6 +328,13 @@ def test_control_time_flushes_the_cache_before_suppression_sees_it() -> None:
     aggregate.init(context)
     suppress.init(context)
     context.position.set(INPUT, 0)
+    return aggregate, suppress, finals
+
+
+def test_control_time_flushes_the_cache_before_suppression_sees_it() -> None:
+    context = WindowCachedContext(_BIG)
+    windows = TimeWindows(size_ms=10)
+    aggregate, _, finals = _suppressed_time_count(context, windows)
     aggregate.process(Record("k", 2, 3))
     aggregate.process(Record("k", 5, 4))
     aggregate.advance(50)  # a control record: the window [0, 10) is final
@@ -420,14 +429,7 @@ def test_a_window_flushed_before_is_emitted_when_data_closes_it() -> None:
     # the cache, yet the suppression learns its time and emits the window.
     context = WindowCachedContext(_BIG)
     windows = TimeWindows(size_ms=10, grace_ms=2)
-    aggregate = _aggregation("time", windows)
-    finals = _Collect()
-    suppress = SuppressProcessor("final", windows, String(), Integer())
-    suppress.children = [finals]
-    aggregate.children = [suppress]
-    aggregate.init(context)
-    suppress.init(context)
-    context.position.set(INPUT, 0)
+    aggregate, suppress, finals = _suppressed_time_count(context, windows)
     aggregate.process(Record("k", 2, 3))
     context.commit()
     aggregate.process(Record("k", 5, 11))  # [0, 10) open until 12
