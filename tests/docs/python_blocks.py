@@ -37,7 +37,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams_runtime import App, StreamsBuilder
@@ -149,8 +149,12 @@ def _fresh(
             try:
                 future.result(timeout=30)
                 pending.remove(topic)
-            except KafkaException:  # still being deleted
+            except KafkaException as exc:  # still being deleted, or made again meanwhile
                 assert time.monotonic() < deadline, f"topic {topic} not created"
+                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    # A client of an earlier block still asking for it had the broker create
+                    # it again (auto-creation): delete it once more.
+                    _delete_and_wait(admin, [topic])
         time.sleep(0.1 if pending else 0)
 
 
