@@ -46,7 +46,7 @@ class Driver:
 
 
 class Sessions(Driver):
-    """The first topology of README.md and docs/runtime/dsl.md: clicks keyed by page, sessions
+    """The first topology of docs/runtime/dsl.md: clicks keyed by page, sessions
     per user on ``sessions``. Alice clicks twice 10 s apart, a bot once; then only a control
     record comes, 36 s after her last click (gap 30 s + grace 5 s passed): her one final
     session comes out, and nothing for the bot."""
@@ -60,16 +60,16 @@ class Sessions(Driver):
             ("pricing", {"user": "alice"}, base + 10_000),
         ]
         for page, click, timestamp in clicks:
-            producer.produce("clicks", key=page, value=json.dumps(click), timestamp=timestamp)
-        tick = ControlRecord("clicks", 0, base + 46_000, ControlMarker("docs-driver", 0))
+            producer.produce("page-clicks", key=page, value=json.dumps(click), timestamp=timestamp)
+        tick = ControlRecord("page-clicks", 0, base + 46_000, ControlMarker("docs-driver", 0))
         producer.produce(**tick.produce_kwargs())  # type: ignore[arg-type]
         producer.flush(30)
-        reader = TopicReader(env.bootstrap, "sessions", 1)
+        reader = TopicReader(env.bootstrap, "user-sessions", 1)
         try:
             records = wait_for(
                 lambda: [m for m in reader.read() if not is_control_record(m)],
                 timeout_s=60,
-                message="a session on the sessions topic",
+                message="a session on the user-sessions topic",
             )
             reader.read(quiet_s=1.0, max_s=2.0)  # nothing else comes (the bot's is dropped)
             sessions = [
