@@ -1,0 +1,13 @@
+//! streams_runtime's native core (docs/design.md §5, "the native core"): the per-record path of
+//! fused operators, behind the interfaces their pure-Python references in streams_runtime/fused/
+//! implement too.
+
+use pyo3::prelude::*;
+
+mod sessions;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<sessions::SessionCore>()?;
+    Ok(())
+}

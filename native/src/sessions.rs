@@ -1,0 +1,319 @@
+//! The native session core: a session-window count suppressed until each session closes, a
+//! whole batch of records per call. Its semantics are those of the pure-Python reference,
+//! streams_runtime/fused/session_core.py (whose docstring states them), call for call; the
+//! differential test (tests/streams_runtime/fused/test_session_core.py) holds the two together.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+/// Bytes counted per written-behind entry besides key and value (as the record cache counts).
+const ENTRY_OVERHEAD: i64 = 64;
+/// A count is written as a long.
+const VALUE_BYTES: i64 = 8;
+/// The window suffix of a state key: start and end, 8-byte big-endian each.
+const WINDOW_BYTES: usize = 16;
+
+struct Session {
+    start: i64,
+    end: i64,
+    value: i64,
+    headers: Option<Py<PyAny>>,
+}
+
+struct Dirty {
+    value: Option<i64>,
+    offset: i64,
+    timestamp: i64,
+    /// Order of the latest change: writes come out in it.
+    seq: u64,
+}
+
+fn state_key(key: &[u8], start: i64, end: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + WINDOW_BYTES);
+    out.extend_from_slice(key);
+    out.extend_from_slice(&start.to_be_bytes());
+    out.extend_from_slice(&end.to_be_bytes());
+    out
+}
+
+type Final = (Vec<u8>, i64, i64, i64, Option<Py<PyAny>>);
+
+#[pyclass(module = "streams_runtime._native")]
+pub struct SessionCore {
+    gap: i64,
+    retention: i64,
+    keep_headers: bool,
+    #[pyo3(get)]
+    observed_time: i64,
+    #[pyo3(get)]
+    accepted_time: i64,
+    #[pyo3(get)]
+    dirty_bytes: i64,
+    sessions: HashMap<Vec<u8>, Vec<Session>>,
+    /// (end, state key), smallest first; may hold entries of sessions gone since.
+    by_end: BinaryHeap<Reverse<(i64, Vec<u8>)>>,
+    live: usize,
+    dirty: HashMap<Vec<u8>, Dirty>,
+    seq: u64,
+    stored: HashSet<Vec<u8>>,
+}
+
+impl SessionCore {
+    fn mark(&mut self, key: Vec<u8>, value: Option<i64>, offset: i64, timestamp: i64) {
+        let size = |k: &Vec<u8>, v: Option<i64>| {
+            k.len() as i64 + ENTRY_OVERHEAD + if v.is_some() { VALUE_BYTES } else { 0 }
+        };
+        self.seq += 1;
+        let added = size(&key, value);
+        let entry = Dirty {
+            value,
+            offset,
+            timestamp,
+            seq: self.seq,
+        };
+        if let Some(old) = self.dirty.insert(key.clone(), entry) {
+            self.dirty_bytes -= size(&key, old.value);
+        }
+        self.dirty_bytes += added;
+    }
+
+    /// Remove the session ``index`` of ``key``; a change to write behind.
+    fn remove(&mut self, key: &[u8], index: usize, offset: i64, timestamp: i64) -> Session {
+        let sessions = self.sessions.get_mut(key).expect("a live key");
+        let session = sessions.remove(index);
+        if sessions.is_empty() {
+            self.sessions.remove(key);
+        }
+        self.live -= 1;
+        self.mark(
+            state_key(key, session.start, session.end),
+            None,
+            offset,
+            timestamp,
+        );
+        session
+    }
+
+    fn count(&mut self, key: &[u8], t: i64, offset: i64, headers: &Bound<'_, PyAny>) -> bool {
+        let gap = self.gap;
+        let retained_after = self.observed_time - self.retention;
+        let found: Vec<usize> = match self.sessions.get(key) {
+            Some(sessions) => sessions
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.end > retained_after && s.start - gap <= t && t <= s.end + gap)
+                .map(|(i, _)| i)
+                .collect(),
+            None => Vec::new(),
+        };
+        if t > self.observed_time {
+            self.observed_time = t;
+        }
+        let (mut start, mut end) = (t, t);
+        if let Some(sessions) = self.sessions.get(key) {
+            for &i in &found {
+                start = start.min(sessions[i].start);
+                end = end.max(sessions[i].end);
+            }
+        }
+        if end < self.observed_time - self.retention {
+            return false;
+        }
+        self.accepted_time = self.accepted_time.max(t);
+        let mut value = 1;
+        // In the order found (the order the changes are written in); each removal shifts the
+        // later ones down by one.
+        for (removed, &i) in found.iter().enumerate() {
+            value += self.remove(key, i - removed, offset, t).value;
+        }
+        let headers = if self.keep_headers && !headers.is_none() {
+            Some(headers.clone().unbind())
+        } else {
+            None
+        };
+        let skey = state_key(key, start, end);
+        self.sessions
+            .entry(key.to_vec())
+            .or_default()
+            .push(Session {
+                start,
+                end,
+                value,
+                headers,
+            });
+        self.live += 1;
+        self.by_end.push(Reverse((end, skey.clone())));
+        self.mark(skey, Some(value), offset, t);
+        true
+    }
+
+    fn emit_closed(&mut self, py: Python<'_>, emitted: &mut Vec<Final>, offset: i64) {
+        let now = self.observed_time - self.retention;
+        while let Some(Reverse((end, _))) = self.by_end.peek() {
+            if *end > now {
+                break;
+            }
+            let Reverse((end, skey)) = self.by_end.pop().expect("peeked");
+            let key = &skey[..skey.len() - WINDOW_BYTES];
+            let start =
+                i64::from_be_bytes(skey[key.len()..key.len() + 8].try_into().expect("8 bytes"));
+            let index = self
+                .sessions
+                .get(key)
+                .and_then(|ss| ss.iter().position(|s| s.start == start && s.end == end));
+            let Some(index) = index else {
+                continue; // merged away after it was pushed
+            };
+            let timestamp = end.max(self.observed_time);
+            let session = self.remove(key, index, offset, timestamp);
+            let headers = session.headers.as_ref().map(|h| h.clone_ref(py));
+            emitted.push((key.to_vec(), start, end, session.value, headers));
+        }
+        if self.by_end.len() > 2 * self.live + 64 {
+            // Stale entries of merged-away sessions: rebuild rather than let them pile up.
+            let mut rebuilt = Vec::with_capacity(self.live);
+            for (key, sessions) in &self.sessions {
+                for s in sessions {
+                    rebuilt.push(Reverse((s.end, state_key(key, s.start, s.end))));
+                }
+            }
+            self.by_end = BinaryHeap::from(rebuilt);
+        }
+    }
+
+    fn finals<'py>(py: Python<'py>, emitted: Vec<Final>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for (key, start, end, value, headers) in emitted {
+            let item = (PyBytes::new(py, &key), start, end, value, headers);
+            list.append(item.into_pyobject(py)?)?;
+        }
+        Ok(list)
+    }
+}
+
+#[pymethods]
+impl SessionCore {
+    #[new]
+    fn new(gap_ms: i64, grace_ms: i64, observed_time: i64, keep_headers: bool) -> Self {
+        SessionCore {
+            gap: gap_ms,
+            retention: gap_ms + grace_ms,
+            keep_headers,
+            observed_time,
+            accepted_time: -1,
+            dirty_bytes: 0,
+            sessions: HashMap::new(),
+            by_end: BinaryHeap::new(),
+            live: 0,
+            dirty: HashMap::new(),
+            seq: 0,
+            stored: HashSet::new(),
+        }
+    }
+
+    /// Take a session from the stored state (before the first batch).
+    fn load(&mut self, key: &[u8], start: i64, end: i64, value: i64) {
+        let skey = state_key(key, start, end);
+        self.sessions
+            .entry(key.to_vec())
+            .or_default()
+            .push(Session {
+                start,
+                end,
+                value,
+                headers: None,
+            });
+        self.live += 1;
+        self.stored.insert(skey.clone());
+        self.by_end.push(Reverse((end, skey)));
+    }
+
+    /// Count a batch of data records: (the sessions emitted, late records, keyless records).
+    fn process<'py>(
+        &mut self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyList>,
+        timestamps: Vec<i64>,
+        offsets: Vec<i64>,
+        headers: &Bound<'py, PyList>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let n = keys.len();
+        if timestamps.len() != n || offsets.len() != n || headers.len() != n {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "batch columns differ in length",
+            ));
+        }
+        let mut emitted = Vec::new();
+        let (mut late, mut keyless) = (0i64, 0i64);
+        for (i, key) in keys.iter().enumerate() {
+            if key.is_none() {
+                keyless += 1;
+                continue;
+            }
+            let key = key.cast::<PyBytes>()?;
+            let header = headers.get_item(i)?;
+            if !self.count(key.as_bytes(), timestamps[i], offsets[i], &header) {
+                late += 1;
+            }
+            self.emit_closed(py, &mut emitted, offsets[i]);
+        }
+        let finals = Self::finals(py, emitted)?;
+        (finals, late, keyless).into_pyobject(py)
+    }
+
+    /// Time passed to ``timestamp`` without data (a control record at ``offset``).
+    fn advance<'py>(
+        &mut self,
+        py: Python<'py>,
+        timestamp: i64,
+        offset: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.observed_time = self.observed_time.max(timestamp);
+        let mut emitted = Vec::new();
+        self.emit_closed(py, &mut emitted, offset);
+        Self::finals(py, emitted)
+    }
+
+    /// The changes since the last call, in the order of their latest change.
+    fn take_writes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut dirty: Vec<(Vec<u8>, Dirty)> = self.dirty.drain().collect();
+        dirty.sort_unstable_by_key(|(_, d)| d.seq);
+        self.dirty_bytes = 0;
+        let list = PyList::empty(py);
+        for (key, d) in dirty {
+            match d.value {
+                None => {
+                    if !self.stored.remove(&key) {
+                        continue;
+                    }
+                }
+                Some(_) => {
+                    self.stored.insert(key.clone());
+                }
+            }
+            list.append(
+                (PyBytes::new(py, &key), d.value, d.offset, d.timestamp).into_pyobject(py)?,
+            )?;
+        }
+        Ok(list)
+    }
+
+    /// Sessions not emitted yet (the suppression buffer's size).
+    fn pending(&self) -> usize {
+        self.live
+    }
+
+    /// The key's sessions not emitted yet, (start, end, count), by start.
+    fn fetch(&self, key: &[u8]) -> Vec<(i64, i64, i64)> {
+        let mut out: Vec<(i64, i64, i64)> = self
+            .sessions
+            .get(key)
+            .map(|ss| ss.iter().map(|s| (s.start, s.end, s.value)).collect())
+            .unwrap_or_default();
+        out.sort_unstable();
+        out
+    }
+}

@@ -1,0 +1,25 @@
+# The native core (native/src/): the same interface as its pure-Python references.
+from collections.abc import Sequence
+
+from streams_runtime.fused.session_core import Final, StateWrite
+from streams_runtime.record import Headers
+
+class SessionCore:
+    observed_time: int
+    accepted_time: int
+    dirty_bytes: int
+    def __init__(
+        self, gap_ms: int, grace_ms: int, observed_time: int, keep_headers: bool
+    ) -> None: ...
+    def load(self, key: bytes, start: int, end: int, value: int) -> None: ...
+    def process(
+        self,
+        keys: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        offsets: Sequence[int],
+        headers: Sequence[Headers | None],
+    ) -> tuple[list[Final], int, int]: ...
+    def advance(self, timestamp: int, offset: int) -> list[Final]: ...
+    def take_writes(self) -> list[StateWrite]: ...
+    def pending(self) -> int: ...
+    def fetch(self, key: bytes) -> list[tuple[int, int, int]]: ...
