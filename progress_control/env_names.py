@@ -53,7 +53,7 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
         control_allowed_sources control_verification_keys control_verification_keys_file
         dead_letter_topic group_protocol kafka liveness_deadline_ms max_control_skew_ms
         max_task_idle_ms membership_interval_ms
-        membership_secret membership_secret_file metrics_host metrics_port
+        membership_secret membership_secret_file metrics_host metrics_port native_core
         num_repartition_partitions num_standby_replicas poll_timeout_ms processing_guarantee
         producer progress_interval_ms progress_propagation query_allow_unauthenticated
         query_bind_host query_max_connections query_request_timeout_ms query_timeout_ms

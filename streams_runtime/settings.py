@@ -130,6 +130,13 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         "interval reach the store, its changelog and downstream once, on commit or on eviction. "
         "0 turns it off: every update is written and forwarded.",
     )
+    native_core: bool = Field(
+        True,
+        description="Run the chains the native core has an operator for (a session count "
+        "suppressed until its sessions close) as one operator, a batch of records per call, "
+        "on the native core, or on its pure-Python reference where it is not built; false: "
+        "processor by processor.",
+    )
     state_dir: Path = Field(
         Path(tempfile.gettempdir()) / "progress-control-streams",
         description="Local state directory (one subdirectory per application and task).",

@@ -126,9 +126,9 @@ class SessionWindowedStream(Generic[K, V]):
     def count(self, *, name: str | None = None) -> WindowedTable[K, int]:
         """Records per key and session."""
         return self.aggregate(
-            lambda: 0,
-            _count,
-            lambda _k, a, b: a + b,
+            p.count_initializer,
+            p.count_aggregator,
+            p.count_merger,
             value_serde=Integer(),
             name=name,
         )

@@ -95,6 +95,15 @@ class RecordQueue:
             self._partition_time = record.timestamp
         return record
 
+    def poll_many(self, n: int) -> tuple[list[SourceRecord], int]:
+        """Remove and return up to ``n`` of the oldest buffered records, as ``n`` calls of
+        :meth:`poll` would, and the largest timestamp among them (``UNKNOWN``: none)."""
+        records = self._records
+        taken = [records.popleft() for _ in range(min(n, len(records)))]
+        latest = max((r.timestamp for r in taken), default=UNKNOWN)
+        self._partition_time = max(self._partition_time, latest)
+        return taken, latest
+
     def clear(self) -> None:
         """Drop buffered records (on revoke or offset reset); partition time is kept."""
         self._records.clear()
@@ -285,6 +294,16 @@ class PartitionGroup:
         if record.timestamp > self._stream_time:  # noqa: PLR1730 (hot path: no call)
             self._stream_time = record.timestamp
         return record
+
+    def take(self, n: int) -> list[SourceRecord]:
+        """Up to ``n`` records as ``n`` calls of :meth:`next_record` would take them, for a task
+        with a single input (``ValueError`` otherwise): a fused chain's batch."""
+        if self._single is None:
+            raise ValueError("take() needs a single input partition")
+        taken, latest = self._single.poll_many(n)
+        self._buffered -= len(taken)
+        self._stream_time = max(self._stream_time, latest)
+        return taken
 
     def clear(self) -> None:
         """Drop all buffered records and idle deadlines (revoke / reset). Partition and stream

@@ -13,6 +13,8 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from streams_runtime.errors import BadRecordHandler, StreamsError
+from streams_runtime.fused import session_core_type
+from streams_runtime.fused.session_count import FusedSessionCount, fusable_session_count
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import RecordCollector
 from streams_runtime.processing.partition_group import LagProvider, PartitionGroup
@@ -116,6 +118,7 @@ class StreamTask:
         self._sources: dict[str, SourceProcessor] = {}
         self._routes: dict[str, tuple[TopicPartitionId, SourceProcessor]] = {}
         self._processors: list[Processor] = []
+        self._fused: FusedSessionCount | None = None
         self.committed: dict[TopicPartitionId, int] = {}
         self._consumed: dict[TopicPartitionId, int] = {}
         self._skipped_to: dict[TopicPartitionId, int] = {}
@@ -175,6 +178,8 @@ class StreamTask:
         """The store ``name`` as interactive queries read it (from their own threads): through
         its cache, as in Kafka Streams, so an answer is never a commit interval behind what was
         processed."""
+        if self._fused is not None and name == self._fused.store_name:
+            return self._fused.query_store()
         cached = self.caches.cached(name)
         return cached if cached is not None else self.state.store(name)
 
@@ -246,6 +251,7 @@ class StreamTask:
     def start_processing(self) -> None:
         """Create the processors over the restored stores."""
         self._sources, self._processors = self.subtopology.instantiate()
+        self._fuse()
         partition = self.id.partition
         self._routes = {
             topic: (TopicPartitionId(topic, partition), source)
@@ -253,6 +259,45 @@ class StreamTask:
         }
         for processor in self._processors:
             processor.init(self)
+
+    def _record_metrics(
+        self, done: int, controls: int, started: float, record: SourceRecord | None
+    ) -> None:
+        """Metrics once per batch, not per record: this is the hot path."""
+        group = self.group
+        if done > controls:
+            self.last_data_at = time.monotonic()
+        if controls:
+            self.took_control = True
+        self._processed_metric.inc(done - controls)
+        self._control_metric.inc(controls)
+        self._stream_time_metric.set(max(group.stream_time, 0) / 1000)
+        self._process_latency.observe((time.perf_counter() - started) / done)
+        if record is not None and not record.is_control:
+            self._e2e_latency.observe(max(0.0, time.time() - record.timestamp / 1000))
+        enforced = group.enforced_processing_total
+        if enforced != self._enforced_seen:
+            self._enforced_metric.inc(enforced - self._enforced_seen)
+            self._enforced_seen = enforced
+
+    def _fuse(self) -> None:
+        """Run a chain the native core has an operator for as that operator (one input only:
+        its batches are one partition's records in order)."""
+        chain = fusable_session_count(self._processors)
+        if chain is None or not self._settings.native_core or len(self.inputs) != 1:
+            return
+        _, aggregate, suppress = chain
+        self._fused = fused = FusedSessionCount(
+            chain,
+            session_store=self.state.session_store(aggregate._store_name),
+            buffer_store=self.state.kv_store(suppress._store_name),
+            position=self.position,
+            write_budget=self._settings.statestore_cache_max_bytes,
+            core_type=session_core_type(),
+        )
+        at = self._processors.index(aggregate)
+        self._processors[at : at + 1] = [fused]
+        self._processors.remove(suppress)
 
     def add_records(self, tp: TopicPartitionId, records: Iterable[SourceRecord]) -> int:
         """Buffer fetched records; negative timestamps go to the bad-record policy here (under
@@ -290,6 +335,7 @@ class StreamTask:
         controls = 0
         process_one = self._process_one
         next_record = group.next_record
+        fused = self._fused
         try:
             # One idling decision per batch of records it covers (see ready_batch): the same
             # decisions, counts and order as asking ready_to_process before every record.
@@ -300,28 +346,21 @@ class StreamTask:
                 if self._mark_processing:
                     self.state.mark_processing()
                     self._mark_processing = False
-                for _ in range(min(ready, budget - done)):
+                n = min(ready, budget - done)
+                if fused is not None:
+                    batch = group.take(n)
+                    record = batch[-1]
+                    controls += self._process_fused(fused, batch)
+                    done += n
+                    continue
+                for _ in range(n):
                     record = next_record()
                     assert record is not None  # ready_batch counts buffered records only
                     controls += process_one(record)
                     done += 1
         finally:
-            # Metrics once per batch, not per record: this is the hot path.
             if done:
-                if done > controls:
-                    self.last_data_at = time.monotonic()
-                if controls:
-                    self.took_control = True
-                self._processed_metric.inc(done - controls)
-                self._control_metric.inc(controls)
-                self._stream_time_metric.set(max(group.stream_time, 0) / 1000)
-                self._process_latency.observe((time.perf_counter() - started) / done)
-                if record is not None and not record.is_control:
-                    self._e2e_latency.observe(max(0.0, time.time() - record.timestamp / 1000))
-                enforced = group.enforced_processing_total
-                if enforced != self._enforced_seen:
-                    self._enforced_metric.inc(enforced - self._enforced_seen)
-                    self._enforced_seen = enforced
+                self._record_metrics(done, controls, started, record)
         return done
 
     def _process_one(self, record: SourceRecord) -> bool:
@@ -348,6 +387,52 @@ class StreamTask:
                     self._bad_records.handle(record, "processing", exc)
         self._consumed[tp] = record.offset + 1
         return record.is_control
+
+    def _process_fused(self, fused: FusedSessionCount, batch: list[SourceRecord]) -> int:
+        """Process one partition's records through the fused chain, data in runs between
+        control records; how many were control records. A record the serdes refuse meets the
+        bad-record policy in order, everything before it processed (under ``fail``, committed
+        up to it)."""
+        tp, source = self._routes[batch[0].topic]
+        position = self.position
+        position.tp = tp
+        consumed = self._consumed
+
+        def bad(record: SourceRecord, exc: Exception) -> None:
+            position.offset = consumed[tp] = record.offset
+            self._bad_records.handle(record, "deserialization", exc)
+
+        controls = 0
+        run_from = 0
+        for i, record in enumerate(batch):
+            if record.is_control:
+                self._fused_run(fused, batch[run_from:i], bad)
+                position.offset = record.offset
+                source.advance(record.timestamp)
+                controls += 1
+                run_from = i + 1
+        self._fused_run(fused, batch[run_from:], bad)
+        position.offset = batch[-1].offset
+        consumed[tp] = batch[-1].offset + 1
+        return controls
+
+    def _fused_run(
+        self,
+        fused: FusedSessionCount,
+        records: list[SourceRecord],
+        bad: Callable[[SourceRecord, Exception], None],
+    ) -> None:
+        if not records:
+            return
+        self.position.offset = records[-1].offset
+        try:
+            fused.process_batch(records, bad)
+        except StreamsError:
+            raise  # the runtime's own failure (a fenced producer...), not the records'
+        except Exception as exc:
+            # Below the suppression: blamed on the run's last record (the chain would blame
+            # the one whose time closed the session).
+            self._bad_records.handle(records[-1], "processing", exc)
 
     def bounds(self) -> dict[str, int]:
         """Per output topic, the bound this task promises: records its sinks still send are at

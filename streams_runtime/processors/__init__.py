@@ -24,7 +24,13 @@ from streams_runtime.processors.grouped_tables import (
     TableRepartitionMapProcessor,
 )
 from streams_runtime.processors.joins import JoinState, StreamStreamJoinProcessor
-from streams_runtime.processors.sessions import SessionAggregateProcessor, SuppressProcessor
+from streams_runtime.processors.sessions import (
+    SessionAggregateProcessor,
+    SuppressProcessor,
+    count_aggregator,
+    count_initializer,
+    count_merger,
+)
 from streams_runtime.processors.stateless import (
     FilterProcessor,
     MapProcessor,
@@ -74,5 +80,8 @@ __all__ = [
     "TableSourceProcessor",
     "TimeWindowAggregateProcessor",
     "TimestampedTableStore",
+    "count_aggregator",
+    "count_initializer",
+    "count_merger",
     "is_idempotent_update",
 ]

@@ -11,13 +11,33 @@ from typing import Any
 from streams_runtime.processors.base import Processor, ProcessorContext
 from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
 from streams_runtime.record import Headers, Record
-from streams_runtime.serdes import Serde, ValueAndTimestamp
+from streams_runtime.serdes import Integer, Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore
 from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, WindowSpec
 
-__all__ = ["SessionAggregateProcessor", "SuppressProcessor"]
+__all__ = [
+    "SessionAggregateProcessor",
+    "SuppressProcessor",
+    "count_aggregator",
+    "count_initializer",
+    "count_merger",
+]
+
+
+# The session count's functions: a session aggregation made of these is a count, which the
+# runtime may run fused with a suppression below it (streams_runtime/fused/).
+def count_initializer() -> int:
+    return 0
+
+
+def count_aggregator(_key: object, _value: object, total: int) -> int:
+    return total + 1
+
+
+def count_merger(_key: object, a: int, b: int) -> int:
+    return a + b
 
 
 class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, SessionWindows]):
@@ -57,6 +77,16 @@ class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, Session
             aggregator=aggregator,
         )
         self._merger = merger
+
+    @property
+    def is_count(self) -> bool:
+        """Whether this is a count (:meth:`SessionWindowedStream.count`), written as a long."""
+        return (
+            self._initializer is count_initializer
+            and self._aggregator is count_aggregator
+            and self._merger is count_merger
+            and isinstance(self._value_serde, Integer)
+        )
 
     def _open_store(self, context: ProcessorContext) -> SessionStore:
         return context.session_store(self._store_name)

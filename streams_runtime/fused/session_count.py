@@ -1,0 +1,248 @@
+"""A session-window count suppressed until each session closes, run as one operator: the chain
+``source -> SessionAggregateProcessor (count) -> SuppressProcessor`` of a task with one input,
+a batch of records per call into a session core (the native one, or its pure-Python reference:
+:mod:`streams_runtime.fused.session_core` states the semantics, those of the chain).
+
+What stays Python: the source's serdes (every record is deserialized as through the chain, so a
+bad record meets the same policy), and everything below the suppression, which sees only final
+results. The stores are the chain's, with the same contents once written: the core writes
+behind, at every commit, or as soon as its unwritten changes outgrow the record cache's budget
+(0: after every batch), to the session store and to the suppression's buffer store, each change
+with the input offset that caused it (restore's committed-input rule holds)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from streams_runtime.fused.session_core import Final
+from streams_runtime.fused.session_core import SessionCore as PythonSessionCore
+from streams_runtime.processors import (
+    NO_PROGRESS,
+    Processor,
+    SessionAggregateProcessor,
+    SourceProcessor,
+    SuppressProcessor,
+)
+from streams_runtime.record import Record, SourceRecord
+from streams_runtime.serdes import Serde, SerializationError
+from streams_runtime.state import KeyValueStore, SessionStore, SourcePosition
+from streams_runtime.state.changelog import split_session_changelog_key
+from streams_runtime.windowed import Windowed
+from streams_runtime.windows import SessionWindows
+
+__all__ = ["FusedSessionCount", "fusable_session_count"]
+
+_LONG = 8
+_QUERY_TRIES = 100
+
+
+def fusable_session_count(
+    processors: Sequence[Processor],
+) -> tuple[SourceProcessor, SessionAggregateProcessor, SuppressProcessor] | None:
+    """The chain this operator can run in place of, if the processors have it: one source whose
+    only child is a session count whose only child is a suppression, with no other parent."""
+    sources = [p for p in processors if isinstance(p, SourceProcessor)]
+    if len(sources) != 1:
+        return None
+    (source,) = sources
+    match source.children:
+        case [SessionAggregateProcessor() as aggregate] if aggregate.is_count:
+            pass
+        case _:
+            return None
+    match aggregate.children:
+        case [SuppressProcessor() as suppress] if suppress.parents == [aggregate]:
+            return source, aggregate, suppress
+        case _:
+            return None
+
+
+class FusedSessionCount(Processor):
+    """The fused chain in the task's processor graph: the source's child, the parent of the
+    suppression's children. ``core_type`` makes the session core."""
+
+    name = "fused_session_count"
+    reorders = True  # sessions are stamped with their end, behind their input
+
+    def __init__(
+        self,
+        chain: tuple[SourceProcessor, SessionAggregateProcessor, SuppressProcessor],
+        *,
+        session_store: SessionStore,
+        buffer_store: KeyValueStore,
+        position: SourcePosition,
+        write_budget: int,
+        core_type: Callable[..., Any] = PythonSessionCore,
+    ) -> None:
+        super().__init__()
+        source, aggregate, suppress = chain
+        self.store_name = aggregate._store_name
+        self.buffer_name = suppress._store_name
+        windows = aggregate._windows
+        assert isinstance(windows, SessionWindows)
+        self._windows = windows
+        self._source_key_serde: Serde[Any] = source._key_serde
+        self._source_value_serde: Serde[Any] = source._value_serde
+        self._key_serde: Serde[Any] = aggregate._key_serde
+        self._value_serde: Serde[Any] = aggregate._value_serde
+        self._sessions = session_store
+        self._buffer = buffer_store
+        self._position = position
+        self._write_budget = write_budget
+        self._core_type = core_type
+        self.core: Any = None
+        # In the graph in place of the chain.
+        source.children = [self]
+        self.parents = [source]
+        self.children = suppress.children
+        for child in self.children:
+            child.parents = [self if parent is suppress else parent for parent in child.parents]
+        self._context: Any = None
+
+    def init(self, context: Any) -> None:
+        """Start from the stores: every session the suppression still holds is pending (a
+        session the store keeps past its final result is removed)."""
+        self._context = context
+        core = self.core = self._core_type(
+            self._windows.gap_ms,
+            self._windows.grace_ms,
+            context.stream_time,
+            self._write_budget > 0,
+        )
+        pending = set()
+        for state_key, raw in self._buffer.items():
+            key, start, end = split_session_changelog_key(state_key)
+            core.load(key, start, end, self._value_serde.deserialize(raw))
+            pending.add(state_key)
+        for key, start, end, _ in list(self._sessions.items()):
+            if key + _window(start, end) not in pending:
+                self._sessions.put(key, start, end, None, context.stream_time)
+        context.suppress_buffer_size(self.buffer_name, core.pending())
+
+    def process_batch(
+        self, records: Sequence[SourceRecord], on_bad: Callable[[SourceRecord, Exception], None]
+    ) -> None:
+        """Count a batch of data records (control records go to :meth:`advance`); a record
+        its serdes refuse goes to ``on_bad``, in order."""
+        keys: list[bytes | None] = []
+        timestamps: list[int] = []
+        offsets: list[int] = []
+        headers: list[Any] = []
+        key_of = self._key_of
+        for record in records:
+            try:
+                key = key_of(record)
+            except SerializationError as exc:
+                self._count(keys, timestamps, offsets, headers)
+                keys, timestamps, offsets, headers = [], [], [], []
+                on_bad(record, exc)
+                continue
+            keys.append(key)
+            timestamps.append(record.timestamp)
+            offsets.append(record.offset)
+            headers.append(record.headers)
+        self._count(keys, timestamps, offsets, headers)
+
+    def _key_of(self, record: SourceRecord) -> bytes | None:
+        """The record's key as the count stores it, after both of the source's serdes took
+        the record (as the chain deserializes it)."""
+        key = self._source_key_serde.deserialize(record.key)
+        self._source_value_serde.deserialize(record.value)
+        return None if key is None else self._key_serde.serialize(key) or b""
+
+    def _count(
+        self,
+        keys: list[bytes | None],
+        timestamps: list[int],
+        offsets: list[int],
+        headers: list[Any],
+    ) -> None:
+        if not keys:
+            return
+        finals, late, keyless = self.core.process(keys, timestamps, offsets, headers)
+        context = self._context
+        for _ in range(late):
+            context.record_dropped(self.store_name, "late")
+        for _ in range(keyless):
+            context.record_dropped(self.store_name, "null-key")
+        self._emit(finals)
+        if self.core.dirty_bytes > self._write_budget:
+            self._write_behind()
+
+    def advance(self, timestamp: int) -> None:
+        self._emit(self.core.advance(timestamp, self._position.offset))
+        if self.core.dirty_bytes > self._write_budget:
+            self._write_behind()
+        super().advance(timestamp)
+
+    def _emit(self, finals: list[Final]) -> None:
+        if not finals:
+            return
+        deserialize = self._key_serde.deserialize
+        for key, start, end, count, headers in finals:
+            self.forward(Record(Windowed(deserialize(key), start, end), count, end, headers))
+        self._context.suppress_buffer_size(self.buffer_name, self.core.pending())
+
+    def control_progress(self) -> int:
+        # As the session aggregation's (WindowedAggregateProcessor.control_progress).
+        seen = max(self.core.accepted_time, super().control_progress())
+        held = seen - self._windows.output_lag_ms
+        return held if seen >= 0 and held >= 0 else NO_PROGRESS
+
+    def flush(self) -> None:
+        self._write_behind()
+        self._context.suppress_buffer_size(self.buffer_name, self.core.pending())
+
+    def _write_behind(self) -> None:
+        """Write every change since the last time to both stores (and so their changelogs),
+        each with the input offset that caused it."""
+        position = self._position
+        saved = position.offset
+        serialize = self._value_serde.serialize
+        try:
+            for state_key, count, offset, timestamp in self.core.take_writes():
+                key, start, end = split_session_changelog_key(state_key)
+                raw = None if count is None else serialize(count)
+                position.offset = offset
+                self._sessions.put(key, start, end, raw, timestamp)
+                self._buffer.put(state_key, raw, timestamp)
+        finally:
+            position.offset = saved
+
+    def query_store(self) -> SessionStore:
+        """The session store as interactive queries read it: the sessions processed so far,
+        not those of the last write-behind."""
+        return _QueriedSessions(self._sessions, self)
+
+
+class _QueriedSessions(SessionStore):
+    """The session store, its sessions read from the fused operator (from the query's thread:
+    a read that meets the stream thread inside the core is tried again)."""
+
+    def __init__(self, store: SessionStore, fused: FusedSessionCount) -> None:
+        super().__init__(store.name, store.partition, store.engine, None)
+        self._fused = fused
+
+    def find_sessions(
+        self, key: bytes, earliest_end: int, latest_start: int
+    ) -> list[tuple[int, int, bytes]]:
+        serialize = self._fused._value_serde.serialize
+        for _ in range(_QUERY_TRIES):
+            try:
+                sessions = self._fused.core.fetch(key)
+                break
+            except RuntimeError:  # the core is borrowed by the stream thread
+                time.sleep(0.001)
+        else:
+            raise RuntimeError(f"store {self.name} stayed busy")
+        return [
+            (start, end, serialize(count) or b"")
+            for start, end, count in sessions
+            if end >= earliest_end and start <= latest_start
+        ]
+
+
+def _window(start: int, end: int) -> bytes:
+    return start.to_bytes(_LONG, "big", signed=True) + end.to_bytes(_LONG, "big", signed=True)

@@ -1,0 +1,276 @@
+"""The fused session count against the broker: the same input through the native core, its
+pure-Python reference and the chain processor by processor gives the same final results in the
+same order per partition, the same suppression buffer, and the same answers to interactive
+queries; an application switched between the paths across a restart loses and repeats nothing.
+
+The input has what the generated tests of the cores have, end to end: several keys per
+partition, out-of-order and late records, records without a key, a value the source's serde
+refuses (skipped by policy), and ticks that close every session in the end."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+
+from progress_control.protocol import ControlMarker, ControlRecord, is_control_record
+from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
+from streams_runtime.fused.session_core import SessionCore as PythonSessionCore
+from streams_runtime.serdes import Json, String
+from streams_runtime.state.changelog import changelog_topic
+from tests.helpers import unique_name, wait_for
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 2
+GAP_MS, GRACE_MS = 1_000, 500
+BASE_MS = 1_700_000_000_000
+STORE, BUFFER = "sessions", "finals"
+PATHS = ("native", "python", "chain")
+
+
+def _inputs(seed: int) -> list[tuple[int, bytes | None, bytes, int]]:
+    """``(partition, key, value, timestamp)``: bursts per key, shuffled a little, some late."""
+    rng = random.Random(seed)  # noqa: S311 - test data
+    records = []
+    for partition in range(PARTITIONS):
+        t = BASE_MS
+        for i in range(400):
+            t += rng.choice([10, 50, 200, 1_500])
+            at = t - rng.choice([0, 0, 0, 300, 2_500])  # out of order; the last is late
+            key = None if i % 97 == 13 else f"user-{partition}-{rng.randrange(5)}".encode()
+            value = b"{not json" if i % 151 == 7 else json.dumps({"n": i}).encode()
+            records.append((partition, key, value, at))
+    return records
+
+
+def _produce(
+    bootstrap: str,
+    topic: str,
+    records: list[tuple[int, bytes | None, bytes, int]],
+    *,
+    ticks: bool = True,
+) -> None:
+    """The records, then (``ticks``) a tick per partition far enough ahead to close every
+    session."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, key, value, ts in records:
+        producer.produce(topic, key=key, value=value, timestamp=ts, partition=partition)
+    if ticks:
+        end = max((ts for *_, ts in records), default=BASE_MS + 10_000_000)
+        for partition in range(PARTITIONS):
+            marker = ControlMarker("test-input", partition)
+            tick = ControlRecord(topic, partition, end + 10_000, marker)
+            producer.produce(**tick.produce_kwargs())  # type: ignore[arg-type]
+    assert producer.flush(30) == 0
+
+
+def _builder(source: str, sink: str) -> StreamsBuilder:
+    builder = StreamsBuilder()
+    (
+        builder.stream(source, key_serde=String(), value_serde=Json())
+        .group_by_key()
+        .windowed_by(SessionWindows(GAP_MS, GRACE_MS))
+        .count(name=STORE)
+        .suppress(until_window_closes(), name=BUFFER)
+        .to_stream()
+        .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
+        .to(sink, key_serde=String(), value_serde=Json())
+    )
+    return builder
+
+
+@pytest.fixture
+def core_path(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], dict[str, Any]]:
+    """The App settings (and the core) for one path."""
+
+    def choose(path: str) -> dict[str, Any]:
+        if path == "python":
+            monkeypatch.setattr(
+                "streams_runtime.processing.task.session_core_type", lambda: PythonSessionCore
+            )
+        else:
+            monkeypatch.undo()
+        return {"native_core": path != "chain"}
+
+    return choose
+
+
+def _read(bootstrap: str, topic: str) -> Iterator[Any]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_name("read"),
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        at_end: set[int] = set()
+        partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        while len(at_end) < partitions:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                at_end.add(msg.partition())
+                continue
+            yield msg
+    finally:
+        consumer.close()
+
+
+def _results(bootstrap: str, sink: str) -> dict[str, list[tuple[Any, int]]]:
+    """Per key, the final results in order (a key's results come from one task, in order; the
+    tasks' results interleave in the output as they happen to run)."""
+    out: dict[str, list[tuple[Any, int]]] = {}
+    for msg in _read(bootstrap, sink):
+        if not is_control_record(msg):
+            key = msg.key().decode()
+            out.setdefault(key, []).append((json.loads(msg.value()), msg.timestamp()[1]))
+    return out
+
+
+def _state(bootstrap: str, app_id: str, store: str) -> dict[tuple[int, bytes], bytes]:
+    """A changelog topic folded: what a restore would load."""
+    state: dict[tuple[int, bytes], bytes] = {}
+    for msg in _read(bootstrap, changelog_topic(app_id, store)):
+        key = (msg.partition(), msg.key())
+        if msg.value() is None:
+            state.pop(key, None)
+        else:
+            state[key] = msg.value()
+    return state
+
+
+def _wait_committed(bootstrap: str, app_id: str, topic: str, ends: dict[int, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(
+        app_id, [KafkaTopicPartition(topic, p) for p in range(PARTITIONS)]
+    )
+
+    def done() -> bool:
+        try:
+            result = admin.list_consumer_group_offsets([request])[app_id].result(10)
+        except KafkaException:
+            return False
+        committed = {tp.partition: tp.offset for tp in result.topic_partitions or []}
+        return all(committed.get(p, -1) >= end for p, end in ends.items())
+
+    wait_for(done, timeout_s=90, message=f"{app_id} committed {ends}")
+
+
+def _ends(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("ends")})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(KafkaTopicPartition(topic, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+
+
+def test_every_path_gives_the_same_results_buffer_and_queries(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    run_app: Callable[..., App],
+    core_path: Callable[[str], dict[str, Any]],
+) -> None:
+    records = _inputs(seed=7)
+    source = create_topic("clicks", partitions=PARTITIONS)
+    _produce(kafka_bootstrap, source, records, ticks=False)
+    ends = _ends(kafka_bootstrap, source)
+    results, buffers, queried = {}, {}, {}
+    apps = {}
+    for path in PATHS:
+        sink = create_topic("sessions", partitions=PARTITIONS)
+        app_id = unique_name(f"fused-{path}")
+        apps[path] = (
+            app_id,
+            sink,
+            run_app(
+                _builder(source, sink),
+                application_id=app_id,
+                bad_record_policy="log-and-skip",
+                statestore_cache_max_bytes=10 * 1024 * 1024,
+                commit_interval_ms=500,
+                **core_path(path),
+            ),
+        )
+        _wait_committed(kafka_bootstrap, app_id, source, ends)
+        # Open sessions, as processed.
+        answers = [apps[path][2].get(STORE, f"user-{p}-{k}") for p in (0, 1) for k in range(5)]
+        queried[path] = [(a.found, a.value) for a in answers]
+    assert any(found for found, _ in queried["chain"])
+    # Ticks close the rest.
+    _produce(kafka_bootstrap, source, [], ticks=True)
+    ends = _ends(kafka_bootstrap, source)
+    for path in PATHS:
+        app_id, sink, app = apps[path]
+        _wait_committed(kafka_bootstrap, app_id, source, ends)
+        app.close()
+        results[path] = _results(kafka_bootstrap, sink)
+        buffers[path] = _state(kafka_bootstrap, app_id, BUFFER)
+    assert sum(len(r) for r in results["chain"].values()) > 100
+    assert results["native"] == results["chain"]
+    assert results["python"] == results["chain"]
+    # Every session is out: the buffers are empty in the end, on every path.
+    assert buffers == {path: {} for path in PATHS}
+    # The fused operator answers with the open sessions; the chain's store also keeps those
+    # whose final result is out until its retention purge (every 30 s) drops them.
+    assert queried["native"] == queried["python"]
+    assert any(found for found, _ in queried["native"])
+    for (found, fused), (_, chained) in zip(queried["native"], queried["chain"], strict=True):
+        assert all(session in chained for session in (fused if found else []))
+
+
+@pytest.mark.parametrize(("first", "then"), [("native", "chain"), ("chain", "native")])
+def test_a_restart_on_the_other_path_loses_and_repeats_nothing(  # noqa: PLR0917 - fixtures
+    first: str,
+    then: str,
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    run_app: Callable[..., App],
+    core_path: Callable[[str], dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    records = _inputs(seed=11)
+    per_partition = len(records) // PARTITIONS
+    # The first half of each partition, no ticks: the restart comes with sessions open.
+    before = [r for i, r in enumerate(records) if i % per_partition < per_partition // 2]
+    after = [r for i, r in enumerate(records) if i % per_partition >= per_partition // 2]
+    source = create_topic("clicks", partitions=PARTITIONS)
+    _produce(kafka_bootstrap, source, before, ticks=False)
+    expected_sink = create_topic("sessions", partitions=PARTITIONS)
+    sink = create_topic("sessions", partitions=PARTITIONS)
+    app_id = unique_name("switch")
+    settings = {"bad_record_policy": "log-and-skip", "commit_interval_ms": 300}
+
+    app = run_app(_builder(source, sink), application_id=app_id, **settings, **core_path(first))
+    _wait_committed(kafka_bootstrap, app_id, source, _ends(kafka_bootstrap, source))
+    app.close()
+    _produce(kafka_bootstrap, source, after)
+    ends = _ends(kafka_bootstrap, source)
+    app = run_app(
+        _builder(source, sink),
+        application_id=app_id,
+        state_dir=tmp_path / "restarted",
+        **settings,
+        **core_path(then),
+    )
+    _wait_committed(kafka_bootstrap, app_id, source, ends)
+    app.close()
+
+    reference_id = unique_name("whole")
+    run_app(_builder(source, expected_sink), application_id=reference_id, **settings)
+    _wait_committed(kafka_bootstrap, reference_id, source, ends)
+    assert _results(kafka_bootstrap, sink) == _results(kafka_bootstrap, expected_sink)
