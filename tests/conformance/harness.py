@@ -149,10 +149,12 @@ def run_both_engines(
     run_app: Callable[..., App],
     state_dir: Path,
     state_engine: str = "memory",
+    native_core: bool = True,
     cache_max_bytes: int = 0,
 ) -> tuple[Outputs, Outputs]:
     """Run the cases named in ``inputs`` on those inputs, in Kafka Streams and in the runtime
-    (its stores on ``state_engine``), until both processed all of it; their outputs (Kafka
+    (its stores on ``state_engine``, fusable chains on its native core unless ``native_core`` is
+    false), until both processed all of it; their outputs (Kafka
     Streams', the runtime's), with timestamps relative to the inputs' (which are produced an hour
     in the past). Both run with a record cache of ``cache_max_bytes`` (default 0, off: every
     update is forwarded as it happens; with a cache, which updates are merged depends on
@@ -205,6 +207,7 @@ def run_both_engines(
         max_task_idle_ms=0,
         state_dir=state_dir / "runtime",
         state_engine=state_engine,
+        native_core=native_core,
         statestore_cache_max_bytes=cache_max_bytes,
     )
     checks = [
