@@ -1,8 +1,11 @@
 """Processing: the poll loop, the tasks it runs and what they produce (internal; Kafka Streams'
 ``processor/internals``), one job per module:
 
-- ``stream_thread``: the poll loop (``StreamThread``): routes records to tasks, back-pressure,
-  when to tick and when to commit;
+- ``stream_thread``: the poll loop (``StreamThread``): back-pressure, when to tick and when to
+  commit;
+- ``record_router``: fetched records to their tasks, control records checked
+  (``StreamThread.addRecordsToTasks``);
+- ``commit_schedule``: when the thread commits (``StreamThread.maybeCommit``);
 - ``task_manager``: the tasks of one thread (``TaskManager``), created, closed and committed;
 - ``task``: one task (``StreamTask``), its processors and state;
 - ``partition_group``: a task's input queues and record choice with KIP-695 idling

@@ -1,6 +1,7 @@
-"""The processing loop (Kafka Streams' ``StreamThread``): one consumer, records routed to the
-tasks of its :class:`~streams_runtime.processing.task_manager.TaskManager`, back-pressure, when to
-tick (:mod:`streams_runtime.progress`), and when to commit (the task manager commits, under the
+"""The processing loop (Kafka Streams' ``StreamThread``): one consumer, records routed
+(:mod:`~streams_runtime.processing.record_router`) to the tasks of its
+:class:`~streams_runtime.processing.task_manager.TaskManager`, back-pressure, when to tick
+(:mod:`streams_runtime.progress`), and when to commit (the task manager commits, under the
 thread's one :class:`~streams_runtime.processing.commit_strategy.CommitStrategy`)."""
 
 from __future__ import annotations
@@ -9,23 +10,16 @@ import logging
 import sys
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from progress_control.protocol import has_control_header
-from progress_control.trust import ControlRecordValidator, Verdict
 from streams_runtime.app_state import AppState
 from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedError, as_exception
 from streams_runtime.health import Heartbeat
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.commit_schedule import CommitSchedule
 from streams_runtime.processing.commit_strategy import (
     CommitStrategy,
     OffsetCommitHook,
@@ -38,10 +32,11 @@ from streams_runtime.processing.group_protocol import (
     set_group_timeouts,
 )
 from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.processing.record_router import RecordRouter
 from streams_runtime.processing.task import StreamTask, WarmStores
 from streams_runtime.processing.task_manager import TaskManager
 from streams_runtime.progress import Progress
-from streams_runtime.record import SourceRecord, TaskId, TopicPartitionId
+from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.settings import GroupProtocol, RuntimeSettings
 from streams_runtime.topology import Topology
 
@@ -90,10 +85,9 @@ class StreamThread:
         self._callback_error: BaseException | None = None
         self.heartbeat = heartbeat or Heartbeat()
         """Beaten every loop turn (``/health/live``)."""
-        self._trust = ControlRecordValidator(settings.trust_policy())
-        # The runtime's own topics carry its own ticks: they verify with its own key.
-        self._internal_trust = ControlRecordValidator(settings.internal_trust_policy())
-        self._internal_topics = frozenset(topology.repartition_topics)
+        self._router = RecordRouter(settings, frozenset(topology.repartition_topics), metrics)
+        self._schedule = CommitSchedule(settings.commit_interval_s, time.monotonic())
+        self._next_wait_log = 0.0
         # At-least-once or exactly-once: decided here, once, for the consumer, the producer and
         # every commit.
         self._strategy_for = commit_strategy_for(settings)
@@ -235,43 +229,15 @@ class StreamThread:
         self._subscribe()
         if self._progress is not None:
             self._progress.start()
-        interval = self._settings.commit_interval_s
-        next_commit = time.monotonic() + interval
-        next_wait_log = time.monotonic() + _WAIT_LOG_S
+        self._schedule = CommitSchedule(self._settings.commit_interval_s, time.monotonic())
+        self._next_wait_log = time.monotonic() + _WAIT_LOG_S
         poll_s = self._settings.poll_timeout_ms / 1000
         failure: BaseException | None = None
         try:
             while not self._stopping.is_set():
                 self.heartbeat.beat()
                 try:
-                    waiting = any(task.group.buffered() for task in self.tasks.values())
-                    messages = self.consumer.consume(
-                        _FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s
-                    )
-                    self._after_consume()
-                    if messages:
-                        self._route(messages)
-                    for task in list(self.tasks.values()):
-                        task.process(_PROCESS_BUDGET)
-                    self._apply_back_pressure()
-                    self.collector.poll()
-                    now = time.monotonic()
-                    self.task_manager.publish_lag(now)
-                    if self._progress is not None and (
-                        self._progress.due(now) or self._took_control()
-                    ):
-                        if (
-                            next_commit - now > self._progress.interval_s
-                            and self._progress_waits_for_commit()
-                        ):
-                            next_commit = now
-                        self._progress.tick(self.task_manager.active_tasks, self.collector.written)
-                    if now >= next_commit:
-                        self.commit()
-                        next_commit = time.monotonic() + interval
-                    if now >= next_wait_log:
-                        self._log_waiting_tasks()
-                        next_wait_log = now + _WAIT_LOG_S
+                    self._turn(poll_s)
                 except TaskMigratedError as exc:
                     self._rejoin(exc)
         except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
@@ -280,6 +246,36 @@ class StreamThread:
             self._shutdown(failure)
         if failure is not None:
             raise failure
+
+    def _turn(self, poll_s: float) -> None:
+        """One turn of the loop: fetch, process, tick and commit when due."""
+        waiting = any(task.group.buffered() for task in self.tasks.values())
+        messages = self.consumer.consume(_FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s)
+        self._after_consume()
+        if messages:
+            fatal = self._router.route(messages, self._partitions, self.task_manager.task_of)
+            if fatal is not None and not self._join_failed(fatal):
+                raise StreamsError(f"consumer failed: {fatal}")
+        for task in list(self.tasks.values()):
+            task.process(_PROCESS_BUDGET)
+        self._apply_back_pressure()
+        self.collector.poll()
+        now = time.monotonic()
+        self.task_manager.publish_lag(now)
+        schedule = self._schedule
+        if self._progress is not None and (self._progress.due(now) or self._took_control()):
+            if (
+                schedule.seconds_left(now) > self._progress.interval_s
+                and self._progress_waits_for_commit()
+            ):
+                schedule.commit_now(now)
+            self._progress.tick(self.task_manager.active_tasks, self.collector.written)
+        if schedule.due(now):
+            self.commit()
+            schedule.committed(time.monotonic())
+        if now >= self._next_wait_log:
+            self._log_waiting_tasks()
+            self._next_wait_log = now + _WAIT_LOG_S
 
     def _set_state(self, state: AppState) -> None:
         if state != self._state:
@@ -440,63 +436,6 @@ class StreamThread:
         """Commit every task now (the loop calls this every commit interval)."""
         if self.task_manager.commit() and self._progress is not None:
             self._progress.committed()
-
-    def _route(self, messages: Sequence[Message]) -> None:
-        # Keyed by plain (topic, partition) tuples: no TopicPartitionId per record.
-        batches: dict[tuple[str, int], list[SourceRecord]] = defaultdict(list)
-        for msg in messages:
-            error = msg.error()
-            topic, partition = msg.topic() or "", msg.partition() or 0
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    self._partitions.reached_end(
-                        TopicPartitionId(topic, partition), msg.offset() or 0
-                    )
-                    continue
-                if error.code() == KafkaError._FATAL or error.fatal():
-                    if self._join_failed(error):
-                        return
-                    raise StreamsError(f"consumer failed: {error}")
-                logger.warning(
-                    "consumer error: %(error)s",
-                    {"topic": topic, "partition": partition, "error": str(error)},
-                )
-                continue
-            offset = msg.offset() or 0
-            headers = msg.headers()
-            timestamp = msg.timestamp()[1]
-            control = rejected = False
-            if headers and has_control_header(headers):
-                # A record with our header is never data; a forged or broken one is not time
-                # either: skipped and counted, never fatal, never the bad-record policy.
-                trust = self._internal_trust if topic in self._internal_topics else self._trust
-                verdict = trust.check(topic, partition, timestamp, headers)
-                control = verdict is Verdict.ACCEPTED
-                rejected = not control
-                if rejected:
-                    self._metrics.control_records_rejected(verdict.value).inc()
-            batches[topic, partition].append(
-                SourceRecord(
-                    topic,
-                    partition,
-                    offset,
-                    timestamp,
-                    msg.key(),
-                    msg.value(),
-                    headers,  # type: ignore[arg-type]
-                    control,
-                    rejected,
-                )
-            )
-        for (topic, partition), records in batches.items():
-            tp = TopicPartitionId(topic, partition)
-            self._partitions.fetched(tp, records[-1].offset + 1)
-            task = self.task_manager.task_of(tp)
-            if task is None:
-                # Assigned without the rest of its task's inputs; never skip its records.
-                self._partitions.hold(tp, records[0].offset)
-                continue
-            task.add_records(tp, records)
 
     def _apply_back_pressure(self) -> None:
         limit = self._settings.buffered_records_per_partition
