@@ -12,6 +12,8 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tarfile
 import tomllib
 import zipfile
 from email.parser import Parser
@@ -52,20 +54,32 @@ def _name(requirement: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Build from a copy: setuptools writes build/ and *.egg-info beside the sources.
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of what the distribution is built from: setuptools writes build/ and *.egg-info
+    beside the sources."""
     source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
         shutil.copy(ROOT / name, source / name)
-    for package in PACKAGES:
-        shutil.copytree(
-            ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "target")
+    for package in (*PACKAGES, "native"):
+        shutil.copytree(ROOT / package, source / package, ignore=ignore)
+    return source
+
+
+def _build_env(**overrides: str) -> dict[str, str]:
+    # The native core's compiled dependencies from the project's cache (./dev sets the same).
+    env = {"CARGO_TARGET_DIR": str(ROOT / ".cache" / "cargo-target"), **os.environ}
+    return env | overrides
+
+
+@pytest.fixture(scope="module")
+def wheel(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
         check=True,
-        timeout=600,
+        timeout=900,
+        env=_build_env(),
     )
     (built,) = out.glob("kafka_progress_control-*.whl")
     return built
@@ -148,6 +162,9 @@ def test_metadata_is_fit_to_publish(wheel: Path) -> None:
     assert top_level == set(PACKAGES)
     assert not [n for n in names if n.startswith("progress_control/tools/")]  # test tooling
     assert "progress_control/dev/poms/kafka-broker.xml" in names
+    # The runtime's native core, where cargo was there to build it (as here).
+    if shutil.which("cargo"):
+        assert [n for n in names if re.fullmatch(r"streams_runtime/_native\..*\.so", n)]
     assert [n for n in names if n.endswith("entry_points.txt")]
 
 
@@ -228,3 +245,66 @@ def test_core_installs_small_and_works_without_extras(wheel: Path, tmp_path: Pat
         assert result.returncode == 2, result.stderr
         assert f"pip install 'kafka-progress-control[{extra}]'" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_the_sdist_installs_without_a_rust_toolchain_and_runs_on_the_python_path(
+    source: Path, tmp_path: Path
+) -> None:
+    """The sdist carries the native core's crate; built where cargo is not on PATH, the
+    install still works, and fused operators run on their pure-Python reference, saying so."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(dist), str(source)],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    (sdist,) = dist.glob("kafka_progress_control-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        members = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    assert {"native/Cargo.toml", "native/Cargo.lock", "native/src/lib.rs"} <= members
+    cargo = shutil.which("cargo")
+    path = os.pathsep.join(
+        d
+        for d in os.environ["PATH"].split(os.pathsep)
+        if cargo is None or Path(d) != Path(cargo).parent
+    )
+    target = tmp_path / "installed"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(sdist),
+        ],
+        check=True,
+        timeout=600,
+        env=_build_env(PATH=path),
+    )
+    assert not list(target.glob("streams_runtime/_native*.so"))
+    code = (
+        "import streams_runtime, pathlib, sys\n"
+        f"assert pathlib.Path(streams_runtime.__file__).is_relative_to({str(target)!r})\n"
+        "from streams_runtime.fused import native_available, session_core_type\n"
+        "from streams_runtime.fused.session_core import SessionCore\n"
+        "assert not native_available() and session_core_type() is SessionCore\n"
+    )
+    # -S: without site, so this checkout's editable install (a .pth file) stays out of the way;
+    # the dependencies from this environment's site-packages, after the install.
+    search = os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": search},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "native core is not built" in result.stderr
