@@ -5,9 +5,12 @@
 use pyo3::prelude::*;
 
 mod sessions;
+mod time_windows;
+mod write_behind;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sessions::SessionCore>()?;
+    m.add_class::<time_windows::TimeWindowCore>()?;
     Ok(())
 }

@@ -4,13 +4,13 @@
 //! differential test (tests/streams_runtime/fused/test_session_core.py) holds the two together.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-/// Bytes counted per written-behind entry besides key and value (as the record cache counts).
-const ENTRY_OVERHEAD: i64 = 64;
+use crate::write_behind::{finals, state_key, Final, WriteBehind};
+
 /// A count is written as a long.
 const VALUE_BYTES: i64 = 8;
 /// The window suffix of a state key: start and end, 8-byte big-endian each.
@@ -23,24 +23,6 @@ struct Session {
     headers: Option<Py<PyAny>>,
 }
 
-struct Dirty {
-    value: Option<i64>,
-    offset: i64,
-    timestamp: i64,
-    /// Order of the latest change: writes come out in it.
-    seq: u64,
-}
-
-fn state_key(key: &[u8], start: i64, end: i64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.len() + WINDOW_BYTES);
-    out.extend_from_slice(key);
-    out.extend_from_slice(&start.to_be_bytes());
-    out.extend_from_slice(&end.to_be_bytes());
-    out
-}
-
-type Final = (Vec<u8>, i64, i64, i64, Option<Py<PyAny>>);
-
 #[pyclass(module = "streams_runtime._native")]
 pub struct SessionCore {
     gap: i64,
@@ -50,36 +32,14 @@ pub struct SessionCore {
     observed_time: i64,
     #[pyo3(get)]
     accepted_time: i64,
-    #[pyo3(get)]
-    dirty_bytes: i64,
     sessions: HashMap<Vec<u8>, Vec<Session>>,
     /// (end, state key), smallest first; may hold entries of sessions gone since.
     by_end: BinaryHeap<Reverse<(i64, Vec<u8>)>>,
     live: usize,
-    dirty: HashMap<Vec<u8>, Dirty>,
-    seq: u64,
-    stored: HashSet<Vec<u8>>,
+    writes: WriteBehind,
 }
 
 impl SessionCore {
-    fn mark(&mut self, key: Vec<u8>, value: Option<i64>, offset: i64, timestamp: i64) {
-        let size = |k: &Vec<u8>, v: Option<i64>| {
-            k.len() as i64 + ENTRY_OVERHEAD + if v.is_some() { VALUE_BYTES } else { 0 }
-        };
-        self.seq += 1;
-        let added = size(&key, value);
-        let entry = Dirty {
-            value,
-            offset,
-            timestamp,
-            seq: self.seq,
-        };
-        if let Some(old) = self.dirty.insert(key.clone(), entry) {
-            self.dirty_bytes -= size(&key, old.value);
-        }
-        self.dirty_bytes += added;
-    }
-
     /// Remove the session ``index`` of ``key``; a change to write behind.
     fn remove(&mut self, key: &[u8], index: usize, offset: i64, timestamp: i64) -> Session {
         let sessions = self.sessions.get_mut(key).expect("a live key");
@@ -88,12 +48,8 @@ impl SessionCore {
             self.sessions.remove(key);
         }
         self.live -= 1;
-        self.mark(
-            state_key(key, session.start, session.end),
-            None,
-            offset,
-            timestamp,
-        );
+        let skey = state_key(key, session.start, session.end);
+        self.writes.mark(skey, None, session.end, offset, timestamp);
         session
     }
 
@@ -146,7 +102,7 @@ impl SessionCore {
             });
         self.live += 1;
         self.by_end.push(Reverse((end, skey.clone())));
-        self.mark(skey, Some(value), offset, t);
+        self.writes.mark(skey, Some(value), end, offset, t);
         true
     }
 
@@ -170,7 +126,7 @@ impl SessionCore {
             let timestamp = end.max(self.observed_time);
             let session = self.remove(key, index, offset, timestamp);
             let headers = session.headers.as_ref().map(|h| h.clone_ref(py));
-            emitted.push((key.to_vec(), start, end, session.value, headers));
+            emitted.push((key.to_vec(), start, end, session.value, end, headers));
         }
         if self.by_end.len() > 2 * self.live + 64 {
             // Stale entries of merged-away sessions: rebuild rather than let them pile up.
@@ -182,15 +138,6 @@ impl SessionCore {
             }
             self.by_end = BinaryHeap::from(rebuilt);
         }
-    }
-
-    fn finals<'py>(py: Python<'py>, emitted: Vec<Final>) -> PyResult<Bound<'py, PyList>> {
-        let list = PyList::empty(py);
-        for (key, start, end, value, headers) in emitted {
-            let item = (PyBytes::new(py, &key), start, end, value, headers);
-            list.append(item.into_pyobject(py)?)?;
-        }
-        Ok(list)
     }
 }
 
@@ -204,13 +151,10 @@ impl SessionCore {
             keep_headers,
             observed_time,
             accepted_time: -1,
-            dirty_bytes: 0,
             sessions: HashMap::new(),
             by_end: BinaryHeap::new(),
             live: 0,
-            dirty: HashMap::new(),
-            seq: 0,
-            stored: HashSet::new(),
+            writes: WriteBehind::new(VALUE_BYTES),
         }
     }
 
@@ -227,7 +171,7 @@ impl SessionCore {
                 headers: None,
             });
         self.live += 1;
-        self.stored.insert(skey.clone());
+        self.writes.stored(skey.clone());
         self.by_end.push(Reverse((end, skey)));
     }
 
@@ -260,7 +204,7 @@ impl SessionCore {
             }
             self.emit_closed(py, &mut emitted, offsets[i]);
         }
-        let finals = Self::finals(py, emitted)?;
+        let finals = finals(py, emitted)?;
         (finals, late, keyless).into_pyobject(py)
     }
 
@@ -274,31 +218,18 @@ impl SessionCore {
         self.observed_time = self.observed_time.max(timestamp);
         let mut emitted = Vec::new();
         self.emit_closed(py, &mut emitted, offset);
-        Self::finals(py, emitted)
+        finals(py, emitted)
     }
 
     /// The changes since the last call, in the order of their latest change.
     fn take_writes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let mut dirty: Vec<(Vec<u8>, Dirty)> = self.dirty.drain().collect();
-        dirty.sort_unstable_by_key(|(_, d)| d.seq);
-        self.dirty_bytes = 0;
-        let list = PyList::empty(py);
-        for (key, d) in dirty {
-            match d.value {
-                None => {
-                    if !self.stored.remove(&key) {
-                        continue;
-                    }
-                }
-                Some(_) => {
-                    self.stored.insert(key.clone());
-                }
-            }
-            list.append(
-                (PyBytes::new(py, &key), d.value, d.offset, d.timestamp).into_pyobject(py)?,
-            )?;
-        }
-        Ok(list)
+        self.writes.take(py)
+    }
+
+    /// Bytes of the changes not written yet.
+    #[getter]
+    fn dirty_bytes(&self) -> i64 {
+        self.writes.bytes
     }
 
     /// Sessions not emitted yet (the suppression buffer's size).

@@ -316,7 +316,9 @@ class TimeWindowedStream(Generic[K, V]):
 
     def count(self, *, name: str | None = None) -> WindowedTable[K, int]:
         """Records per key and window."""
-        return self.aggregate(lambda: 0, _count, value_serde=Integer(), name=name)
+        return self.aggregate(
+            p.count_initializer, p.count_aggregator, value_serde=Integer(), name=name
+        )
 
     def reduce(
         self, reducer: Callable[[V, V], V], *, name: str | None = None

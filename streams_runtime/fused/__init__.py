@@ -12,8 +12,9 @@ import logging
 from typing import Any
 
 from streams_runtime.fused.session_core import SessionCore as PythonSessionCore
+from streams_runtime.fused.time_window_core import TimeWindowCore as PythonTimeWindowCore
 
-__all__ = ["native_available", "session_core_type"]
+__all__ = ["native_available", "session_core_type", "time_window_core_type"]
 
 _log = logging.getLogger(__name__)
 
@@ -41,3 +42,12 @@ def session_core_type() -> type[Any]:
 
         return SessionCore
     return PythonSessionCore
+
+
+def time_window_core_type() -> type[Any]:
+    """The time-window core to run: the native one where it is built."""
+    if native_available():
+        from streams_runtime._native import TimeWindowCore
+
+        return TimeWindowCore
+    return PythonTimeWindowCore

@@ -27,19 +27,13 @@ import heapq
 import struct
 from collections.abc import Sequence
 
+from streams_runtime.fused.write_behind import Final, StateWrite, WriteBehind
 from streams_runtime.record import Headers
 
-__all__ = ["ENTRY_OVERHEAD", "Final", "SessionCore", "StateWrite"]
+__all__ = ["SessionCore"]
 
 _WINDOW = struct.Struct(">qq")
-ENTRY_OVERHEAD = 64
-"""Bytes counted per written-behind entry besides key and value (as the record cache counts)."""
 _VALUE_BYTES = 8  # a count is written as a long
-
-Final = tuple[bytes, int, int, int, Headers | None]
-"""An emitted session: ``(key, start, end, count, headers)``; its timestamp is its end."""
-StateWrite = tuple[bytes, int | None, int, int]
-"""A written-behind change: ``(key + start + end, count or None (gone), offset, timestamp)``."""
 
 
 class _Session:
@@ -69,9 +63,7 @@ class SessionCore:
         self._sessions: dict[bytes, list[_Session]] = {}
         self._by_end: list[tuple[int, bytes, bytes]] = []  # (end, state key, key); may be stale
         self._live: dict[bytes, _Session] = {}  # state key -> session
-        self._dirty: dict[bytes, tuple[int | None, int, int]] = {}
-        self._stored: set[bytes] = set()
-        self.dirty_bytes = 0
+        self._writes = WriteBehind(_VALUE_BYTES)
 
     def load(self, key: bytes, start: int, end: int, value: int) -> None:
         """Take a session from the stored state (before the first batch)."""
@@ -79,7 +71,7 @@ class SessionCore:
         session = _Session(start, end, value, None)
         self._sessions.setdefault(key, []).append(session)
         self._live[state_key] = session
-        self._stored.add(state_key)
+        self._writes.stored(state_key)
         heapq.heappush(self._by_end, (end, state_key, key))
 
     def process(
@@ -111,20 +103,14 @@ class SessionCore:
         return emitted
 
     def take_writes(self) -> list[StateWrite]:
-        """The changes since the last call, in the order of their latest change; the state is
-        clean after."""
-        writes: list[StateWrite] = []
-        for state_key, (value, offset, timestamp) in self._dirty.items():
-            if value is None:
-                if state_key not in self._stored:
-                    continue
-                self._stored.discard(state_key)
-            else:
-                self._stored.add(state_key)
-            writes.append((state_key, value, offset, timestamp))
-        self._dirty = {}
-        self.dirty_bytes = 0
-        return writes
+        """The changes since the last call, in the order of their latest change (the state is
+        clean after)."""
+        return self._writes.take()
+
+    @property
+    def dirty_bytes(self) -> int:
+        """Bytes of the changes not written yet."""
+        return self._writes.bytes
 
     def pending(self) -> int:
         """Sessions not emitted yet (the suppression buffer's size)."""
@@ -161,7 +147,7 @@ class SessionCore:
         if state_key not in self._live:
             heapq.heappush(self._by_end, (end, state_key, key))
         self._live[state_key] = session
-        self._mark(state_key, value, offset, t)
+        self._writes.mark(state_key, value, end, offset, t)
         return True
 
     def _remove(self, key: bytes, session: _Session, offset: int, timestamp: int) -> None:
@@ -171,7 +157,7 @@ class SessionCore:
             del self._sessions[key]
         state_key = key + _WINDOW.pack(session.start, session.end)
         del self._live[state_key]
-        self._mark(state_key, None, offset, timestamp)
+        self._writes.mark(state_key, None, session.end, offset, timestamp)
 
     def _emit_closed(self, emitted: list[Final], offset: int) -> None:
         heap, now = self._by_end, self.observed_time - self._retention
@@ -180,7 +166,7 @@ class SessionCore:
             session = self._live.get(state_key)
             if session is None:
                 continue  # merged away after it was pushed
-            emitted.append((key, session.start, end, session.value, session.headers))
+            emitted.append((key, session.start, end, session.value, end, session.headers))
             self._remove(key, session, offset, max(end, self.observed_time))
         if len(heap) > 2 * len(self._live) + 64:
             # Stale entries of merged-away sessions: rebuild rather than let them pile up.
@@ -189,15 +175,3 @@ class SessionCore:
                 for state_key, s in self._live.items()
             ]
             heapq.heapify(self._by_end)
-
-    def _mark(self, state_key: bytes, value: int | None, offset: int, timestamp: int) -> None:
-        # Popped and put back: the dict's order is that of the latest changes.
-        old = self._dirty.pop(state_key, None)
-        if old is not None:
-            self.dirty_bytes -= _entry_bytes(state_key, old[0])
-        self._dirty[state_key] = (value, offset, timestamp)
-        self.dirty_bytes += _entry_bytes(state_key, value)
-
-
-def _entry_bytes(state_key: bytes, value: int | None) -> int:
-    return len(state_key) + ENTRY_OVERHEAD + (0 if value is None else _VALUE_BYTES)

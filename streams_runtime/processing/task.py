@@ -13,8 +13,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from streams_runtime.errors import BadRecordHandler, StreamsError
-from streams_runtime.fused import session_core_type
-from streams_runtime.fused.session_count import FusedSessionCount, fusable_session_count
+from streams_runtime.fused.windowed_count import FusedWindowCount, fusable_window_count
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import RecordCollector
 from streams_runtime.processing.partition_group import LagProvider, PartitionGroup
@@ -118,7 +117,7 @@ class StreamTask:
         self._sources: dict[str, SourceProcessor] = {}
         self._routes: dict[str, tuple[TopicPartitionId, SourceProcessor]] = {}
         self._processors: list[Processor] = []
-        self._fused: FusedSessionCount | None = None
+        self._fused: FusedWindowCount | None = None
         self.committed: dict[TopicPartitionId, int] = {}
         self._consumed: dict[TopicPartitionId, int] = {}
         self._skipped_to: dict[TopicPartitionId, int] = {}
@@ -283,17 +282,16 @@ class StreamTask:
     def _fuse(self) -> None:
         """Run a chain the native core has an operator for as that operator (one input only:
         its batches are one partition's records in order)."""
-        chain = fusable_session_count(self._processors)
+        chain = fusable_window_count(self._processors)
         if chain is None or not self._settings.native_core or len(self.inputs) != 1:
             return
         _, aggregate, suppress = chain
-        self._fused = fused = FusedSessionCount(
+        self._fused = fused = FusedWindowCount(
             chain,
             session_store=self.state.session_store(aggregate._store_name),
             buffer_store=self.state.kv_store(suppress._store_name),
             position=self.position,
             write_budget=self._settings.statestore_cache_max_bytes,
-            core_type=session_core_type(),
         )
         at = self._processors.index(aggregate)
         self._processors[at : at + 1] = [fused]
@@ -388,7 +386,7 @@ class StreamTask:
         self._consumed[tp] = record.offset + 1
         return record.is_control
 
-    def _process_fused(self, fused: FusedSessionCount, batch: list[SourceRecord]) -> int:
+    def _process_fused(self, fused: FusedWindowCount, batch: list[SourceRecord]) -> int:
         """Process one partition's records through the fused chain, data in runs between
         control records; how many were control records. A record the serdes refuse meets the
         bad-record policy in order, everything before it processed (under ``fail``, committed
@@ -418,7 +416,7 @@ class StreamTask:
 
     def _fused_run(
         self,
-        fused: FusedSessionCount,
+        fused: FusedWindowCount,
         records: list[SourceRecord],
         bad: Callable[[SourceRecord, Exception], None],
     ) -> None:

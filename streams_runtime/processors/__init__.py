@@ -18,19 +18,16 @@ from streams_runtime.processors.base import (
     KeyedStoreProcessor,
     Processor,
     ProcessorContext,
+    count_aggregator,
+    count_initializer,
+    count_merger,
 )
 from streams_runtime.processors.grouped_tables import (
     TableChangeAggregateProcessor,
     TableRepartitionMapProcessor,
 )
 from streams_runtime.processors.joins import JoinState, StreamStreamJoinProcessor
-from streams_runtime.processors.sessions import (
-    SessionAggregateProcessor,
-    SuppressProcessor,
-    count_aggregator,
-    count_initializer,
-    count_merger,
-)
+from streams_runtime.processors.sessions import SessionAggregateProcessor, SuppressProcessor
 from streams_runtime.processors.stateless import (
     FilterProcessor,
     MapProcessor,

@@ -45,6 +45,9 @@ __all__ = [
     "KeyedStoreProcessor",
     "Processor",
     "ProcessorContext",
+    "count_aggregator",
+    "count_initializer",
+    "count_merger",
 ]
 
 
@@ -85,6 +88,20 @@ class ProcessorContext(Protocol):
 
 
 NO_PROGRESS = -1
+
+
+# A count's functions (``count()`` of a windowed stream): an aggregation made of these is a
+# count, which the runtime may run fused with a suppression below it (streams_runtime/fused/).
+def count_initializer() -> int:
+    return 0
+
+
+def count_aggregator(_key: object, _value: object, total: int) -> int:
+    return total + 1
+
+
+def count_merger(_key: object, a: int, b: int) -> int:
+    return a + b
 
 
 class Processor:

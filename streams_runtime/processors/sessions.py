@@ -8,7 +8,13 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from streams_runtime.processors.base import Processor, ProcessorContext
+from streams_runtime.processors.base import (
+    Processor,
+    ProcessorContext,
+    count_aggregator,
+    count_initializer,
+    count_merger,
+)
 from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Integer, Serde, ValueAndTimestamp
@@ -17,27 +23,7 @@ from streams_runtime.state.changelog import session_changelog_key, split_session
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, WindowSpec
 
-__all__ = [
-    "SessionAggregateProcessor",
-    "SuppressProcessor",
-    "count_aggregator",
-    "count_initializer",
-    "count_merger",
-]
-
-
-# The session count's functions: a session aggregation made of these is a count, which the
-# runtime may run fused with a suppression below it (streams_runtime/fused/).
-def count_initializer() -> int:
-    return 0
-
-
-def count_aggregator(_key: object, _value: object, total: int) -> int:
-    return total + 1
-
-
-def count_merger(_key: object, a: int, b: int) -> int:
-    return a + b
+__all__ = ["SessionAggregateProcessor", "SuppressProcessor"]
 
 
 class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, SessionWindows]):

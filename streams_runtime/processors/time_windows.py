@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from streams_runtime.processors.base import ProcessorContext
+from streams_runtime.processors.base import ProcessorContext, count_aggregator, count_initializer
 from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
 from streams_runtime.record import Headers, Record
-from streams_runtime.serdes import ValueAndTimestamp
+from streams_runtime.serdes import Integer, ValueAndTimestamp
 from streams_runtime.state import WindowStore
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SlidingWindows, TimeWindows
@@ -98,6 +98,15 @@ class TimeWindowAggregateProcessor(_TimestampedWindowAggregate[TimeWindows]):
     """
 
     name = "time_window_aggregate"
+
+    @property
+    def is_count(self) -> bool:
+        """Whether this is a count (:meth:`TimeWindowedStream.count`), written as a long."""
+        return (
+            self._initializer is count_initializer
+            and self._aggregator is count_aggregator
+            and isinstance(self._value_serde, Integer)
+        )
 
     def _aggregate(self, record: Record[Any, Any]) -> None:
         assert self._store is not None

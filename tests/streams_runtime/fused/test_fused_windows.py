@@ -1,7 +1,8 @@
-"""The fused session count against the broker: the same input through the native core, its
+"""The fused window counts against the broker: the same input through the native core, its
 pure-Python reference and the chain processor by processor gives the same final results in the
-same order per partition, the same suppression buffer, and the same answers to interactive
-queries; an application switched between the paths across a restart loses and repeats nothing.
+same order per key, the same suppression buffer, and the same answers to interactive queries;
+an application switched between the paths across a restart loses and repeats nothing. For
+session windows and for time windows (hopping here, tumbling across the restart).
 
 The input has what the generated tests of the cores have, end to end: several keys per
 partition, out-of-order and late records, records without a key, a value the source's serde
@@ -21,8 +22,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from progress_control.protocol import ControlMarker, ControlRecord, is_control_record
-from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
-from streams_runtime.fused.session_core import SessionCore as PythonSessionCore
+from streams_runtime import App, SessionWindows, StreamsBuilder, TimeWindows, until_window_closes
 from streams_runtime.serdes import Json, String
 from streams_runtime.state.changelog import changelog_topic
 from tests.helpers import unique_name, wait_for
@@ -72,12 +72,19 @@ def _produce(
     assert producer.flush(30) == 0
 
 
-def _builder(source: str, sink: str) -> StreamsBuilder:
+WINDOWS = {
+    "session": SessionWindows(GAP_MS, GRACE_MS),
+    "tumbling": TimeWindows(GAP_MS, grace_ms=GRACE_MS),
+    "hopping": TimeWindows(GAP_MS, 400, GRACE_MS),
+}
+
+
+def _builder(source: str, sink: str, kind: str = "session") -> StreamsBuilder:
     builder = StreamsBuilder()
     (
         builder.stream(source, key_serde=String(), value_serde=Json())
         .group_by_key()
-        .windowed_by(SessionWindows(GAP_MS, GRACE_MS))
+        .windowed_by(WINDOWS[kind])  # type: ignore[call-overload]
         .count(name=STORE)
         .suppress(until_window_closes(), name=BUFFER)
         .to_stream()
@@ -93,9 +100,7 @@ def core_path(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], dict[str, Any]
 
     def choose(path: str) -> dict[str, Any]:
         if path == "python":
-            monkeypatch.setattr(
-                "streams_runtime.processing.task.session_core_type", lambda: PythonSessionCore
-            )
+            monkeypatch.setattr("streams_runtime.fused.native_available", lambda: False)
         else:
             monkeypatch.undo()
         return {"native_core": path != "chain"}
@@ -179,7 +184,9 @@ def _ends(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+@pytest.mark.parametrize("kind", ["session", "hopping"])
 def test_every_path_gives_the_same_results_buffer_and_queries(
+    kind: str,
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
     run_app: Callable[..., App],
@@ -233,10 +240,14 @@ def test_every_path_gives_the_same_results_buffer_and_queries(
         assert all(session in chained for session in (fused if found else []))
 
 
-@pytest.mark.parametrize(("first", "then"), [("native", "chain"), ("chain", "native")])
+@pytest.mark.parametrize(
+    ("first", "then", "kind"),
+    [("native", "chain", "session"), ("chain", "native", "tumbling")],
+)
 def test_a_restart_on_the_other_path_loses_and_repeats_nothing(  # noqa: PLR0917 - fixtures
     first: str,
     then: str,
+    kind: str,
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
     run_app: Callable[..., App],
@@ -255,13 +266,15 @@ def test_a_restart_on_the_other_path_loses_and_repeats_nothing(  # noqa: PLR0917
     app_id = unique_name("switch")
     settings = {"bad_record_policy": "log-and-skip", "commit_interval_ms": 300}
 
-    app = run_app(_builder(source, sink), application_id=app_id, **settings, **core_path(first))
+    app = run_app(
+        _builder(source, sink, kind), application_id=app_id, **settings, **core_path(first)
+    )
     _wait_committed(kafka_bootstrap, app_id, source, _ends(kafka_bootstrap, source))
     app.close()
     _produce(kafka_bootstrap, source, after)
     ends = _ends(kafka_bootstrap, source)
     app = run_app(
-        _builder(source, sink),
+        _builder(source, sink, kind),
         application_id=app_id,
         state_dir=tmp_path / "restarted",
         **settings,
@@ -271,6 +284,6 @@ def test_a_restart_on_the_other_path_loses_and_repeats_nothing(  # noqa: PLR0917
     app.close()
 
     reference_id = unique_name("whole")
-    run_app(_builder(source, expected_sink), application_id=reference_id, **settings)
+    run_app(_builder(source, expected_sink, kind), application_id=reference_id, **settings)
     _wait_committed(kafka_bootstrap, reference_id, source, ends)
     assert _results(kafka_bootstrap, sink) == _results(kafka_bootstrap, expected_sink)

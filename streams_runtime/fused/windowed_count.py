@@ -1,14 +1,16 @@
-"""A session-window count suppressed until each session closes, run as one operator: the chain
-``source -> SessionAggregateProcessor (count) -> SuppressProcessor`` of a task with one input,
-a batch of records per call into a session core (the native one, or its pure-Python reference:
-:mod:`streams_runtime.fused.session_core` states the semantics, those of the chain).
+"""A windowed count suppressed until each window closes, run as one operator: the chain
+``source -> SessionAggregateProcessor or TimeWindowAggregateProcessor (a count) ->
+SuppressProcessor`` of a task with one input, a batch of records per call into a core (the
+native one, or its pure-Python reference: :mod:`streams_runtime.fused.session_core` and
+:mod:`~streams_runtime.fused.time_window_core` state the semantics, those of the chain).
 
 What stays Python: the source's serdes (every record is deserialized as through the chain, so a
 bad record meets the same policy), and everything below the suppression, which sees only final
 results. The stores are the chain's, with the same contents once written: the core writes
 behind, at every commit, or as soon as its unwritten changes outgrow the record cache's budget
-(0: after every batch), to the session store and to the suppression's buffer store, each change
-with the input offset that caused it (restore's committed-input rule holds)."""
+(0: after every batch), to the window (or session) store and to the suppression's buffer
+store, each change with the input offset that caused it (restore's committed-input rule
+holds)."""
 
 from __future__ import annotations
 
@@ -16,39 +18,45 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from streams_runtime.fused.session_core import Final
-from streams_runtime.fused.session_core import SessionCore as PythonSessionCore
+from streams_runtime.fused import session_core_type, time_window_core_type
+from streams_runtime.fused.write_behind import Final
 from streams_runtime.processors import (
     NO_PROGRESS,
     Processor,
     SessionAggregateProcessor,
     SourceProcessor,
     SuppressProcessor,
+    TimeWindowAggregateProcessor,
 )
 from streams_runtime.record import Record, SourceRecord
-from streams_runtime.serdes import Serde, SerializationError
+from streams_runtime.serdes import Serde, SerializationError, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore, SourcePosition
 from streams_runtime.state.changelog import split_session_changelog_key
 from streams_runtime.windowed import Windowed
-from streams_runtime.windows import SessionWindows
+from streams_runtime.windows import SessionWindows, TimeWindows
 
-__all__ = ["FusedSessionCount", "fusable_session_count"]
+__all__ = ["FusedWindowCount", "fusable_window_count"]
 
 _LONG = 8
 _QUERY_TRIES = 100
 
 
-def fusable_session_count(
-    processors: Sequence[Processor],
-) -> tuple[SourceProcessor, SessionAggregateProcessor, SuppressProcessor] | None:
+Counting = SessionAggregateProcessor | TimeWindowAggregateProcessor
+Chain = tuple[SourceProcessor, Counting, SuppressProcessor]
+
+
+def fusable_window_count(processors: Sequence[Processor]) -> Chain | None:
     """The chain this operator can run in place of, if the processors have it: one source whose
-    only child is a session count whose only child is a suppression, with no other parent."""
+    only child is a session or time window count whose only child is a suppression, with no
+    other parent."""
     sources = [p for p in processors if isinstance(p, SourceProcessor)]
     if len(sources) != 1:
         return None
     (source,) = sources
     match source.children:
-        case [SessionAggregateProcessor() as aggregate] if aggregate.is_count:
+        case [SessionAggregateProcessor() | TimeWindowAggregateProcessor() as aggregate] if (
+            aggregate.is_count
+        ):
             pass
         case _:
             return None
@@ -59,30 +67,31 @@ def fusable_session_count(
             return None
 
 
-class FusedSessionCount(Processor):
+class FusedWindowCount(Processor):
     """The fused chain in the task's processor graph: the source's child, the parent of the
-    suppression's children. ``core_type`` makes the session core."""
+    suppression's children."""
 
-    name = "fused_session_count"
-    reorders = True  # sessions are stamped with their end, behind their input
+    name = "fused_window_count"
+    reorders = True  # windows are stamped behind their input
 
     def __init__(
         self,
-        chain: tuple[SourceProcessor, SessionAggregateProcessor, SuppressProcessor],
+        chain: Chain,
         *,
         session_store: SessionStore,
         buffer_store: KeyValueStore,
         position: SourcePosition,
         write_budget: int,
-        core_type: Callable[..., Any] = PythonSessionCore,
     ) -> None:
         super().__init__()
         source, aggregate, suppress = chain
         self.store_name = aggregate._store_name
         self.buffer_name = suppress._store_name
         windows = aggregate._windows
-        assert isinstance(windows, SessionWindows)
+        assert isinstance(windows, SessionWindows | TimeWindows)
         self._windows = windows
+        # Time windows keep their count's timestamp (ValueAndTimestamp), sessions their end.
+        self._timed = isinstance(windows, TimeWindows)
         self._source_key_serde: Serde[Any] = source._key_serde
         self._source_value_serde: Serde[Any] = source._value_serde
         self._key_serde: Serde[Any] = aggregate._key_serde
@@ -91,7 +100,6 @@ class FusedSessionCount(Processor):
         self._buffer = buffer_store
         self._position = position
         self._write_budget = write_budget
-        self._core_type = core_type
         self.core: Any = None
         # In the graph in place of the chain.
         source.children = [self]
@@ -102,24 +110,36 @@ class FusedSessionCount(Processor):
         self._context: Any = None
 
     def init(self, context: Any) -> None:
-        """Start from the stores: every session the suppression still holds is pending (a
-        session the store keeps past its final result is removed)."""
+        """Start from the stores: every window the suppression still holds is pending (a
+        window the store keeps past its final result is removed)."""
         self._context = context
-        core = self.core = self._core_type(
-            self._windows.gap_ms,
-            self._windows.grace_ms,
-            context.stream_time,
-            self._write_budget > 0,
-        )
+        self.core = core = self._make_core(context.stream_time)
         pending = set()
         for state_key, raw in self._buffer.items():
             key, start, end = split_session_changelog_key(state_key)
-            core.load(key, start, end, self._value_serde.deserialize(raw))
+            if self._timed:
+                stored = ValueAndTimestamp.from_bytes(raw)
+                core.load(
+                    key, start, end, self._value_serde.deserialize(stored.value), stored.timestamp
+                )
+            else:
+                core.load(key, start, end, self._value_serde.deserialize(raw))
             pending.add(state_key)
         for key, start, end, _ in list(self._sessions.items()):
             if key + _window(start, end) not in pending:
                 self._sessions.put(key, start, end, None, context.stream_time)
         context.suppress_buffer_size(self.buffer_name, core.pending())
+
+    def _make_core(self, stream_time: int) -> Any:
+        windows = self._windows
+        keep_headers = self._write_budget > 0  # as through the record cache
+        if isinstance(windows, TimeWindows):
+            time_core = time_window_core_type()
+            return time_core(
+                windows.size_ms, windows.advance_ms, windows.grace_ms, stream_time, keep_headers
+            )
+        session_core = session_core_type()
+        return session_core(windows.gap_ms, windows.grace_ms, stream_time, keep_headers)
 
     def process_batch(
         self, records: Sequence[SourceRecord], on_bad: Callable[[SourceRecord, Exception], None]
@@ -181,12 +201,12 @@ class FusedSessionCount(Processor):
         if not finals:
             return
         deserialize = self._key_serde.deserialize
-        for key, start, end, count, headers in finals:
-            self.forward(Record(Windowed(deserialize(key), start, end), count, end, headers))
+        for key, start, end, count, timestamp, headers in finals:
+            self.forward(Record(Windowed(deserialize(key), start, end), count, timestamp, headers))
         self._context.suppress_buffer_size(self.buffer_name, self.core.pending())
 
     def control_progress(self) -> int:
-        # As the session aggregation's (WindowedAggregateProcessor.control_progress).
+        # As the windowed aggregation's (WindowedAggregateProcessor.control_progress).
         seen = max(self.core.accepted_time, super().control_progress())
         held = seen - self._windows.output_lag_ms
         return held if seen >= 0 and held >= 0 else NO_PROGRESS
@@ -202,9 +222,11 @@ class FusedSessionCount(Processor):
         saved = position.offset
         serialize = self._value_serde.serialize
         try:
-            for state_key, count, offset, timestamp in self.core.take_writes():
+            for state_key, count, value_ts, offset, timestamp in self.core.take_writes():
                 key, start, end = split_session_changelog_key(state_key)
                 raw = None if count is None else serialize(count)
+                if raw is not None and self._timed:
+                    raw = ValueAndTimestamp(raw, value_ts).to_bytes()
                 position.offset = offset
                 self._sessions.put(key, start, end, raw, timestamp)
                 self._buffer.put(state_key, raw, timestamp)
@@ -212,36 +234,40 @@ class FusedSessionCount(Processor):
             position.offset = saved
 
     def query_store(self) -> SessionStore:
-        """The session store as interactive queries read it: the sessions processed so far,
-        not those of the last write-behind."""
+        """The store as interactive queries read it: the windows processed so far, not those
+        of the last write-behind."""
         return _QueriedSessions(self._sessions, self)
 
 
 class _QueriedSessions(SessionStore):
-    """The session store, its sessions read from the fused operator (from the query's thread:
-    a read that meets the stream thread inside the core is tried again)."""
+    """The window or session store, its windows read from the fused operator (from the
+    query's thread: a read that meets the stream thread inside the core is tried again)."""
 
-    def __init__(self, store: SessionStore, fused: FusedSessionCount) -> None:
+    def __init__(self, store: SessionStore, fused: FusedWindowCount) -> None:
         super().__init__(store.name, store.partition, store.engine, None)
         self._fused = fused
 
     def find_sessions(
         self, key: bytes, earliest_end: int, latest_start: int
     ) -> list[tuple[int, int, bytes]]:
-        serialize = self._fused._value_serde.serialize
+        fused = self._fused
+        serialize = fused._value_serde.serialize
         for _ in range(_QUERY_TRIES):
             try:
-                sessions = self._fused.core.fetch(key)
+                windows = fused.core.fetch(key)
                 break
             except RuntimeError:  # the core is borrowed by the stream thread
                 time.sleep(0.001)
         else:
             raise RuntimeError(f"store {self.name} stayed busy")
-        return [
-            (start, end, serialize(count) or b"")
-            for start, end, count in sessions
-            if end >= earliest_end and start <= latest_start
-        ]
+        found = []
+        for start, end, count, *timestamp in windows:
+            if end >= earliest_end and start <= latest_start:
+                raw = serialize(count) or b""
+                if timestamp:  # a time window's count, as the window store keeps it
+                    raw = ValueAndTimestamp(raw, timestamp[0]).to_bytes()
+                found.append((start, end, raw))
+        return found
 
 
 def _window(start: int, end: int) -> bytes:

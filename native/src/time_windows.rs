@@ -1,0 +1,231 @@
+//! The native time-window core: a tumbling or hopping window count suppressed until each
+//! window closes, a whole batch of records per call. Its semantics are those of the
+//! pure-Python reference, streams_runtime/fused/time_window_core.py (whose docstring states
+//! them), call for call; tests/streams_runtime/fused/test_time_window_core.py holds the two
+//! together.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::write_behind::{finals, state_key, Final, WriteBehind};
+
+/// A count as a long, after its timestamp.
+const VALUE_BYTES: i64 = 16;
+
+struct Window {
+    value: i64,
+    timestamp: i64,
+    headers: Option<Py<PyAny>>,
+}
+
+#[pyclass(module = "streams_runtime._native")]
+pub struct TimeWindowCore {
+    size: i64,
+    advance: i64,
+    grace: i64,
+    #[pyo3(get)]
+    observed_time: i64,
+    #[pyo3(get)]
+    accepted_time: i64,
+    /// (key, start) -> window.
+    windows: HashMap<(Vec<u8>, i64), Window>,
+    /// key -> starts of its windows.
+    by_key: HashMap<Vec<u8>, BTreeSet<i64>>,
+    /// (end, state key), smallest first.
+    by_end: BinaryHeap<Reverse<(i64, Vec<u8>)>>,
+    writes: WriteBehind,
+}
+
+impl TimeWindowCore {
+    /// Count the record into its windows; how many of them were closed.
+    fn count(&mut self, key: &[u8], t: i64, offset: i64, headers: &Bound<'_, PyAny>) -> i64 {
+        self.observed_time = self.observed_time.max(t);
+        let mut first = (t - self.size + self.advance).max(0);
+        first -= first % self.advance;
+        let mut late = 0;
+        let mut start = first;
+        while start <= t {
+            let end = start + self.size;
+            if end + self.grace <= self.observed_time {
+                late += 1;
+                start += self.advance;
+                continue;
+            }
+            self.accepted_time = self.accepted_time.max(t);
+            let header = if headers.is_none() {
+                None
+            } else {
+                Some(headers.clone().unbind())
+            };
+            let skey = state_key(key, start, end);
+            let (value, timestamp) = match self.windows.get_mut(&(key.to_vec(), start)) {
+                Some(window) => {
+                    window.value += 1;
+                    window.timestamp = window.timestamp.max(t);
+                    window.headers = header;
+                    (window.value, window.timestamp)
+                }
+                None => {
+                    self.windows.insert(
+                        (key.to_vec(), start),
+                        Window {
+                            value: 1,
+                            timestamp: t,
+                            headers: header,
+                        },
+                    );
+                    self.by_key.entry(key.to_vec()).or_default().insert(start);
+                    self.by_end.push(Reverse((end, skey.clone())));
+                    (1, t)
+                }
+            };
+            self.writes.mark(skey, Some(value), timestamp, offset, t);
+            start += self.advance;
+        }
+        late
+    }
+
+    fn emit_closed(&mut self, py: Python<'_>, emitted: &mut Vec<Final>, offset: i64) {
+        let now = self.observed_time - self.grace;
+        while let Some(Reverse((end, _))) = self.by_end.peek() {
+            if *end > now {
+                break;
+            }
+            let Reverse((end, skey)) = self.by_end.pop().expect("peeked");
+            let key = skey[..skey.len() - 16].to_vec();
+            let start = end - self.size;
+            let window = self
+                .windows
+                .remove(&(key.clone(), start))
+                .expect("a live window");
+            if let Some(starts) = self.by_key.get_mut(&key) {
+                starts.remove(&start);
+                if starts.is_empty() {
+                    self.by_key.remove(&key);
+                }
+            }
+            let timestamp = window.timestamp.max(self.observed_time);
+            self.writes
+                .mark(skey, None, window.timestamp, offset, timestamp);
+            let headers = window.headers.as_ref().map(|h| h.clone_ref(py));
+            emitted.push((key, start, end, window.value, window.timestamp, headers));
+        }
+    }
+}
+
+#[pymethods]
+impl TimeWindowCore {
+    #[new]
+    fn new(
+        size_ms: i64,
+        advance_ms: i64,
+        grace_ms: i64,
+        observed_time: i64,
+        keep_headers: bool,
+    ) -> Self {
+        let _ = keep_headers; // a window's update always carries its record's headers
+        TimeWindowCore {
+            size: size_ms,
+            advance: advance_ms,
+            grace: grace_ms,
+            observed_time,
+            accepted_time: -1,
+            windows: HashMap::new(),
+            by_key: HashMap::new(),
+            by_end: BinaryHeap::new(),
+            writes: WriteBehind::new(VALUE_BYTES),
+        }
+    }
+
+    /// Take a window from the stored state (before the first batch).
+    fn load(&mut self, key: &[u8], start: i64, end: i64, value: i64, timestamp: i64) {
+        let skey = state_key(key, start, end);
+        self.windows.insert(
+            (key.to_vec(), start),
+            Window {
+                value,
+                timestamp,
+                headers: None,
+            },
+        );
+        self.by_key.entry(key.to_vec()).or_default().insert(start);
+        self.writes.stored(skey.clone());
+        self.by_end.push(Reverse((end, skey)));
+    }
+
+    /// Count a batch of data records: (the windows emitted, late window updates, keyless records).
+    fn process<'py>(
+        &mut self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyList>,
+        timestamps: Vec<i64>,
+        offsets: Vec<i64>,
+        headers: &Bound<'py, PyList>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let n = keys.len();
+        if timestamps.len() != n || offsets.len() != n || headers.len() != n {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "batch columns differ in length",
+            ));
+        }
+        let mut emitted = Vec::new();
+        let (mut late, mut keyless) = (0i64, 0i64);
+        for (i, key) in keys.iter().enumerate() {
+            if key.is_none() {
+                keyless += 1;
+                continue;
+            }
+            let key = key.cast::<PyBytes>()?;
+            let header = headers.get_item(i)?;
+            late += self.count(key.as_bytes(), timestamps[i], offsets[i], &header);
+            self.emit_closed(py, &mut emitted, offsets[i]);
+        }
+        (finals(py, emitted)?, late, keyless).into_pyobject(py)
+    }
+
+    /// Time passed to ``timestamp`` without data (a control record at ``offset``).
+    fn advance<'py>(
+        &mut self,
+        py: Python<'py>,
+        timestamp: i64,
+        offset: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.observed_time = self.observed_time.max(timestamp);
+        let mut emitted = Vec::new();
+        self.emit_closed(py, &mut emitted, offset);
+        finals(py, emitted)
+    }
+
+    /// The changes since the last call, in the order of their latest change.
+    fn take_writes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.writes.take(py)
+    }
+
+    /// Bytes of the changes not written yet.
+    #[getter]
+    fn dirty_bytes(&self) -> i64 {
+        self.writes.bytes
+    }
+
+    /// Windows not emitted yet (the suppression buffer's size).
+    fn pending(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// The key's windows not emitted yet, (start, end, count, timestamp), by start.
+    fn fetch(&self, key: &[u8]) -> Vec<(i64, i64, i64, i64)> {
+        let Some(starts) = self.by_key.get(key) else {
+            return Vec::new();
+        };
+        starts
+            .iter()
+            .map(|&start| {
+                let w = &self.windows[&(key.to_vec(), start)];
+                (start, start + self.size, w.value, w.timestamp)
+            })
+            .collect()
+    }
+}

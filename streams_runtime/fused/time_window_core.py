@@ -1,0 +1,170 @@
+"""The pure-Python time-window core: a tumbling or hopping window count suppressed until each
+window closes, a batch of records per call; the reference for the native core
+(``streams_runtime._native.TimeWindowCore``, native/src/time_windows.rs), held to it call for
+call by tests/streams_runtime/fused/test_time_window_core.py.
+
+The semantics are those of ``TimeWindowAggregateProcessor`` feeding ``SuppressProcessor``
+(streams_runtime/processors/time_windows.py and sessions.py), fused:
+
+- a record at ``t`` counts into every window ``[start, start + size)`` containing it (starts
+  every ``advance`` from 0), in ascending start order; a window with ``end + grace <= stream
+  time`` (the record's own time included) no longer takes records: the record is dropped from
+  it and counted late, once per such window. Records without a key are dropped, counted, and
+  move no time;
+- a window's count carries the largest timestamp counted into it, and the headers of the
+  record that last changed it;
+- after every record and every control record, each window with ``end + grace <= stream
+  time`` is emitted once, in ``(end, key + start + end)`` order, stamped with its timestamp,
+  and leaves the state;
+- the state is written behind as the session core's is
+  (:class:`~streams_runtime.fused.write_behind.WriteBehind`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from collections.abc import Sequence
+
+from streams_runtime.fused.write_behind import Final, StateWrite, WriteBehind
+from streams_runtime.record import Headers
+
+__all__ = ["TimeWindowCore"]
+
+_WINDOW = struct.Struct(">qq")
+_VALUE_BYTES = 16  # a count as a long, after its timestamp
+
+
+class _Window:
+    __slots__ = ("headers", "key", "start", "timestamp", "value")
+
+    def __init__(
+        self, key: bytes, start: int, value: int, timestamp: int, headers: Headers | None
+    ) -> None:
+        self.key = key
+        self.start = start
+        self.value = value
+        self.timestamp = timestamp
+        self.headers = headers
+
+
+class TimeWindowCore:
+    """Time windows of ``size_ms`` every ``advance_ms`` with ``grace_ms``, counting, final
+    results only; ``observed_time``: the stream time to start from. ``keep_headers`` is taken
+    for the session core's signature: a window's update always carries its record's headers."""
+
+    def __init__(
+        self,
+        size_ms: int,
+        advance_ms: int,
+        grace_ms: int,
+        observed_time: int,
+        keep_headers: bool,
+    ) -> None:
+        self._size = size_ms
+        self._advance = advance_ms
+        self._grace = grace_ms
+        self.observed_time = observed_time
+        self.accepted_time = -1
+        """The largest timestamp counted into a window (-1: none)."""
+        self._windows: dict[bytes, _Window] = {}  # state key -> window
+        self._by_end: list[tuple[int, bytes]] = []  # (end, state key)
+        self._by_key: dict[bytes, set[int]] = {}  # key -> starts of its windows
+        self._writes = WriteBehind(_VALUE_BYTES)
+
+    def load(self, key: bytes, start: int, end: int, value: int, timestamp: int) -> None:
+        """Take a window from the stored state (before the first batch)."""
+        state_key = key + _WINDOW.pack(start, end)
+        self._windows[state_key] = _Window(key, start, value, timestamp, None)
+        self._by_key.setdefault(key, set()).add(start)
+        self._writes.stored(state_key)
+        heapq.heappush(self._by_end, (end, state_key))
+
+    def process(
+        self,
+        keys: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        offsets: Sequence[int],
+        headers: Sequence[Headers | None],
+    ) -> tuple[list[Final], int, int]:
+        """Count a batch of data records (one partition's, in order): the windows emitted, and
+        how many window updates were late and how many records had no key."""
+        emitted: list[Final] = []
+        late = keyless = 0
+        for i, key in enumerate(keys):
+            if key is None:
+                keyless += 1
+                continue
+            late += self._count(key, timestamps[i], offsets[i], headers[i])
+            self._emit_closed(emitted, offsets[i])
+        return emitted, late, keyless
+
+    def advance(self, timestamp: int, offset: int) -> list[Final]:
+        """Time passed to ``timestamp`` without data (a control record at ``offset``): the
+        windows that closed."""
+        emitted: list[Final] = []
+        self.observed_time = max(self.observed_time, timestamp)
+        self._emit_closed(emitted, offset)
+        return emitted
+
+    def take_writes(self) -> list[StateWrite]:
+        """The changes since the last call, in the order of their latest change."""
+        return self._writes.take()
+
+    @property
+    def dirty_bytes(self) -> int:
+        """Bytes of the changes not written yet."""
+        return self._writes.bytes
+
+    def pending(self) -> int:
+        """Windows not emitted yet (the suppression buffer's size)."""
+        return len(self._windows)
+
+    def fetch(self, key: bytes) -> list[tuple[int, int, int, int]]:
+        """The key's windows not emitted yet, ``(start, end, count, timestamp)``, by start."""
+        found = []
+        for start in sorted(self._by_key.get(key, ())):
+            window = self._windows[key + _WINDOW.pack(start, start + self._size)]
+            found.append((start, start + self._size, window.value, window.timestamp))
+        return found
+
+    def _count(self, key: bytes, t: int, offset: int, headers: Headers | None) -> int:
+        """Count the record into its windows; how many of them were closed."""
+        self.observed_time = max(self.observed_time, t)
+        size, advance, grace = self._size, self._advance, self._grace
+        first = max(0, t - size + advance)
+        first -= first % advance
+        late = 0
+        for start in range(first, t + 1, advance):
+            end = start + size
+            if end + grace <= self.observed_time:
+                late += 1
+                continue
+            self.accepted_time = max(self.accepted_time, t)
+            state_key = key + _WINDOW.pack(start, end)
+            window = self._windows.get(state_key)
+            if window is None:
+                window = self._windows[state_key] = _Window(key, start, 1, t, headers)
+                self._by_key.setdefault(key, set()).add(start)
+                heapq.heappush(self._by_end, (end, state_key))
+            else:
+                window.value += 1
+                window.timestamp = max(t, window.timestamp)
+                window.headers = headers
+            self._writes.mark(state_key, window.value, window.timestamp, offset, t)
+        return late
+
+    def _emit_closed(self, emitted: list[Final], offset: int) -> None:
+        heap, now = self._by_end, self.observed_time - self._grace
+        while heap and heap[0][0] <= now:
+            end, state_key = heapq.heappop(heap)
+            window = self._windows.pop(state_key)
+            starts = self._by_key[window.key]
+            starts.discard(window.start)
+            if not starts:
+                del self._by_key[window.key]
+            emitted.append(
+                (window.key, window.start, end, window.value, window.timestamp, window.headers)
+            )
+            timestamp = max(window.timestamp, self.observed_time)
+            self._writes.mark(state_key, None, window.timestamp, offset, timestamp)
