@@ -4,7 +4,9 @@
 //! differential test (tests/streams_runtime/fused/test_session_core.py) holds the two together.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -32,7 +34,7 @@ pub struct SessionCore {
     observed_time: i64,
     #[pyo3(get)]
     accepted_time: i64,
-    sessions: HashMap<Vec<u8>, Vec<Session>>,
+    sessions: FxHashMap<Vec<u8>, Vec<Session>>,
     /// (end, state key), smallest first; may hold entries of sessions gone since.
     by_end: BinaryHeap<Reverse<(i64, Vec<u8>)>>,
     live: usize,
@@ -91,15 +93,18 @@ impl SessionCore {
             None
         };
         let skey = state_key(key, start, end);
-        self.sessions
-            .entry(key.to_vec())
-            .or_default()
-            .push(Session {
-                start,
-                end,
-                value,
-                headers,
-            });
+        let session = Session {
+            start,
+            end,
+            value,
+            headers,
+        };
+        match self.sessions.get_mut(key) {
+            Some(sessions) => sessions.push(session),
+            None => {
+                self.sessions.insert(key.to_vec(), vec![session]);
+            }
+        }
         self.live += 1;
         self.by_end.push(Reverse((end, skey.clone())));
         self.writes.mark(skey, Some(value), end, offset, t);
@@ -151,7 +156,7 @@ impl SessionCore {
             keep_headers,
             observed_time,
             accepted_time: -1,
-            sessions: HashMap::new(),
+            sessions: FxHashMap::default(),
             by_end: BinaryHeap::new(),
             live: 0,
             writes: WriteBehind::new(VALUE_BYTES),

@@ -5,7 +5,9 @@
 //! together.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap};
+
+use rustc_hash::FxHashMap;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -30,10 +32,10 @@ pub struct TimeWindowCore {
     observed_time: i64,
     #[pyo3(get)]
     accepted_time: i64,
-    /// (key, start) -> window.
-    windows: HashMap<(Vec<u8>, i64), Window>,
+    /// state key (key, start, end) -> window.
+    windows: FxHashMap<Vec<u8>, Window>,
     /// key -> starts of its windows.
-    by_key: HashMap<Vec<u8>, BTreeSet<i64>>,
+    by_key: FxHashMap<Vec<u8>, BTreeSet<i64>>,
     /// (end, state key), smallest first.
     by_end: BinaryHeap<Reverse<(i64, Vec<u8>)>>,
     writes: WriteBehind,
@@ -61,7 +63,7 @@ impl TimeWindowCore {
                 Some(headers.clone().unbind())
             };
             let skey = state_key(key, start, end);
-            let (value, timestamp) = match self.windows.get_mut(&(key.to_vec(), start)) {
+            let (value, timestamp) = match self.windows.get_mut(&skey) {
                 Some(window) => {
                     window.value += 1;
                     window.timestamp = window.timestamp.max(t);
@@ -69,15 +71,20 @@ impl TimeWindowCore {
                     (window.value, window.timestamp)
                 }
                 None => {
-                    self.windows.insert(
-                        (key.to_vec(), start),
-                        Window {
-                            value: 1,
-                            timestamp: t,
-                            headers: header,
-                        },
-                    );
-                    self.by_key.entry(key.to_vec()).or_default().insert(start);
+                    let window = Window {
+                        value: 1,
+                        timestamp: t,
+                        headers: header,
+                    };
+                    self.windows.insert(skey.clone(), window);
+                    match self.by_key.get_mut(key) {
+                        Some(starts) => {
+                            starts.insert(start);
+                        }
+                        None => {
+                            self.by_key.insert(key.to_vec(), BTreeSet::from([start]));
+                        }
+                    }
                     self.by_end.push(Reverse((end, skey.clone())));
                     (1, t)
                 }
@@ -97,10 +104,7 @@ impl TimeWindowCore {
             let Reverse((end, skey)) = self.by_end.pop().expect("peeked");
             let key = skey[..skey.len() - 16].to_vec();
             let start = end - self.size;
-            let window = self
-                .windows
-                .remove(&(key.clone(), start))
-                .expect("a live window");
+            let window = self.windows.remove(&skey).expect("a live window");
             if let Some(starts) = self.by_key.get_mut(&key) {
                 starts.remove(&start);
                 if starts.is_empty() {
@@ -133,8 +137,8 @@ impl TimeWindowCore {
             grace: grace_ms,
             observed_time,
             accepted_time: -1,
-            windows: HashMap::new(),
-            by_key: HashMap::new(),
+            windows: FxHashMap::default(),
+            by_key: FxHashMap::default(),
             by_end: BinaryHeap::new(),
             writes: WriteBehind::new(VALUE_BYTES),
         }
@@ -143,14 +147,12 @@ impl TimeWindowCore {
     /// Take a window from the stored state (before the first batch).
     fn load(&mut self, key: &[u8], start: i64, end: i64, value: i64, timestamp: i64) {
         let skey = state_key(key, start, end);
-        self.windows.insert(
-            (key.to_vec(), start),
-            Window {
-                value,
-                timestamp,
-                headers: None,
-            },
-        );
+        let window = Window {
+            value,
+            timestamp,
+            headers: None,
+        };
+        self.windows.insert(skey.clone(), window);
         self.by_key.entry(key.to_vec()).or_default().insert(start);
         self.writes.stored(skey.clone());
         self.by_end.push(Reverse((end, skey)));
@@ -223,7 +225,7 @@ impl TimeWindowCore {
         starts
             .iter()
             .map(|&start| {
-                let w = &self.windows[&(key.to_vec(), start)];
+                let w = &self.windows[&state_key(key, start, start + self.size)];
                 (start, start + self.size, w.value, w.timestamp)
             })
             .collect()

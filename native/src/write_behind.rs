@@ -1,7 +1,7 @@
 //! What a fused operator's cores share: the state written behind (every change since the last
 //! write, in the order of its latest change), and handing emitted windows to Python.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -32,9 +32,9 @@ struct Dirty {
 
 #[derive(Default)]
 pub struct WriteBehind {
-    dirty: HashMap<Vec<u8>, Dirty>,
+    dirty: FxHashMap<Vec<u8>, Dirty>,
     seq: u64,
-    stored: HashSet<Vec<u8>>,
+    stored: FxHashSet<Vec<u8>>,
     /// Bytes of the changes not written yet, counted as the record cache counts.
     pub bytes: i64,
     /// Bytes of a value written (a count, and its timestamp where one is kept).
