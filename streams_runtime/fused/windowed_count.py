@@ -29,7 +29,7 @@ from streams_runtime.processors import (
     TimeWindowAggregateProcessor,
 )
 from streams_runtime.record import Record, SourceRecord
-from streams_runtime.serdes import Serde, SerializationError, ValueAndTimestamp
+from streams_runtime.serdes import Serde, SerializationError, String, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore, SourcePosition
 from streams_runtime.state.changelog import split_session_changelog_key
 from streams_runtime.windowed import Windowed
@@ -95,6 +95,9 @@ class FusedWindowCount(Processor):
         self._source_key_serde: Serde[Any] = source._key_serde
         self._source_value_serde: Serde[Any] = source._value_serde
         self._key_serde: Serde[Any] = aggregate._key_serde
+        # Any failure of the quick way sends the batch the careful way (serdes' own errors).
+        strings = type(self._source_key_serde) is String and type(self._key_serde) is String
+        self._quick_key_of = self._string_key_of if strings else self._key_of
         self._value_serde: Serde[Any] = aggregate._value_serde
         self._sessions = session_store
         self._buffer = buffer_store
@@ -146,14 +149,28 @@ class FusedWindowCount(Processor):
     ) -> None:
         """Count a batch of data records (control records go to :meth:`advance`); a record
         its serdes refuse goes to ``on_bad``, in order."""
+        try:
+            keys = [self._quick_key_of(record) for record in records]
+        except Exception:
+            self._process_one_by_one(records, on_bad)
+            return
+        self._count(
+            keys,
+            [record.timestamp for record in records],
+            [record.offset for record in records],
+            [record.headers for record in records],
+        )
+
+    def _process_one_by_one(
+        self, records: Sequence[SourceRecord], on_bad: Callable[[SourceRecord, Exception], None]
+    ) -> None:
         keys: list[bytes | None] = []
         timestamps: list[int] = []
         offsets: list[int] = []
         headers: list[Any] = []
-        key_of = self._key_of
         for record in records:
             try:
-                key = key_of(record)
+                key = self._key_of(record)
             except SerializationError as exc:
                 self._count(keys, timestamps, offsets, headers)
                 keys, timestamps, offsets, headers = [], [], [], []
@@ -171,6 +188,15 @@ class FusedWindowCount(Processor):
         key = self._source_key_serde.deserialize(record.key)
         self._source_value_serde.deserialize(record.value)
         return None if key is None else self._key_serde.serialize(key) or b""
+
+    def _string_key_of(self, record: SourceRecord) -> bytes | None:
+        """:meth:`_key_of` when the source and the count both take keys as UTF-8 text: the
+        key's bytes are what the count stores (checked to decode, as the serde would)."""
+        key = record.key
+        if key is not None:
+            key.decode()
+        self._source_value_serde.deserialize(record.value)
+        return key
 
     def _count(
         self,
