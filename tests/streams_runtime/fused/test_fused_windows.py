@@ -184,9 +184,15 @@ def _ends(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-@pytest.mark.parametrize("kind", ["session", "hopping"])
-def test_every_path_gives_the_same_results_buffer_and_queries(
+@pytest.mark.parametrize(
+    ("kind", "cache_bytes"),
+    # The write budget is the record cache's: written behind at commits (10 MiB), after
+    # nearly every batch (300 bytes), after every batch (0).
+    [("session", 10 * 1024 * 1024), ("session", 300), ("hopping", 0)],
+)
+def test_every_path_gives_the_same_results_buffer_and_queries(  # noqa: PLR0917 - fixtures
     kind: str,
+    cache_bytes: int,
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
     run_app: Callable[..., App],
