@@ -5,8 +5,14 @@
 ``SPEC.json`` names the ``engine`` (``plain`` or ``runtime``), ``bootstrap_servers``,
 ``source``, ``sink``, ``group`` (consumer group / application id), ``workload`` (``session`` or
 ``tumbling``), ``window_ms``, ``guarantee`` (``at_least_once`` or ``exactly_once``),
-``commit_interval_ms``, and for the runtime ``state_engine`` and ``state_dir``. Runs until
-SIGTERM; the benchmark watches the group's committed offsets.
+``commit_interval_ms``, and for the runtime ``state_engine``, ``state_dir`` and ``native_core``
+(default true; passed on only where the runtime has that setting). Runs until SIGTERM; the
+benchmark watches the group's committed offsets.
+
+Both engines log JSON lines: the runtime its own (its ``first record processed`` and ``input
+drained`` lines among them, :mod:`streams_runtime.processing.milestones`); the plain loop lines
+of the same shape, so the benchmark reads when each processed its first and last record. Each
+imports only its own engine: the import time is part of the fixed cost measured.
 """
 
 from __future__ import annotations
@@ -14,17 +20,20 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench._plain_loop import consume_produce
-from streams_runtime import App, SessionWindows, StreamsBuilder, TimeWindows, until_window_closes
-from streams_runtime.serdes import Json, String
+if TYPE_CHECKING:
+    from streams_runtime import SessionWindows, StreamsBuilder, TimeWindows
 
 
 def _windows(spec: dict[str, Any]) -> SessionWindows | TimeWindows:
     """Sessions with a gap of ``window_ms``, or tumbling windows of that size."""
+    from streams_runtime import SessionWindows, TimeWindows
+
     if spec["workload"] == "session":
         return SessionWindows(gap_ms=spec["window_ms"])
     return TimeWindows(spec["window_ms"])
@@ -34,6 +43,9 @@ def _window_counts(spec: dict[str, Any]) -> StreamsBuilder:
     """Per-key window counts, final results only, as JSON ``{start, end, count}``; the input's
     values are parsed as JSON and otherwise ignored (as in the Quix Streams and Kafka Streams
     twins of this topology)."""
+    from streams_runtime import StreamsBuilder, until_window_closes
+    from streams_runtime.serdes import Json, String
+
     builder = StreamsBuilder()
     (
         builder.stream(spec["source"], key_serde=String(), value_serde=Json())
@@ -48,12 +60,33 @@ def _window_counts(spec: dict[str, Any]) -> StreamsBuilder:
     return builder
 
 
+def _log_line(event: str, at: float, **fields: float | None) -> None:
+    """A JSON line of the shape the runtime logs, stamped ``at`` (wall clock)."""
+    stamp = datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+    print(json.dumps({"event": event, "timestamp": stamp, **fields}), flush=True)
+
+
 def _run_plain(spec: dict[str, Any]) -> None:
+    from bench._plain_loop import consume_produce
+
     stopping = False
+    seen_before = 0
+    first_at: float | None = None
+    last_at = 0.0
 
     def stop(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
+
+    def done(seen: int) -> bool:
+        # Called after every batch: the batch that moved ``seen`` ended just now.
+        nonlocal seen_before, first_at, last_at
+        if seen != seen_before:
+            seen_before, last_at = seen, time.time()
+            if first_at is None:
+                first_at = last_at
+                _log_line("first record processed", first_at, since_start_s=None)
+        return stopping
 
     signal.signal(signal.SIGTERM, stop)
     consume_produce(
@@ -61,13 +94,23 @@ def _run_plain(spec: dict[str, Any]) -> None:
         spec["source"],
         spec["sink"],
         spec["group"],
-        lambda _seen: stopping,
+        done,
         decode=True,
         commit_interval_s=spec["commit_interval_ms"] / 1000,
     )
+    if first_at is not None:
+        _log_line("last record processed", last_at, since_last_record_s=0.0)
 
 
 def _run_runtime(spec: dict[str, Any]) -> None:
+    from progress_control.logging import configure_logging
+    from streams_runtime import App
+    from streams_runtime.settings import RuntimeSettings
+
+    configure_logging("INFO", json=True)  # the milestones the benchmark reads
+    options: dict[str, Any] = {}
+    if "native_core" in RuntimeSettings.model_fields:  # not in every version of the runtime
+        options["native_core"] = spec.get("native_core", True)
     App(
         _window_counts(spec),
         application_id=spec["group"],
@@ -76,6 +119,7 @@ def _run_runtime(spec: dict[str, Any]) -> None:
         state_engine=spec["state_engine"],
         processing_guarantee=spec["guarantee"],
         commit_interval_ms=spec["commit_interval_ms"],
+        **options,
     ).run()
 
 

@@ -3,18 +3,26 @@ every engine: seconds from the process's start until its consumer group's commit
 reach the end offset of every input partition, and the process's peak RSS (``VmHWM`` of
 ``/proc/PID/status`` just before it is stopped with SIGTERM).
 
+Where the engine's log says when it processed its first and its last record (the runtime's
+``first record processed`` and first ``input drained`` JSON lines, the plain loop's lines of the
+same shape), also its fixed cost: seconds from the process's start to the first record
+processed, and from the last record processed to the moment the committed offsets were seen at
+the end (to within the watcher's poll, 50 ms).
+
 Not ``ru_maxrss`` from ``os.wait4``: Linux carries the high-water mark of the forked copy of this
 benchmark process (its pre-loaded input included) across ``exec``, so a small engine would be
 reported at least as large as the benchmark itself."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -22,7 +30,7 @@ from confluent_kafka import Consumer, TopicPartition
 __all__ = ["Measured", "run_engine"]
 
 REPO = Path(__file__).resolve().parent.parent
-_POLL_S = 0.1
+_POLL_S = 0.05
 _STOP_TIMEOUT_S = 60.0
 
 
@@ -30,6 +38,30 @@ _STOP_TIMEOUT_S = 60.0
 class Measured:
     seconds: float
     peak_rss_mib: float
+    first_record_s: float | None = None
+    """Process start -> first record processed (None: the engine does not say)."""
+    commit_after_last_s: float | None = None
+    """Last record processed -> its offsets seen committed (None: the engine does not say)."""
+
+
+def record_times(log: str) -> tuple[float | None, float | None]:
+    """Wall-clock times the engine processed its first and its last record, from its JSON log
+    lines: the first line with ``since_start_s`` (stamped when the first record was processed)
+    and the first with ``since_last_record_s`` (stamped that long after the last one)."""
+    first = last = None
+    for line in log.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            entry = json.loads(line)
+            at = datetime.fromisoformat(entry["timestamp"]).timestamp()
+        except (ValueError, TypeError, KeyError):
+            continue
+        if first is None and "since_start_s" in entry:
+            first = at
+        if last is None and "since_last_record_s" in entry:
+            last = at - float(entry["since_last_record_s"])
+    return first, last
 
 
 def _committed(watcher: Consumer, source: str, partitions: int) -> list[int]:
@@ -80,6 +112,7 @@ def run_engine(
     )
     with log_path.open("wb") as log:
         started = time.perf_counter()
+        started_wall = time.time()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     try:
         while True:
@@ -91,6 +124,7 @@ def run_engine(
             offsets = _committed(watcher, source, len(end_offsets))
             elapsed = time.perf_counter() - started
             if all(o >= end for o, end in zip(offsets, end_offsets, strict=True)):
+                committed_wall = time.time()
                 break
             if elapsed > timeout_s:
                 raise RuntimeError(f"committed {offsets} of {end_offsets} after {timeout_s:.0f} s")
@@ -102,4 +136,10 @@ def run_engine(
     if code not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):  # the JVM: 143
         tail = log_path.read_text(errors="replace")[-1500:]
         raise RuntimeError(f"exit code {code} after SIGTERM:\n{tail}")
-    return Measured(elapsed, peak_rss_mib)
+    first, last = record_times(log_path.read_text(errors="replace"))
+    return Measured(
+        elapsed,
+        peak_rss_mib,
+        first_record_s=None if first is None else first - started_wall,
+        commit_after_last_s=None if last is None else committed_wall - last,
+    )

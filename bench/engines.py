@@ -6,6 +6,9 @@ Engines (each in its own process, from a fresh consumer group / application id):
   and commit every second (at-least-once only; it has no windows, it is the floor);
 - ``runtime-memory``, ``runtime-sqlite``, ``runtime-rocksdb``: this project's runtime, state
   engine memory, SQLite or RocksDB (rocksdict);
+- ``runtime-memory-py``, ``runtime-sqlite-py``, ``runtime-rocksdb-py``: the same with the native
+  core off (``native_core=False``: processor by processor in Python), where the runtime has that
+  setting (otherwise they run as the three above);
 - ``quix``: Quix Streams 3.28.1 (its own virtualenv under the project cache, installed on first
   use; RocksDB state and changelogs, its defaults);
 - ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the Maven project ``bench/kstreams/``;
@@ -33,12 +36,18 @@ included) until its group's committed offsets reach the end of every input parti
 is the process's (the JVM's for Kafka Streams). Each engine's output (windows and the clicks
 they count) is checked against the expected closed windows.
 
+The runtime and the plain loop also log when they processed their first and their last record
+(``bench/_engine_run.py``), which gives their fixed cost per run (issue 37): ``start→1st``, from
+the process's start to the first record processed (imports, topic checks, group join, restore),
+and ``last→commit``, from the last record processed to its offsets seen committed.
+
 At the end, after the per-run figures and the ratios, issue 28's table, one per workload: the
 runtime's records/s over Kafka Streams', Quix Streams' and the plain loop's, and its peak RSS
-over Quix Streams', with the SQLite, RocksDB and memory engines as columns (``-`` where an
-engine was not run or its output was wrong), the goal, and which columns meet it (for Kafka
-Streams only the persistent engines count). The goals are the at-least-once throughput ones
-and the peak RSS one; the exactly-once throughput rows have none.
+over Quix Streams', with the SQLite, RocksDB and memory engines (native core, then Python) as
+columns (``-`` where an engine was not run or its output was wrong), the goal, and which columns
+meet it (for Kafka Streams only the persistent engines count). The goals are the at-least-once
+throughput ones and the peak RSS one; the exactly-once throughput rows have none. Below them,
+issue 37's rows: each runtime engine's two fixed costs in seconds, goal ≤ 1.2 s each.
 """
 
 from __future__ import annotations
@@ -59,7 +68,15 @@ from bench._kafka import create_topic, end_offsets, unique_name
 from bench._timing import interleaved
 from progress_control.dev.broker import EmbeddedKafkaBroker
 
-ENGINES = ("plain", "runtime-memory", "runtime-sqlite", "runtime-rocksdb", "quix", "kstreams")
+RUNTIMES = (
+    "runtime-memory",
+    "runtime-sqlite",
+    "runtime-rocksdb",
+    "runtime-memory-py",
+    "runtime-sqlite-py",
+    "runtime-rocksdb-py",
+)
+ENGINES = ("plain", *RUNTIMES, "quix", "kstreams")
 WORKLOADS = ("session", "tumbling")
 GUARANTEES = {"alos": "at_least_once", "eos": "exactly_once"}
 COMMIT_INTERVAL_MS = {"alos": 1_000, "eos": 100}
@@ -83,6 +100,8 @@ class Result:
     expected: tuple[int, int]
     seconds: float = 0.0
     peak_rss_mib: float = 0.0
+    first_record_s: float | None = None
+    commit_after_last_s: float | None = None
     output: tuple[int, int] | None = None
     note: str = ""
 
@@ -126,7 +145,7 @@ def _run(engines: _Engines, result: Result, source: str, ends: list[int], window
     bootstrap = engines.bootstrap_servers
     name = f"bench-{result.engine}-{result.workload}-{result.guarantee}"
     group = unique_name(name)
-    spec = {
+    spec: dict[str, Any] = {
         "engine": result.engine.split("-")[0],
         "bootstrap_servers": bootstrap,
         "source": source,
@@ -136,9 +155,11 @@ def _run(engines: _Engines, result: Result, source: str, ends: list[int], window
         "window_ms": window_ms,
         "guarantee": GUARANTEES[result.guarantee],
         "commit_interval_ms": COMMIT_INTERVAL_MS[result.guarantee],
-        "state_engine": result.engine.removeprefix("runtime-"),
+        "state_engine": result.engine.removeprefix("runtime-").removesuffix("-py"),
         "state_dir": str(engines.work_dir / group),
     }
+    if result.engine.startswith("runtime-"):
+        spec["native_core"] = not result.engine.endswith("-py")
     command = engines.command(result.engine, spec)  # may install or build, off the clock
     timeout_s = float(os.environ.get("BENCH_TIMEOUT_S", "1800"))
     measured = run_engine(
@@ -151,6 +172,8 @@ def _run(engines: _Engines, result: Result, source: str, ends: list[int], window
         timeout_s=timeout_s,
     )
     result.seconds, result.peak_rss_mib = measured.seconds, measured.peak_rss_mib
+    result.first_record_s = measured.first_record_s
+    result.commit_after_last_s = measured.commit_after_last_s
     if result.engine == "plain":  # copies every record: check the count only
         copied = sum(end_offsets(bootstrap, spec["sink"], PARTITIONS))
         result.output = (copied, copied)
@@ -225,21 +248,35 @@ def _median(runs: list[Result]) -> Result:
     result = runs[0]
     result.seconds = statistics.median(r.seconds for r in runs)
     result.peak_rss_mib = max(r.peak_rss_mib for r in runs)
+    result.first_record_s = _median_of([r.first_record_s for r in runs])
+    result.commit_after_last_s = _median_of([r.commit_after_last_s for r in runs])
     return result
+
+
+def _median_of(figures: list[float | None]) -> float | None:
+    known = [f for f in figures if f is not None]
+    return statistics.median(known) if known else None
+
+
+def _seconds(figure: float | None) -> str:
+    return "-" if figure is None else f"{figure:.2f}"
 
 
 def _print_table(results: list[Result]) -> None:
     print(
-        f"{'workload':<9} {'guar.':<5} {'engine':<15} {'events':>9} {'seconds':>8} "
-        f"{'records/s':>10} {'peak RSS':>9} {'windows':>8} {'clicks':>9}  note"
+        f"{'workload':<9} {'guar.':<5} {'engine':<18} {'events':>9} {'seconds':>8} "
+        f"{'records/s':>10} {'peak RSS':>9} {'start→1st':>9} {'last→commit':>11} "
+        f"{'windows':>8} {'clicks':>9}  note"
     )
     for r in results:
-        head = f"{r.workload:<9} {r.guarantee:<5} {r.engine:<15} {r.events:>9,}"
+        head = f"{r.workload:<9} {r.guarantee:<5} {r.engine:<18} {r.events:>9,}"
         if r.output is None:
-            print(f"{head} {'-':>8} {'-':>10} {'-':>9} {'-':>8} {'-':>9}  {r.note}")
+            dashes = " ".join(f"{'-':>{width}}" for width in (8, 10, 9, 9, 11, 8, 9))
+            print(f"{head} {dashes}  {r.note}")
             continue
         print(
             f"{head} {r.seconds:>8.1f} {r.rate or 0:>10,.0f} {r.peak_rss_mib:>6,.0f} MiB "
+            f"{_seconds(r.first_record_s):>9} {_seconds(r.commit_after_last_s):>11} "
             f"{r.output[0]:>8,} {r.output[1]:>9,}  {r.note}"
         )
 
@@ -249,32 +286,33 @@ def _print_ratios(results: list[Result]) -> None:
     print("ratios (records/s of the runtime / of the other engine; > 1: the runtime is faster):")
     for workload in WORKLOADS:
         for guarantee in GUARANTEES:
-            for ours in ("runtime-rocksdb", "runtime-sqlite", "runtime-memory"):
+            for ours in RUNTIMES:
                 mine = by_key.get((workload, guarantee, ours))
                 for other in ("kstreams", "quix", "plain"):
                     theirs = by_key.get((workload, guarantee, other))
                     if mine and theirs and mine.rate and theirs.rate:
                         print(
-                            f"  {workload:<9} {guarantee:<5} {ours} / {other:<9} "
+                            f"  {workload:<9} {guarantee:<5} {ours:<18} / {other:<9} "
                             f"{mine.rate / theirs.rate:6.3f}"
                         )
     print("state engines (records/s of RocksDB / of the other; > 1: RocksDB is faster):")
     for workload in WORKLOADS:
         for guarantee in GUARANTEES:
-            rocksdb = by_key.get((workload, guarantee, "runtime-rocksdb"))
-            for other in ("runtime-sqlite", "runtime-memory"):
-                theirs = by_key.get((workload, guarantee, other))
-                if rocksdb and theirs and rocksdb.rate and theirs.rate:
-                    print(
-                        f"  {workload:<9} {guarantee:<5} runtime-rocksdb / {other:<15} "
-                        f"{rocksdb.rate / theirs.rate:6.3f}"
-                    )
+            for suffix in ("", "-py"):
+                rocksdb = by_key.get((workload, guarantee, f"runtime-rocksdb{suffix}"))
+                for other in (f"runtime-sqlite{suffix}", f"runtime-memory{suffix}"):
+                    theirs = by_key.get((workload, guarantee, other))
+                    if rocksdb and theirs and rocksdb.rate and theirs.rate:
+                        print(
+                            f"  {workload:<9} {guarantee:<5} runtime-rocksdb{suffix} / "
+                            f"{other:<18} {rocksdb.rate / theirs.rate:6.3f}"
+                        )
     print("peak RSS (the runtime's / Quix Streams'):")
     for (workload, guarantee, engine), mine in by_key.items():
         theirs = by_key.get((workload, guarantee, "quix"))
         if engine.startswith("runtime") and mine.output and theirs and theirs.output:
             print(
-                f"  {workload:<9} {guarantee:<5} {engine} / quix          "
+                f"  {workload:<9} {guarantee:<5} {engine:<18} / quix      "
                 f"{mine.peak_rss_mib / theirs.peak_rss_mib:6.3f}"
             )
 
@@ -283,24 +321,31 @@ _COLUMNS = {
     "runtime-sqlite": "runtime (SQLite)",
     "runtime-rocksdb": "runtime (RocksDB)",
     "runtime-memory": "runtime (memory)",
+    "runtime-sqlite-py": "SQLite, Python",
+    "runtime-rocksdb-py": "RocksDB, Python",
+    "runtime-memory-py": "memory, Python",
 }
 _ENGINE_NAMES = {
     "runtime-sqlite": "SQLite",
     "runtime-rocksdb": "RocksDB",
     "runtime-memory": "memory",
+    "runtime-sqlite-py": "SQLite (Python)",
+    "runtime-rocksdb-py": "RocksDB (Python)",
+    "runtime-memory-py": "memory (Python)",
 }
-_PERSISTENT = ("runtime-sqlite", "runtime-rocksdb")
+_PERSISTENT = ("runtime-sqlite", "runtime-rocksdb", "runtime-sqlite-py", "runtime-rocksdb-py")
 _WORKLOAD_NAMES = {"session": "sessions", "tumbling": "tumbling"}
 
 
 @dataclass(frozen=True)
 class _Goal:
-    """One row of the goals table: the runtime's figure over ``other``'s, in one guarantee."""
+    """One row of the goals table: the runtime's figure over ``other``'s, in one guarantee; or
+    for a fixed cost (no ``other``), the runtime's own seconds."""
 
     label: str
     guarantee: str
-    other: str
-    rss: bool = False  # peak RSS instead of records/s
+    other: str = ""
+    figure: str = "rate"  # records/s; "rss": peak RSS; "first", "commit": the fixed costs
     goal: str = "-"
     at_least: float | None = None
     at_most: float | None = None
@@ -327,25 +372,37 @@ _GOALS = (
     _Goal("ALOS ÷ Quix Streams", "alos", "quix", goal="≥ 3", at_least=3.0),
     _Goal("EOS ÷ Quix Streams", "eos", "quix"),
     _Goal("ALOS ÷ plain consume→produce loop", "alos", "plain", goal="≥ 0.5", at_least=0.5),
-    _Goal("peak RSS ÷ Quix Streams, ALOS", "alos", "quix", rss=True, goal="≤ 0.5", at_most=0.5),
-    _Goal("peak RSS ÷ Quix Streams, EOS", "eos", "quix", rss=True, goal="≤ 0.5", at_most=0.5),
+    _Goal("peak RSS ÷ Quix Streams, ALOS", "alos", "quix", "rss", "≤ 0.5", at_most=0.5),
+    _Goal("peak RSS ÷ Quix Streams, EOS", "eos", "quix", "rss", "≤ 0.5", at_most=0.5),
+    # Issue 37: the fixed cost per run, in seconds.
+    _Goal("ALOS start → first record (s)", "alos", figure="first", goal="≤ 1.2", at_most=1.2),
+    _Goal("ALOS last record → committed (s)", "alos", figure="commit", goal="≤ 1.2", at_most=1.2),
+    _Goal("EOS start → first record (s)", "eos", figure="first", goal="≤ 1.2", at_most=1.2),
+    _Goal("EOS last record → committed (s)", "eos", figure="commit", goal="≤ 1.2", at_most=1.2),
 )
 
 
-def _ratio(mine: Result | None, theirs: Result | None, rss: bool) -> float | None:
-    """The runtime's figure over the other engine's, both from runs whose output was right."""
-    if mine is None or theirs is None:
+def _figure(goal: _Goal, mine: Result | None, theirs: Result | None) -> float | None:
+    """The runtime's figure over the other engine's, both from runs whose output was right; or
+    its own fixed cost, from a run whose output was right."""
+    if mine is None or (goal.other and theirs is None):
         return None
-    if any(r.output is None or r.output != r.expected for r in (mine, theirs)):
+    if any(r.output is None or r.output != r.expected for r in (mine, theirs) if r is not None):
         return None
-    if rss:
+    if goal.figure == "first":
+        return mine.first_record_s
+    if goal.figure == "commit":
+        return mine.commit_after_last_s
+    assert theirs is not None
+    if goal.figure == "rss":
         return mine.peak_rss_mib / theirs.peak_rss_mib if theirs.peak_rss_mib else None
     return mine.rate / theirs.rate if mine.rate and theirs.rate else None
 
 
 def _print_goals(results: list[Result]) -> None:
     """Issue 28's table, one per workload: each runtime engine's records/s (or peak RSS) over
-    another engine's in this run, the goal, and which columns meet it ('-': not measured)."""
+    another engine's in this run, then issue 37's fixed costs, the goal, and which columns meet
+    it ('-': not measured)."""
     by_key = {(r.workload, r.guarantee, r.engine): r for r in results}
     label_width = max(len(g.label) for g in _GOALS) + 10
     goal_width = max(len(g.goal) for g in _GOALS)
@@ -359,10 +416,10 @@ def _print_goals(results: list[Result]) -> None:
         )
         for goal in _GOALS:
             ratios = {
-                engine: _ratio(
+                engine: _figure(
+                    goal,
                     by_key.get((workload, goal.guarantee, engine)),
                     by_key.get((workload, goal.guarantee, goal.other)),
-                    goal.rss,
                 )
                 for engine in _COLUMNS
             }

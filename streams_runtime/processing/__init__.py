@@ -6,6 +6,7 @@
 - ``record_router``: fetched records to their tasks, control records checked
   (``StreamThread.addRecordsToTasks``);
 - ``commit_schedule``: when the thread commits (``StreamThread.maybeCommit``);
+- ``milestones``: the fixed cost per run, as log lines (first record processed, input drained);
 - ``task_manager``: the tasks of one thread (``TaskManager``), created, closed and committed;
 - ``task``: one task (``StreamTask``), its processors and state;
 - ``partition_group``: a task's input queues and record choice with KIP-695 idling

@@ -32,6 +32,7 @@ from streams_runtime.processing.group_protocol import (
     set_group_timeouts,
 )
 from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.processing.milestones import Milestones
 from streams_runtime.processing.record_router import RecordRouter
 from streams_runtime.processing.task import StreamTask, WarmStores
 from streams_runtime.processing.task_manager import TaskManager
@@ -88,6 +89,7 @@ class StreamThread:
         self._router = RecordRouter(settings, frozenset(topology.repartition_topics), metrics)
         self._schedule = CommitSchedule(settings.commit_interval_s, time.monotonic())
         self._next_wait_log = 0.0
+        self._milestones = Milestones()
         # At-least-once or exactly-once: decided here, once, for the consumer, the producer and
         # every commit.
         self._strategy_for = commit_strategy_for(settings)
@@ -256,11 +258,13 @@ class StreamThread:
             fatal = self._router.route(messages, self._partitions, self.task_manager.task_of)
             if fatal is not None and not self._join_failed(fatal):
                 raise StreamsError(f"consumer failed: {fatal}")
+        processed = 0
         for task in list(self.tasks.values()):
-            task.process(_PROCESS_BUDGET)
+            processed += task.process(_PROCESS_BUDGET)
         self._apply_back_pressure()
         self.collector.poll()
         now = time.monotonic()
+        self._milestones.processed(processed, now)
         self.task_manager.publish_lag(now)
         schedule = self._schedule
         if self._progress is not None and (self._progress.due(now) or self._took_control()):
@@ -273,6 +277,8 @@ class StreamThread:
         if schedule.due(now):
             self.commit()
             schedule.committed(time.monotonic())
+        if self._milestones.undrained and self._input_drained():
+            self._milestones.drained(now)
         if now >= self._next_wait_log:
             self._log_waiting_tasks()
             self._next_wait_log = now + _WAIT_LOG_S
@@ -436,6 +442,15 @@ class StreamThread:
         """Commit every task now (the loop calls this every commit interval)."""
         if self.task_manager.commit() and self._progress is not None:
             self._progress.committed()
+
+    def _input_drained(self) -> bool:
+        """Whether every input partition of every task is read to its end (KIP-695's lag 0,
+        from cached watermarks) with nothing buffered, and no task is restoring."""
+        owned = self.task_manager.owned_partitions()
+        if not owned or self.task_manager.settling:
+            return False
+        lag = self._partitions.lag
+        return all(task.group.buffered(tp) == 0 and lag(tp) == 0 for tp, task in owned.items())
 
     def _apply_back_pressure(self) -> None:
         limit = self._settings.buffered_records_per_partition
