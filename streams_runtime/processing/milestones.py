@@ -4,8 +4,10 @@
   process's start (imports, topic checks, group join and restore included) to the first record
   (or control record) processed;
 - ``input drained``, each time every input partition of the thread's tasks has been read to its
-  end with nothing buffered after records were processed, with ``since_last_record_s``: seconds
-  since the last of them was processed. INFO the first time (the backlog found at start-up is
+  end with nothing buffered after records were processed, with ``committed`` (whether the thread
+  committed then, :mod:`~streams_runtime.processing.commit_schedule`) and
+  ``since_last_record_s``: seconds from the last record processed to this line (so, when
+  committed, to the end of that commit). INFO the first time (the backlog found at start-up is
   done), DEBUG after (a live input drains after nearly every fetch).
 
 Kafka Streams has no counterpart; its nearest are ``KafkaStreams``' state-transition lines.
@@ -71,13 +73,17 @@ class Milestones:
                 {"since_start_s": since_start_s},
             )
 
-    def drained(self, now: float) -> None:
-        """The input drained at ``now`` (after :meth:`processed`)."""
+    def drained(self, now: float, *, committed: bool) -> None:
+        """The input drained (after :meth:`processed`), and was ``committed`` by ``now``."""
         self.undrained = False
         self._drains += 1
         since_last_record_s = round(now - (self.last_record_at or now), 3)
         logger.log(
             logging.INFO if self._drains == 1 else logging.DEBUG,
-            "input drained, %(since_last_record_s).2f s after its last record was processed",
-            {"since_last_record_s": since_last_record_s},
+            "input drained%(how)s, %(since_last_record_s).2f s after its last record was processed",
+            {
+                "how": "; committed" if committed else "",
+                "since_last_record_s": since_last_record_s,
+                "committed": committed,
+            },
         )

@@ -19,7 +19,7 @@ from streams_runtime.errors import BadRecordHandler, StreamsError, TaskMigratedE
 from streams_runtime.health import Heartbeat
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import RecordCollector
-from streams_runtime.processing.commit_schedule import CommitSchedule
+from streams_runtime.processing.commit_schedule import CommitSchedule, input_drained
 from streams_runtime.processing.commit_strategy import (
     CommitStrategy,
     OffsetCommitHook,
@@ -250,7 +250,7 @@ class StreamThread:
             raise failure
 
     def _turn(self, poll_s: float) -> None:
-        """One turn of the loop: fetch, process, tick and commit when due."""
+        """One turn of the loop: fetch, process, tick, and commit when due or drained."""
         waiting = any(task.group.buffered() for task in self.tasks.values())
         messages = self.consumer.consume(_FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s)
         self._after_consume()
@@ -265,8 +265,9 @@ class StreamThread:
         self.collector.poll()
         now = time.monotonic()
         self._milestones.processed(processed, now)
-        self.task_manager.publish_lag(now)
         schedule = self._schedule
+        schedule.processed(processed)
+        self.task_manager.publish_lag(now)
         if self._progress is not None and (self._progress.due(now) or self._took_control()):
             if (
                 schedule.seconds_left(now) > self._progress.interval_s
@@ -277,8 +278,17 @@ class StreamThread:
         if schedule.due(now):
             self.commit()
             schedule.committed(time.monotonic())
-        if self._milestones.undrained and self._input_drained():
-            self._milestones.drained(now)
+        owned = self.task_manager.owned_partitions()
+        if (
+            self._milestones.undrained
+            and not self.task_manager.settling
+            and input_drained(owned, lambda tp: owned[tp].group.buffered(tp), self._partitions.lag)
+        ):
+            early = schedule.drained_commit_due(now)
+            if early:
+                self.commit()
+                schedule.committed(time.monotonic(), drained=True)
+            self._milestones.drained(time.monotonic(), committed=early)
         if now >= self._next_wait_log:
             self._log_waiting_tasks()
             self._next_wait_log = now + _WAIT_LOG_S
@@ -442,15 +452,6 @@ class StreamThread:
         """Commit every task now (the loop calls this every commit interval)."""
         if self.task_manager.commit() and self._progress is not None:
             self._progress.committed()
-
-    def _input_drained(self) -> bool:
-        """Whether every input partition of every task is read to its end (KIP-695's lag 0,
-        from cached watermarks) with nothing buffered, and no task is restoring."""
-        owned = self.task_manager.owned_partitions()
-        if not owned or self.task_manager.settling:
-            return False
-        lag = self._partitions.lag
-        return all(task.group.buffered(tp) == 0 and lag(tp) == 0 for tp, task in owned.items())
 
     def _apply_back_pressure(self) -> None:
         limit = self._settings.buffered_records_per_partition
