@@ -14,6 +14,9 @@
  * public, stable parts of librdkafka's ABI are declared below.
  */
 #define PY_SSIZE_T_CLEAN
+/* The stable ABI of CPython 3.11 (the project's floor): one build serves every later version,
+ * so the wheel can be tagged abi3 (docs/contributing.md says how). */
+#define Py_LIMITED_API 0x030B0000
 #include <Python.h>
 
 #include <errno.h>
@@ -362,7 +365,8 @@ static PyObject *AckTable_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         return PyErr_NoMemory();
     }
     atomic_init(&table->refs, 1);
-    AckTableObject *self = (AckTableObject *)type->tp_alloc(type, 0);
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    AckTableObject *self = (AckTableObject *)alloc(type, 0);
     if (!self) {
         table_release(table);
         return NULL;
@@ -389,7 +393,11 @@ static void AckTable_dealloc(AckTableObject *self) {
         pthread_mutex_unlock(&registry_lock);
         table_release(table);
     }
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    /* A heap type (PyType_FromSpec): its instances hold a reference to it. */
+    PyTypeObject *type = Py_TYPE(self);
+    freefunc free_object = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_object(self);
+    Py_DECREF(type);
 }
 
 typedef struct {
@@ -435,7 +443,10 @@ static PyObject *AckTable_drain(AckTableObject *self, PyObject *unused) {
             Py_CLEAR(result);
             break;
         }
-        PyList_SET_ITEM(result, (Py_ssize_t)i, item);
+        if (PyList_SetItem(result, (Py_ssize_t)i, item) < 0) { /* steals item */
+            Py_CLEAR(result);
+            break;
+        }
     }
     free(copies);
     return result;
@@ -472,15 +483,20 @@ static PyGetSetDef AckTable_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject AckTableType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "interceptor._ackplugin.AckTable",
-    .tp_basicsize = sizeof(AckTableObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One producer's last successful ack per (topic, partition), recorded in C.",
-    .tp_new = AckTable_new,
-    .tp_dealloc = (destructor)AckTable_dealloc,
-    .tp_methods = AckTable_methods,
-    .tp_getset = AckTable_getset,
+static PyType_Slot AckTable_slots[] = {
+    {Py_tp_doc, (void *)"One producer's last successful ack per (topic, partition), recorded in C."},
+    {Py_tp_new, (void *)AckTable_new},
+    {Py_tp_dealloc, (void *)AckTable_dealloc},
+    {Py_tp_methods, AckTable_methods},
+    {Py_tp_getset, AckTable_getset},
+    {0, NULL},
+};
+
+static PyType_Spec AckTable_spec = {
+    .name = "interceptor._ackplugin.AckTable",
+    .basicsize = sizeof(AckTableObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = AckTable_slots,
 };
 
 static PyObject *bind(PyObject *module, PyObject *args) {
@@ -532,15 +548,16 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__ackplugin(void) {
-    if (PyType_Ready(&AckTableType) < 0)
-        return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (!module)
         return NULL;
-    Py_INCREF(&AckTableType);
-    if (PyModule_AddObject(module, "AckTable", (PyObject *)&AckTableType) < 0 ||
-        PyModule_AddStringConstant(module, "TABLE_PROPERTY", TABLE_PROPERTY) < 0) {
-        Py_DECREF(&AckTableType);
+    PyObject *type = PyType_FromSpec(&AckTable_spec);
+    if (!type || PyModule_AddObject(module, "AckTable", type) < 0) { /* steals on success */
+        Py_XDECREF(type);
+        Py_DECREF(module);
+        return NULL;
+    }
+    if (PyModule_AddStringConstant(module, "TABLE_PROPERTY", TABLE_PROPERTY) < 0) {
         Py_DECREF(module);
         return NULL;
     }
