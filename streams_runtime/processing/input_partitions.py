@@ -110,6 +110,13 @@ class InputPartitions:
 
     def _seek(self, tp: TopicPartitionId, offset: int, *, resume: bool) -> None:
         ktp = TopicPartition(tp.topic, tp.partition, offset)
+        # Resumed before the seek, not after: a resume outdates the offset lookup that a seek
+        # to a logical offset (the beginning) starts, and librdkafka tries that lookup again
+        # only about half a second later. Records fetched from the old position meanwhile are
+        # outdated by the seek (or by the pause again if it fails) and never delivered.
+        resuming = resume and tp in self.paused
+        if resuming:
+            self._consumer.resume([TopicPartition(tp.topic, tp.partition)])
         try:
             self._consumer.seek(ktp)
         except KafkaException as exc:
@@ -119,12 +126,14 @@ class InputPartitions:
                 "seek of %(topic)s[%(partition)d] to %(offset)d deferred: %(error)s",
                 {"topic": tp.topic, "partition": tp.partition, "offset": offset, "error": exc},
             )
-            if tp not in self.paused:
+            if resuming:
+                self._consumer.pause([TopicPartition(tp.topic, tp.partition)])
+            elif tp not in self.paused:
                 self.pause([tp])
             self._pending_seeks[tp] = (offset, resume)
             return
-        if resume and tp in self.paused:
-            self.resume([tp])
+        if resuming:
+            self.paused.discard(tp)
 
     def forget(self, partitions: Iterable[TopicPartitionId]) -> None:
         """Revoked or lost."""

@@ -95,3 +95,30 @@ def test_a_seek_of_a_partition_taken_away_is_dropped(consumer: Consumer, topic: 
     assert key not in partitions.assigned
     assert key not in partitions.paused
     assert consumer.assignment() == []
+
+
+def test_a_paused_partition_started_without_a_committed_offset_reads_from_the_beginning(
+    consumer: Consumer, topic: str
+) -> None:
+    """A task restored on a partition read before (a rewind after an abort): resumed and sought
+    to the beginning, it reads every record once, none from where the fetcher had got to."""
+    tp, key = TopicPartition(topic, 0), TopicPartitionId(topic, 0)
+    partitions = InputPartitions(consumer)
+    consumer.incremental_assign([tp])
+    partitions.assigned.add(key)
+    read_before: list[int] = []
+    for _ in range(100):
+        read_before += [m.offset() or 0 for m in consumer.consume(5, 0.1) if m.error() is None]
+        if read_before:
+            break
+    assert read_before, "nothing fetched before the pause"
+    partitions.pause([key])  # restoring
+    partitions.start(key, -1, seek=True)  # no committed offset: the beginning
+    assert key not in partitions.paused
+    offsets: list[int] = []
+    for _ in range(100):
+        offsets += [m.offset() or 0 for m in consumer.consume(10, 0.1) if m.error() is None]
+        partitions.retry_seeks()
+        if offsets and offsets[-1] >= RECORDS - 1:
+            break
+    assert offsets == list(range(RECORDS))
