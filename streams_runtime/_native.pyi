@@ -1,45 +1,35 @@
-# The native core (native/src/): the same interface as its pure-Python references.
+# The native core (native/src/): the interfaces of its pure-Python references in
+# streams_runtime/fused/ (session_core.py, time_window_core.py).
 from collections.abc import Sequence
 
-from streams_runtime.fused.write_behind import Final, StateWrite
+from streams_runtime.fused.window_core import Final, StateWrite
 from streams_runtime.record import Headers
 
-class SessionCore:
+class _WindowCore:
     observed_time: int
     accepted_time: int
     dirty_bytes: int
+    def process(
+        self,
+        keys: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        offsets: Sequence[int],
+        headers: Sequence[Headers | None],
+    ) -> tuple[list[Final], int, int]: ...
+    def advance(self, timestamp: int, offset: int) -> list[Final]: ...
+    def take_writes(self) -> list[StateWrite]: ...
+    def pending(self) -> int: ...
+
+class SessionCore(_WindowCore):
     def __init__(
         self, gap_ms: int, grace_ms: int, observed_time: int, keep_headers: bool
     ) -> None: ...
     def load(self, key: bytes, start: int, end: int, value: int) -> None: ...
-    def process(
-        self,
-        keys: Sequence[bytes | None],
-        timestamps: Sequence[int],
-        offsets: Sequence[int],
-        headers: Sequence[Headers | None],
-    ) -> tuple[list[Final], int, int]: ...
-    def advance(self, timestamp: int, offset: int) -> list[Final]: ...
-    def take_writes(self) -> list[StateWrite]: ...
-    def pending(self) -> int: ...
     def fetch(self, key: bytes) -> list[tuple[int, int, int]]: ...
 
-class TimeWindowCore:
-    observed_time: int
-    accepted_time: int
-    dirty_bytes: int
+class TimeWindowCore(_WindowCore):
     def __init__(
         self, size_ms: int, advance_ms: int, grace_ms: int, observed_time: int, keep_headers: bool
     ) -> None: ...
     def load(self, key: bytes, start: int, end: int, value: int, timestamp: int) -> None: ...
-    def process(
-        self,
-        keys: Sequence[bytes | None],
-        timestamps: Sequence[int],
-        offsets: Sequence[int],
-        headers: Sequence[Headers | None],
-    ) -> tuple[list[Final], int, int]: ...
-    def advance(self, timestamp: int, offset: int) -> list[Final]: ...
-    def take_writes(self) -> list[StateWrite]: ...
-    def pending(self) -> int: ...
     def fetch(self, key: bytes) -> list[tuple[int, int, int, int]]: ...

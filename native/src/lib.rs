@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 mod sessions;
 mod time_windows;
-mod write_behind;
+mod window_core;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -9,9 +9,9 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 
-use crate::write_behind::{finals, state_key, Final, WriteBehind};
+use crate::window_core::{self, state_key, Final, WindowCore, WriteBehind};
 
 /// A count is written as a long.
 const VALUE_BYTES: i64 = 8;
@@ -54,8 +54,10 @@ impl SessionCore {
         self.writes.mark(skey, None, session.end, offset, timestamp);
         session
     }
+}
 
-    fn count(&mut self, key: &[u8], t: i64, offset: i64, headers: &Bound<'_, PyAny>) -> bool {
+impl WindowCore for SessionCore {
+    fn count(&mut self, key: &[u8], t: i64, offset: i64, headers: &Bound<'_, PyAny>) -> i64 {
         let gap = self.gap;
         let retained_after = self.observed_time - self.retention;
         let found: Vec<usize> = match self.sessions.get(key) {
@@ -78,7 +80,7 @@ impl SessionCore {
             }
         }
         if end < self.observed_time - self.retention {
-            return false;
+            return 1; // late
         }
         self.accepted_time = self.accepted_time.max(t);
         let mut value = 1;
@@ -108,7 +110,7 @@ impl SessionCore {
         self.live += 1;
         self.by_end.push(Reverse((end, skey.clone())));
         self.writes.mark(skey, Some(value), end, offset, t);
-        true
+        0
     }
 
     fn emit_closed(&mut self, py: Python<'_>, emitted: &mut Vec<Final>, offset: i64) {
@@ -143,6 +145,10 @@ impl SessionCore {
             }
             self.by_end = BinaryHeap::from(rebuilt);
         }
+    }
+
+    fn observe(&mut self, t: i64) {
+        self.observed_time = self.observed_time.max(t);
     }
 }
 
@@ -180,7 +186,7 @@ impl SessionCore {
         self.by_end.push(Reverse((end, skey)));
     }
 
-    /// Count a batch of data records: (the sessions emitted, late records, keyless records).
+    /// Count a batch of data records: (the windows emitted, late window updates, keyless records).
     fn process<'py>(
         &mut self,
         py: Python<'py>,
@@ -189,28 +195,7 @@ impl SessionCore {
         offsets: Vec<i64>,
         headers: &Bound<'py, PyList>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let n = keys.len();
-        if timestamps.len() != n || offsets.len() != n || headers.len() != n {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "batch columns differ in length",
-            ));
-        }
-        let mut emitted = Vec::new();
-        let (mut late, mut keyless) = (0i64, 0i64);
-        for (i, key) in keys.iter().enumerate() {
-            if key.is_none() {
-                keyless += 1;
-                continue;
-            }
-            let key = key.cast::<PyBytes>()?;
-            let header = headers.get_item(i)?;
-            if !self.count(key.as_bytes(), timestamps[i], offsets[i], &header) {
-                late += 1;
-            }
-            self.emit_closed(py, &mut emitted, offsets[i]);
-        }
-        let finals = finals(py, emitted)?;
-        (finals, late, keyless).into_pyobject(py)
+        window_core::process_batch(self, py, keys, &timestamps, &offsets, headers)
     }
 
     /// Time passed to ``timestamp`` without data (a control record at ``offset``).
@@ -220,10 +205,7 @@ impl SessionCore {
         timestamp: i64,
         offset: i64,
     ) -> PyResult<Bound<'py, PyList>> {
-        self.observed_time = self.observed_time.max(timestamp);
-        let mut emitted = Vec::new();
-        self.emit_closed(py, &mut emitted, offset);
-        finals(py, emitted)
+        window_core::advance(self, py, timestamp, offset)
     }
 
     /// The changes since the last call, in the order of their latest change.

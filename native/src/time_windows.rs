@@ -10,9 +10,9 @@ use std::collections::{BTreeSet, BinaryHeap};
 use rustc_hash::FxHashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 
-use crate::write_behind::{finals, state_key, Final, WriteBehind};
+use crate::window_core::{self, state_key, Final, WindowCore, WriteBehind};
 
 /// A count as a long, after its timestamp.
 const VALUE_BYTES: i64 = 16;
@@ -41,8 +41,7 @@ pub struct TimeWindowCore {
     writes: WriteBehind,
 }
 
-impl TimeWindowCore {
-    /// Count the record into its windows; how many of them were closed.
+impl WindowCore for TimeWindowCore {
     fn count(&mut self, key: &[u8], t: i64, offset: i64, headers: &Bound<'_, PyAny>) -> i64 {
         self.observed_time = self.observed_time.max(t);
         let mut first = (t - self.size + self.advance).max(0);
@@ -118,6 +117,10 @@ impl TimeWindowCore {
             emitted.push((key, start, end, window.value, window.timestamp, headers));
         }
     }
+
+    fn observe(&mut self, t: i64) {
+        self.observed_time = self.observed_time.max(t);
+    }
 }
 
 #[pymethods]
@@ -167,25 +170,7 @@ impl TimeWindowCore {
         offsets: Vec<i64>,
         headers: &Bound<'py, PyList>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let n = keys.len();
-        if timestamps.len() != n || offsets.len() != n || headers.len() != n {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "batch columns differ in length",
-            ));
-        }
-        let mut emitted = Vec::new();
-        let (mut late, mut keyless) = (0i64, 0i64);
-        for (i, key) in keys.iter().enumerate() {
-            if key.is_none() {
-                keyless += 1;
-                continue;
-            }
-            let key = key.cast::<PyBytes>()?;
-            let header = headers.get_item(i)?;
-            late += self.count(key.as_bytes(), timestamps[i], offsets[i], &header);
-            self.emit_closed(py, &mut emitted, offsets[i]);
-        }
-        (finals(py, emitted)?, late, keyless).into_pyobject(py)
+        window_core::process_batch(self, py, keys, &timestamps, &offsets, headers)
     }
 
     /// Time passed to ``timestamp`` without data (a control record at ``offset``).
@@ -195,10 +180,7 @@ impl TimeWindowCore {
         timestamp: i64,
         offset: i64,
     ) -> PyResult<Bound<'py, PyList>> {
-        self.observed_time = self.observed_time.max(timestamp);
-        let mut emitted = Vec::new();
-        self.emit_closed(py, &mut emitted, offset);
-        finals(py, emitted)
+        window_core::advance(self, py, timestamp, offset)
     }
 
     /// The changes since the last call, in the order of their latest change.

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Sequence
 
-from streams_runtime.fused.write_behind import Final, StateWrite, WriteBehind
+from streams_runtime.fused.window_core import Final, WindowCore
 from streams_runtime.record import Headers
 
 __all__ = ["SessionCore"]
@@ -46,7 +45,7 @@ class _Session:
         self.headers = headers
 
 
-class SessionCore:
+class SessionCore(WindowCore):
     """Session windows of ``gap_ms`` and ``grace_ms``, counting, final results only.
 
     ``observed_time``: the stream time to start from (the task's restored one). With
@@ -54,16 +53,13 @@ class SessionCore:
     (as through the record cache); without, none (as with the cache off)."""
 
     def __init__(self, gap_ms: int, grace_ms: int, observed_time: int, keep_headers: bool) -> None:
+        super().__init__(observed_time, _VALUE_BYTES)
         self._gap = gap_ms
         self._retention = gap_ms + grace_ms
         self._keep_headers = keep_headers
-        self.observed_time = observed_time
-        self.accepted_time = -1
-        """The largest timestamp counted into a session (-1: none)."""
         self._sessions: dict[bytes, list[_Session]] = {}
         self._by_end: list[tuple[int, bytes, bytes]] = []  # (end, state key, key); may be stale
         self._live: dict[bytes, _Session] = {}  # state key -> session
-        self._writes = WriteBehind(_VALUE_BYTES)
 
     def load(self, key: bytes, start: int, end: int, value: int) -> None:
         """Take a session from the stored state (before the first batch)."""
@@ -74,44 +70,6 @@ class SessionCore:
         self._writes.stored(state_key)
         heapq.heappush(self._by_end, (end, state_key, key))
 
-    def process(
-        self,
-        keys: Sequence[bytes | None],
-        timestamps: Sequence[int],
-        offsets: Sequence[int],
-        headers: Sequence[Headers | None],
-    ) -> tuple[list[Final], int, int]:
-        """Count a batch of data records (one partition's, in order): the sessions emitted, and
-        how many records were late and how many had no key."""
-        emitted: list[Final] = []
-        late = keyless = 0
-        for i, key in enumerate(keys):
-            if key is None:
-                keyless += 1
-                continue
-            if not self._count(key, timestamps[i], offsets[i], headers[i]):
-                late += 1
-            self._emit_closed(emitted, offsets[i])
-        return emitted, late, keyless
-
-    def advance(self, timestamp: int, offset: int) -> list[Final]:
-        """Time passed to ``timestamp`` without data (a control record at ``offset``): the
-        sessions that closed."""
-        emitted: list[Final] = []
-        self.observed_time = max(self.observed_time, timestamp)
-        self._emit_closed(emitted, offset)
-        return emitted
-
-    def take_writes(self) -> list[StateWrite]:
-        """The changes since the last call, in the order of their latest change (the state is
-        clean after)."""
-        return self._writes.take()
-
-    @property
-    def dirty_bytes(self) -> int:
-        """Bytes of the changes not written yet."""
-        return self._writes.bytes
-
     def pending(self) -> int:
         """Sessions not emitted yet (the suppression buffer's size)."""
         return len(self._live)
@@ -120,7 +78,7 @@ class SessionCore:
         """The key's sessions not emitted yet, ``(start, end, count)``, by start."""
         return sorted((s.start, s.end, s.value) for s in self._sessions.get(key, ()))
 
-    def _count(self, key: bytes, t: int, offset: int, headers: Headers | None) -> bool:
+    def _count(self, key: bytes, t: int, offset: int, headers: Headers | None) -> int:
         gap = self._gap
         retained_after = self.observed_time - self._retention
         sessions = self._sessions.get(key)
@@ -135,7 +93,7 @@ class SessionCore:
             start = min(start, s.start)
             end = max(end, s.end)
         if end < self.observed_time - self._retention:
-            return False
+            return 1  # late
         self.accepted_time = max(self.accepted_time, t)
         value = 1
         for s in found:
@@ -148,7 +106,7 @@ class SessionCore:
             heapq.heappush(self._by_end, (end, state_key, key))
         self._live[state_key] = session
         self._writes.mark(state_key, value, end, offset, t)
-        return True
+        return 0
 
     def _remove(self, key: bytes, session: _Session, offset: int, timestamp: int) -> None:
         sessions = self._sessions[key]

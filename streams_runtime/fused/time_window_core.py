@@ -17,16 +17,15 @@ The semantics are those of ``TimeWindowAggregateProcessor`` feeding ``SuppressPr
   time`` is emitted once, in ``(end, key + start + end)`` order, stamped with its timestamp,
   and leaves the state;
 - the state is written behind as the session core's is
-  (:class:`~streams_runtime.fused.write_behind.WriteBehind`).
+  (:class:`~streams_runtime.fused.window_core.WriteBehind`).
 """
 
 from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Sequence
 
-from streams_runtime.fused.write_behind import Final, StateWrite, WriteBehind
+from streams_runtime.fused.window_core import Final, WindowCore
 from streams_runtime.record import Headers
 
 __all__ = ["TimeWindowCore"]
@@ -48,7 +47,7 @@ class _Window:
         self.headers = headers
 
 
-class TimeWindowCore:
+class TimeWindowCore(WindowCore):
     """Time windows of ``size_ms`` every ``advance_ms`` with ``grace_ms``, counting, final
     results only; ``observed_time``: the stream time to start from. ``keep_headers`` is taken
     for the session core's signature: a window's update always carries its record's headers."""
@@ -61,16 +60,13 @@ class TimeWindowCore:
         observed_time: int,
         keep_headers: bool,
     ) -> None:
+        super().__init__(observed_time, _VALUE_BYTES)
         self._size = size_ms
         self._advance = advance_ms
         self._grace = grace_ms
-        self.observed_time = observed_time
-        self.accepted_time = -1
-        """The largest timestamp counted into a window (-1: none)."""
         self._windows: dict[bytes, _Window] = {}  # state key -> window
         self._by_end: list[tuple[int, bytes]] = []  # (end, state key)
         self._by_key: dict[bytes, set[int]] = {}  # key -> starts of its windows
-        self._writes = WriteBehind(_VALUE_BYTES)
 
     def load(self, key: bytes, start: int, end: int, value: int, timestamp: int) -> None:
         """Take a window from the stored state (before the first batch)."""
@@ -79,42 +75,6 @@ class TimeWindowCore:
         self._by_key.setdefault(key, set()).add(start)
         self._writes.stored(state_key)
         heapq.heappush(self._by_end, (end, state_key))
-
-    def process(
-        self,
-        keys: Sequence[bytes | None],
-        timestamps: Sequence[int],
-        offsets: Sequence[int],
-        headers: Sequence[Headers | None],
-    ) -> tuple[list[Final], int, int]:
-        """Count a batch of data records (one partition's, in order): the windows emitted, and
-        how many window updates were late and how many records had no key."""
-        emitted: list[Final] = []
-        late = keyless = 0
-        for i, key in enumerate(keys):
-            if key is None:
-                keyless += 1
-                continue
-            late += self._count(key, timestamps[i], offsets[i], headers[i])
-            self._emit_closed(emitted, offsets[i])
-        return emitted, late, keyless
-
-    def advance(self, timestamp: int, offset: int) -> list[Final]:
-        """Time passed to ``timestamp`` without data (a control record at ``offset``): the
-        windows that closed."""
-        emitted: list[Final] = []
-        self.observed_time = max(self.observed_time, timestamp)
-        self._emit_closed(emitted, offset)
-        return emitted
-
-    def take_writes(self) -> list[StateWrite]:
-        """The changes since the last call, in the order of their latest change."""
-        return self._writes.take()
-
-    @property
-    def dirty_bytes(self) -> int:
-        """Bytes of the changes not written yet."""
-        return self._writes.bytes
 
     def pending(self) -> int:
         """Windows not emitted yet (the suppression buffer's size)."""
@@ -129,7 +89,6 @@ class TimeWindowCore:
         return found
 
     def _count(self, key: bytes, t: int, offset: int, headers: Headers | None) -> int:
-        """Count the record into its windows; how many of them were closed."""
         self.observed_time = max(self.observed_time, t)
         size, advance, grace = self._size, self._advance, self._grace
         first = max(0, t - size + advance)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from streams_runtime.fused import session_core_type, time_window_core_type
-from streams_runtime.fused.write_behind import Final
+from streams_runtime.fused.window_core import Final
 from streams_runtime.processors import (
     NO_PROGRESS,
     Processor,
@@ -31,13 +31,12 @@ from streams_runtime.processors import (
 from streams_runtime.record import Record, SourceRecord
 from streams_runtime.serdes import Serde, SerializationError, String, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore, SourcePosition
-from streams_runtime.state.changelog import split_session_changelog_key
+from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, TimeWindows
 
 __all__ = ["FusedWindowCount", "fusable_window_count"]
 
-_LONG = 8
 _QUERY_TRIES = 100
 
 
@@ -129,7 +128,7 @@ class FusedWindowCount(Processor):
                 core.load(key, start, end, self._value_serde.deserialize(raw))
             pending.add(state_key)
         for key, start, end, _ in list(self._sessions.items()):
-            if key + _window(start, end) not in pending:
+            if session_changelog_key(key, start, end) not in pending:
                 self._sessions.put(key, start, end, None, context.stream_time)
         context.suppress_buffer_size(self.buffer_name, core.pending())
 
@@ -294,7 +293,3 @@ class _QueriedSessions(SessionStore):
                     raw = ValueAndTimestamp(raw, timestamp[0]).to_bytes()
                 found.append((start, end, raw))
         return found
-
-
-def _window(start: int, end: int) -> bytes:
-    return start.to_bytes(_LONG, "big", signed=True) + end.to_bytes(_LONG, "big", signed=True)

@@ -39,6 +39,26 @@ def stored_sessions(draw: st.DrawFn) -> list[tuple[bytes, int, int, int]]:
     return sessions
 
 
+def drive(cores: list[Any], steps: list[tuple[str, Any]]) -> None:
+    """Run ``steps`` on every core, requiring the same answers and state after each."""
+    offset = 0
+    for kind, arg in steps:
+        if kind == "batch":
+            keys = [key for key, _ in arg]
+            timestamps = [t for _, t in arg]
+            offsets = list(range(offset, offset + len(arg)))
+            headers = [[("h", str(o).encode())] if o % 3 else None for o in offsets]
+            offset += len(arg)
+            results = [core.process(keys, timestamps, offsets, headers) for core in cores]
+        elif kind == "advance":
+            results = [core.advance(arg, offset) for core in cores]
+            offset += 1
+        else:
+            results = [core.take_writes() for core in cores]
+        assert results[0] == results[1], kind
+        assert _state(cores[0]) == _state(cores[1])
+
+
 def _state(core: Any) -> tuple[Any, ...]:
     return (
         core.observed_time,
@@ -73,22 +93,7 @@ def test_native_and_python_cores_agree_call_for_call(  # noqa: PLR0917 - hypothe
     for core in cores:
         for session in stored:
             core.load(*session)
-    offset = 0
-    for kind, arg in steps:
-        if kind == "batch":
-            keys = [key for key, _ in arg]
-            timestamps = [t for _, t in arg]
-            offsets = list(range(offset, offset + len(arg)))
-            headers = [[("h", str(o).encode())] if o % 3 else None for o in offsets]
-            offset += len(arg)
-            results = [core.process(keys, timestamps, offsets, headers) for core in cores]
-        elif kind == "advance":
-            results = [core.advance(arg, offset) for core in cores]
-            offset += 1
-        else:
-            results = [core.take_writes() for core in cores]
-        assert results[0] == results[1], kind
-        assert _state(cores[0]) == _state(cores[1])
+    drive(cores, steps)
 
 
 def test_a_batch_with_columns_of_different_lengths_is_refused() -> None:

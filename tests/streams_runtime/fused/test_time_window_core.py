@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams_runtime.fused.time_window_core import TimeWindowCore as PythonTimeWindowCore
-from tests.streams_runtime.fused.test_session_core import KEYS, step
+from tests.streams_runtime.fused.test_session_core import KEYS, drive, step
 
 native = pytest.importorskip("streams_runtime._native", reason="the native core is not built")
 
@@ -22,16 +22,6 @@ def windows(draw: st.DrawFn) -> tuple[int, int, int]:
     """``(size, advance, grace)``: tumbling or hopping."""
     size = draw(st.integers(1, 60))
     return size, draw(st.integers(1, size)), draw(st.integers(0, 30))
-
-
-def _state(core: Any) -> tuple[Any, ...]:
-    return (
-        core.observed_time,
-        core.accepted_time,
-        core.dirty_bytes,
-        core.pending(),
-        [core.fetch(key) for key in KEYS],
-    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -58,19 +48,4 @@ def test_native_and_python_cores_agree_call_for_call(
     for core in cores:
         for (key, start), value in loaded.items():
             core.load(key, start, start + size, value, start + size - 1)
-    offset = 0
-    for kind, arg in steps:
-        if kind == "batch":
-            keys = [key for key, _ in arg]
-            timestamps = [t for _, t in arg]
-            offsets = list(range(offset, offset + len(arg)))
-            headers = [[("h", str(o).encode())] if o % 3 else None for o in offsets]
-            offset += len(arg)
-            results = [core.process(keys, timestamps, offsets, headers) for core in cores]
-        elif kind == "advance":
-            results = [core.advance(arg, offset) for core in cores]
-            offset += 1
-        else:
-            results = [core.take_writes() for core in cores]
-        assert results[0] == results[1], kind
-        assert _state(cores[0]) == _state(cores[1])
+    drive(cores, steps)

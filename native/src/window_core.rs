@@ -1,10 +1,11 @@
-//! What a fused operator's cores share: the state written behind (every change since the last
+//! What a fused operator's cores share (streams_runtime/fused/window_core.py is its Python
+//! twin): the batch loop (`WindowCore`), the state written behind (every change since the last
 //! write, in the order of its latest change), and handing emitted windows to Python.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 /// Bytes counted per written-behind entry besides key and value (as the record cache counts).
 const ENTRY_OVERHEAD: i64 = 64;
@@ -111,8 +112,61 @@ impl WriteBehind {
     }
 }
 
+/// A windowed count's core: what a record does to its windows, and which windows time closed.
+pub trait WindowCore {
+    /// Count the record into its windows (moving the stream time); how many were late.
+    fn count(&mut self, key: &[u8], t: i64, offset: i64, headers: &Bound<'_, PyAny>) -> i64;
+    /// Append the windows now closed, in (end, state key) order, and remove them.
+    fn emit_closed(&mut self, py: Python<'_>, emitted: &mut Vec<Final>, offset: i64);
+    /// Move the stream time to at least `t`.
+    fn observe(&mut self, t: i64);
+}
+
+/// Count a batch of data records: (the windows emitted, late window updates, keyless records).
+pub fn process_batch<'py, C: WindowCore>(
+    core: &mut C,
+    py: Python<'py>,
+    keys: &Bound<'py, PyList>,
+    timestamps: &[i64],
+    offsets: &[i64],
+    headers: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let n = keys.len();
+    if timestamps.len() != n || offsets.len() != n || headers.len() != n {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "batch columns differ in length",
+        ));
+    }
+    let mut emitted = Vec::new();
+    let (mut late, mut keyless) = (0i64, 0i64);
+    for (i, key) in keys.iter().enumerate() {
+        if key.is_none() {
+            keyless += 1;
+            continue;
+        }
+        let key = key.cast::<PyBytes>()?;
+        let header = headers.get_item(i)?;
+        late += core.count(key.as_bytes(), timestamps[i], offsets[i], &header);
+        core.emit_closed(py, &mut emitted, offsets[i]);
+    }
+    (finals(py, emitted)?, late, keyless).into_pyobject(py)
+}
+
+/// Time passed to `timestamp` without data (a control record at `offset`): the windows closed.
+pub fn advance<'py, C: WindowCore>(
+    core: &mut C,
+    py: Python<'py>,
+    timestamp: i64,
+    offset: i64,
+) -> PyResult<Bound<'py, PyList>> {
+    core.observe(timestamp);
+    let mut emitted = Vec::new();
+    core.emit_closed(py, &mut emitted, offset);
+    finals(py, emitted)
+}
+
 /// Emitted windows as a Python list of tuples.
-pub fn finals(py: Python<'_>, emitted: Vec<Final>) -> PyResult<Bound<'_, PyList>> {
+fn finals(py: Python<'_>, emitted: Vec<Final>) -> PyResult<Bound<'_, PyList>> {
     let list = PyList::empty(py);
     for (key, start, end, value, timestamp, headers) in emitted {
         let item = (
