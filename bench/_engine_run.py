@@ -9,6 +9,10 @@ same shape), also its fixed cost: seconds from the process's start to the first 
 processed, and from the last record processed to the moment the committed offsets were seen at
 the end (to within the watcher's poll, 50 ms).
 
+The steady rate, for every engine: records committed per second between the first commit the
+watcher sees and the last (the committed offsets' advance over that time), so neither start-up
+nor the final commit counts. Coarse for short runs: commits come once per commit interval.
+
 Not ``ru_maxrss`` from ``os.wait4``: Linux carries the high-water mark of the forked copy of this
 benchmark process (its pre-loaded input included) across ``exec``, so a small engine would be
 reported at least as large as the benchmark itself."""
@@ -42,6 +46,8 @@ class Measured:
     """Process start -> first record processed (None: the engine does not say)."""
     commit_after_last_s: float | None = None
     """Last record processed -> its offsets seen committed (None: the engine does not say)."""
+    steady_rate: float | None = None
+    """Records/s committed between the first commit seen and the last (None: one commit)."""
 
 
 def record_times(log: str) -> tuple[float | None, float | None]:
@@ -114,6 +120,7 @@ def run_engine(
         started = time.perf_counter()
         started_wall = time.time()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    first_commit: tuple[float, int] | None = None  # (elapsed, records committed)
     try:
         while True:
             pid, status, _ = os.wait4(process.pid, os.WNOHANG)
@@ -123,6 +130,9 @@ def run_engine(
                 raise RuntimeError(f"exited ({process.returncode}) before the end:\n{tail}")
             offsets = _committed(watcher, source, len(end_offsets))
             elapsed = time.perf_counter() - started
+            committed = sum(max(o, 0) for o in offsets)  # no commit yet: -1001
+            if first_commit is None and committed:
+                first_commit = (elapsed, committed)
             if all(o >= end for o, end in zip(offsets, end_offsets, strict=True)):
                 committed_wall = time.time()
                 break
@@ -137,9 +147,13 @@ def run_engine(
         tail = log_path.read_text(errors="replace")[-1500:]
         raise RuntimeError(f"exit code {code} after SIGTERM:\n{tail}")
     first, last = record_times(log_path.read_text(errors="replace"))
+    steady = None
+    if first_commit is not None and elapsed > first_commit[0]:
+        steady = (committed - first_commit[1]) / (elapsed - first_commit[0])
     return Measured(
         elapsed,
         peak_rss_mib,
         first_record_s=None if first is None else first - started_wall,
         commit_after_last_s=None if last is None else committed_wall - last,
+        steady_rate=steady,
     )
