@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from streams_runtime.errors import StreamsError
 from streams_runtime.fused import session_core_type, time_window_core_type
 from streams_runtime.fused.window_core import Final
 from streams_runtime.processors import (
@@ -110,6 +111,9 @@ class FusedWindowCount(Processor):
         for child in self.children:
             child.parents = [self if parent is suppress else parent for parent in child.parents]
         self._context: Any = None
+        self.on_error: Callable[[Exception], None] | None = None
+        """Takes what user code below the suppression raises for one emitted window (the
+        others are still emitted); unset, it is raised."""
 
     def init(self, context: Any) -> None:
         """Start from the stores: every window the suppression still holds is pending (a
@@ -150,7 +154,7 @@ class FusedWindowCount(Processor):
         its serdes refuse goes to ``on_bad``, in order."""
         try:
             keys = [self._quick_key_of(record) for record in records]
-        except Exception:
+        except Exception:  # a bad record among them: the careful way
             self._process_one_by_one(records, on_bad)
             return
         self._count(
@@ -226,8 +230,18 @@ class FusedWindowCount(Processor):
         if not finals:
             return
         deserialize = self._key_serde.deserialize
+        on_error = self.on_error
         for key, start, end, count, timestamp, headers in finals:
-            self.forward(Record(Windowed(deserialize(key), start, end), count, timestamp, headers))
+            record = Record(Windowed(deserialize(key), start, end), count, timestamp, headers)
+            if on_error is None:
+                self.forward(record)
+                continue
+            try:
+                self.forward(record)
+            except StreamsError:
+                raise  # the runtime's own failure (a fenced producer...), not the window's
+            except Exception as exc:
+                on_error(exc)
         self._context.suppress_buffer_size(self.buffer_name, self.core.pending())
 
     def control_progress(self) -> int:

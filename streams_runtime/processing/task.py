@@ -369,20 +369,22 @@ class StreamTask:
         position = self.position
         position.tp = tp
         position.offset = record.offset
-        if record.is_control:
-            source.advance(record.timestamp)
-        else:
-            try:
-                data: Record[Any, Any] = source.deserialize(record)
-            except SerializationError as exc:
-                self._bad_records.handle(record, "deserialization", exc)
+        try:
+            if record.is_control:
+                # A tick can emit results too (a suppression's): what user code below raises
+                # then meets the policy as for data, or a restart would meet it again forever.
+                source.advance(record.timestamp)
             else:
                 try:
+                    data: Record[Any, Any] = source.deserialize(record)
+                except SerializationError as exc:
+                    self._bad_records.handle(record, "deserialization", exc)
+                else:
                     source.forward(data)
-                except StreamsError:
-                    raise  # the runtime's own failure (a fenced producer...), not the record's
-                except Exception as exc:
-                    self._bad_records.handle(record, "processing", exc)
+        except StreamsError:
+            raise  # the runtime's own failure (a fenced producer...), not the record's
+        except Exception as exc:
+            self._bad_records.handle(record, "processing", exc)
         self._consumed[tp] = record.offset + 1
         return record.is_control
 
@@ -390,47 +392,44 @@ class StreamTask:
         """Process one partition's records through the fused chain, data in runs between
         control records; how many were control records. A record the serdes refuse meets the
         bad-record policy in order, everything before it processed (under ``fail``, committed
-        up to it)."""
+        up to it); what user code below the suppression raises for an emitted window meets it
+        blamed on the run's last record (the chain would blame the one whose time closed the
+        window), or on the tick that closed it."""
         tp, source = self._routes[batch[0].topic]
         position = self.position
         position.tp = tp
         consumed = self._consumed
+        blamed = batch[-1]
 
         def bad(record: SourceRecord, exc: Exception) -> None:
             position.offset = consumed[tp] = record.offset
             self._bad_records.handle(record, "deserialization", exc)
 
+        def failed(exc: Exception) -> None:
+            self._bad_records.handle(blamed, "processing", exc)
+
+        def run(records: list[SourceRecord]) -> None:
+            nonlocal blamed
+            if records:
+                blamed = records[-1]
+                position.offset = blamed.offset
+                fused.process_batch(records, bad)
+
+        fused.on_error = failed
         controls = 0
         run_from = 0
         for i, record in enumerate(batch):
             if record.is_control:
-                self._fused_run(fused, batch[run_from:i], bad)
+                run(batch[run_from:i])
+                blamed = record
                 position.offset = record.offset
                 source.advance(record.timestamp)
                 controls += 1
                 run_from = i + 1
-        self._fused_run(fused, batch[run_from:], bad)
+        run(batch[run_from:])
         position.offset = batch[-1].offset
         consumed[tp] = batch[-1].offset + 1
         return controls
-
-    def _fused_run(
-        self,
-        fused: FusedWindowCount,
-        records: list[SourceRecord],
-        bad: Callable[[SourceRecord, Exception], None],
-    ) -> None:
-        if not records:
-            return
-        self.position.offset = records[-1].offset
-        try:
-            fused.process_batch(records, bad)
-        except StreamsError:
-            raise  # the runtime's own failure (a fenced producer...), not the records'
-        except Exception as exc:
-            # Below the suppression: blamed on the run's last record (the chain would blame
-            # the one whose time closed the session).
-            self._bad_records.handle(records[-1], "processing", exc)
 
     def bounds(self) -> dict[str, int]:
         """Per output topic, the bound this task promises: records its sinks still send are at
