@@ -9,12 +9,11 @@ import threading
 import uuid
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from progress_control.settings import ConfigurationError, load_settings
 from streams_runtime.app_state import AppState
 from streams_runtime.cluster.membership import LagInfo
-from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.store_provider import LocalStoreProvider
 from streams_runtime.dsl import StreamsBuilder
 from streams_runtime.errors import as_exception
@@ -26,9 +25,12 @@ from streams_runtime.processing.stream_thread import StreamThread
 from streams_runtime.queries.results import KeyQueryMetadata, NotAvailableError, QueryResult
 from streams_runtime.queries.router import InteractiveQueries
 from streams_runtime.queries.security import query_address
-from streams_runtime.queries.server import QueryServer
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.topology import Topology
+
+if TYPE_CHECKING:  # imported where used: most apps run neither (start-up time, issue 37)
+    from streams_runtime.cluster.replicator import Replicator
+    from streams_runtime.queries.server import QueryServer
 
 __all__ = ["App"]
 
@@ -163,6 +165,8 @@ class App:
         settings = self.settings
         instance_id = self.instance_id
         if settings.membership_enabled:
+            from streams_runtime.cluster.replicator import Replicator
+
             self.replicator = Replicator(
                 self.topology,
                 settings,
@@ -185,6 +189,8 @@ class App:
         query_server = None
         address = query_address(settings)
         if address is not None:
+            from streams_runtime.queries.server import QueryServer
+
             query_server = QueryServer(
                 self.queries, address.bind_host, address.port, settings, self.health
             )

@@ -13,6 +13,8 @@ one job per module:
 The query router is :mod:`streams_runtime.queries.router`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from streams_runtime.cluster.membership import (
     LagInfo,
     MemberInfo,
@@ -20,8 +22,10 @@ from streams_runtime.cluster.membership import (
     StorePartition,
 )
 from streams_runtime.cluster.placement import rendezvous_standbys, standby_placement
-from streams_runtime.cluster.replicator import Replicator
-from streams_runtime.cluster.standby import StandbyReplica
+
+if TYPE_CHECKING:
+    from streams_runtime.cluster.replicator import Replicator
+    from streams_runtime.cluster.standby import StandbyReplica
 
 __all__ = [
     "LagInfo",
@@ -33,3 +37,18 @@ __all__ = [
     "rendezvous_standbys",
     "standby_placement",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use (PEP 562): the replicator and the standbys pull in most of the
+    # cluster side, which an app without membership never runs; ``import streams_runtime``
+    # (``LagInfo``) would otherwise load them at every start.
+    if name == "Replicator":
+        from streams_runtime.cluster.replicator import Replicator
+
+        return Replicator
+    if name == "StandbyReplica":
+        from streams_runtime.cluster.standby import StandbyReplica
+
+        return StandbyReplica
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

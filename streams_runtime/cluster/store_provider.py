@@ -8,13 +8,16 @@ through: which tasks are active or restoring here, a store of either, and a stan
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from streams_runtime.cluster.membership import StorePartition
-from streams_runtime.cluster.replicator import Replicator
-from streams_runtime.cluster.standby import StandbyReplica
 from streams_runtime.processing.stream_thread import StreamThread
 from streams_runtime.record import TaskId
 from streams_runtime.state import KeyValueStore, SessionStore
+
+if TYPE_CHECKING:  # imported by the app only with membership on: not at start-up otherwise
+    from streams_runtime.cluster.replicator import Replicator
+    from streams_runtime.cluster.standby import StandbyReplica
 
 __all__ = ["LocalStoreProvider", "StoreLookup"]
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
 import urllib.parse
-
-import urllib3
-from urllib3.exceptions import HTTPError as Urllib3Error
+from typing import TYPE_CHECKING
 
 from streams_runtime.queries.results import QueryResult
+
+if TYPE_CHECKING:
+    import urllib3
 
 __all__ = ["ForwardError", "QueryForwarder"]
 
@@ -51,16 +53,30 @@ class QueryForwarder:
         connections_per_member: int,
     ) -> None:
         self._scheme = "https" if ssl_context is not None else "http"
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._pool = urllib3.PoolManager(
-            num_pools=_MAX_MEMBERS,
-            headers=headers,
-            maxsize=connections_per_member,
-            block=False,
-            retries=False,
-            timeout=urllib3.Timeout(total=timeout_s),
-            ssl_context=ssl_context,
-        )
+        self._ssl_context = ssl_context
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout_s = timeout_s
+        self._connections_per_member = connections_per_member
+        # Made on the first forward: urllib3 is imported then, not at every app's start (an
+        # instance alone never forwards).
+        self._pool: urllib3.PoolManager | None = None
+        self._lock = threading.Lock()
+
+    def _connections(self) -> urllib3.PoolManager:
+        with self._lock:
+            if self._pool is None:
+                import urllib3
+
+                self._pool = urllib3.PoolManager(
+                    num_pools=_MAX_MEMBERS,
+                    headers=self._headers,
+                    maxsize=self._connections_per_member,
+                    block=False,
+                    retries=False,
+                    timeout=urllib3.Timeout(total=self._timeout_s),
+                    ssl_context=self._ssl_context,
+                )
+            return self._pool
 
     def forward(
         self, endpoint: str, store: str, key_text: str, allow_stale: bool, max_lag: int | None
@@ -75,8 +91,11 @@ class QueryForwarder:
             f"{self._scheme}://{endpoint}/stores/{urllib.parse.quote(store, safe='')}"
             f"/keys/{urllib.parse.quote(key_text, safe='')}?{urllib.parse.urlencode(params)}"
         )
+        pool = self._connections()
+        from urllib3.exceptions import HTTPError as Urllib3Error  # loaded with the pool
+
         try:
-            response = self._pool.request("GET", url, redirect=False)
+            response = pool.request("GET", url, redirect=False)
         except (Urllib3Error, OSError, ValueError) as exc:
             raise ForwardError(f"{endpoint}: {exc}") from exc
         status = response.status
@@ -97,4 +116,6 @@ class QueryForwarder:
 
     def close(self) -> None:
         """Close every pooled connection (forwarding after this opens new ones)."""
-        self._pool.clear()
+        with self._lock:
+            if self._pool is not None:
+                self._pool.clear()

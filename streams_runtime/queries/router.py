@@ -19,9 +19,9 @@ import base64
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from streams_runtime.cluster.membership import LagInfo, MemberInfo, StorePartition, epoch_ms
-from streams_runtime.cluster.replicator import Replicator
 from streams_runtime.cluster.store_provider import LocalStoreProvider
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.murmur2 import partition_for_key
@@ -47,6 +47,9 @@ from streams_runtime.serdes import (
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import KeyValueStore, SessionStore, changelog_topic
 from streams_runtime.topology import QueryableStore, Topology
+
+if TYPE_CHECKING:  # imported by the app only with membership on: not at start-up otherwise
+    from streams_runtime.cluster.replicator import Replicator
 
 __all__ = ["InteractiveQueries", "key_from_text"]
 
