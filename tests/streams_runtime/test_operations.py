@@ -275,8 +275,11 @@ def test_sigterm_mid_transaction_under_exactly_once(
     assert_clean_exit(app, code, took_s)
 
 
-RESTORED_RECORDS = 1_000_000
-"""The changelog partition one task restores: long enough for a second instance to join."""
+RESTORED_RECORDS = 120_000
+"""The changelog partition one task restores, in batches of ``RESTORE_BATCH`` records that the
+instances fetch one per ``fetch.wait.max.ms`` (10 ms): about 12 s, long enough for a second
+instance to join however fast the machine applies them."""
+RESTORE_BATCH = 100
 
 
 def test_a_restore_runs_beside_the_poll_loop(
@@ -294,13 +297,21 @@ def test_a_restore_runs_beside_the_poll_loop(
     new = NewTopic(changelog, PARTITIONS, 1, config={"cleanup.policy": "compact"})
     for future in admin.create_topics([new]).values():
         future.result(30)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 50})
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 50, "batch.num.messages": RESTORE_BATCH}
+    )
     for i in range(RESTORED_RECORDS):
         producer.produce(changelog, key=f"r{i}", value=b"v", partition=0)
         if i % 100_000 == 99_999:
             producer.flush(60)
     assert producer.flush(60) == 0
-    first = launch(0, state_engine="sqlite")
+    # A fetch returns one producer batch, after the broker waited for more bytes than it may
+    # return: the restore is paced by the clock, not by the CPU.
+    throttled = {
+        "consumer__max_partition_fetch_bytes": "1024",
+        "consumer__fetch_min_bytes": "1048576",
+    }
+    first = launch(0, state_engine="sqlite", **throttled)
     wait_for(
         lambda: first.check_alive() and (first.probe("ready") or (0, {}))[1].get("active_tasks"),
         timeout_s=60,
@@ -321,7 +332,7 @@ def test_a_restore_runs_beside_the_poll_loop(
     assert ready[1]["restoring_tasks"] == 1, ready
     # A second instance joins: the group rebalances at once (0_0 may move with it and start
     # over there), and the newcomer runs tasks while 0_0 still restores.
-    second = launch(1)
+    second = launch(1, **throttled)
 
     def tasks(app: OpsApp, kind: str) -> int:
         answer = app.probe("ready")
