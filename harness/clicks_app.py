@@ -5,6 +5,9 @@ writes click events to the partitions it is told, then stays alive (serving call
 Prints one JSON line with what it observed.
 
     python clicks_app.py BOOTSTRAP TOPIC --partitions 0,1 --records 20 --linger-s 3
+
+``--until-ticks N`` ends the linger early once progress control sent N ticks (a busy machine
+can take longer than a fixed linger).
 """
 
 import argparse
@@ -21,6 +24,9 @@ def main() -> None:
     parser.add_argument("--partitions", default="0")
     parser.add_argument("--records", type=int, default=10)
     parser.add_argument("--linger-s", type=float, default=0.0, help="stay alive after producing")
+    parser.add_argument(
+        "--until-ticks", type=int, default=None, help="stop lingering once this many ticks went out"
+    )
     parser.add_argument("--interval-s", type=float, default=0.0, help="pause between records")
     parser.add_argument("--transactional", action="store_true")
     args = parser.parse_args()
@@ -56,10 +62,14 @@ def main() -> None:
     if args.transactional:
         producer.commit_transaction()
     producer.flush(5)
+    progress_metrics = getattr(producer, "progress_metrics", lambda: None)
     deadline = time.monotonic() + args.linger_s
     while time.monotonic() < deadline:
         producer.poll(0.1)
-    metrics = getattr(producer, "progress_metrics", lambda: None)()
+        metrics = progress_metrics()
+        if args.until_ticks is not None and metrics and metrics.ticks_sent >= args.until_ticks:
+            break
+    metrics = progress_metrics()
     print(
         json.dumps(
             {

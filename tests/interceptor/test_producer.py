@@ -331,7 +331,9 @@ def test_unmodified_app_gets_ticks_under_progress_control_run(
         "--records",
         "20",
         "--linger-s",
-        "2",
+        "30",
+        "--until-ticks",
+        "4",
         env=_app_env(),
     )
     assert summary["producer_class"] in PRODUCER_CLASSES
@@ -359,7 +361,9 @@ def test_transactional_app_keeps_committing_with_ticks_on(
         "--records",
         "10",
         "--linger-s",
-        "2",
+        "30",
+        "--until-ticks",
+        "4",
         "--transactional",
         env=_app_env(),
     )
