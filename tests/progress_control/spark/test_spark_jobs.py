@@ -224,9 +224,16 @@ def stream_run(
             lambda: e if len(e := job.errors()) >= len(MALFORMED) else None,
             message="the errors output",
         )
+        # The progress that reports the moved watermark can reach the listener after the
+        # sessions it closed reached the sink.
         metrics = wait_for(
-            lambda: m if (m := job.metrics()).control_records == PARTITIONS else None,
-            message="control records counted",
+            lambda: (
+                m
+                if (m := job.metrics()).control_records == PARTITIONS
+                and m.watermark_ms != metrics_before.watermark_ms
+                else None
+            ),
+            message="control records counted and the watermark they moved",
         )
         kafka_output = _read_topic(kafka_bootstrap, output_topic, 1, len(EXPECTED))
         assert job.is_active
