@@ -1,8 +1,9 @@
 # The native core (native/src/): the interfaces of its pure-Python references in
 # streams_runtime/fused/ (session_core.py, time_window_core.py).
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from streams_runtime.fused.window_core import Final, StateWrite
+from streams_runtime.fused.window_core import Failure, Final, StateWrite
 from streams_runtime.record import Headers
 
 class _WindowCore:
@@ -15,21 +16,41 @@ class _WindowCore:
         timestamps: Sequence[int],
         offsets: Sequence[int],
         headers: Sequence[Headers | None],
-    ) -> tuple[list[Final], int, int]: ...
+        values: Sequence[Any] | None = None,
+    ) -> tuple[list[Final], int, int, Failure | None]: ...
     def advance(self, timestamp: int, offset: int) -> list[Final]: ...
     def take_writes(self) -> list[StateWrite]: ...
     def pending(self) -> int: ...
 
 class SessionCore(_WindowCore):
     def __init__(
-        self, gap_ms: int, grace_ms: int, observed_time: int, keep_headers: bool
+        self,
+        gap_ms: int,
+        grace_ms: int,
+        observed_time: int,
+        keep_headers: bool,
+        *,
+        aggregation: str = "count",
+        normalize: Callable[[Any], Any] | None = None,
+        exact_ints: bool = True,
+        exact_floats: bool = True,
     ) -> None: ...
-    def load(self, key: bytes, start: int, end: int, value: int) -> None: ...
-    def fetch(self, key: bytes) -> list[tuple[int, int, int]]: ...
+    def load(self, key: bytes, start: int, end: int, value: Any) -> None: ...
+    def fetch(self, key: bytes) -> list[tuple[int, int, Any]]: ...
 
 class TimeWindowCore(_WindowCore):
     def __init__(
-        self, size_ms: int, advance_ms: int, grace_ms: int, observed_time: int, keep_headers: bool
+        self,
+        size_ms: int,
+        advance_ms: int,
+        grace_ms: int,
+        observed_time: int,
+        keep_headers: bool,
+        *,
+        aggregation: str = "count",
+        normalize: Callable[[Any], Any] | None = None,
+        exact_ints: bool = True,
+        exact_floats: bool = True,
     ) -> None: ...
-    def load(self, key: bytes, start: int, end: int, value: int, timestamp: int) -> None: ...
-    def fetch(self, key: bytes) -> list[tuple[int, int, int, int]]: ...
+    def load(self, key: bytes, start: int, end: int, value: Any, timestamp: int) -> None: ...
+    def fetch(self, key: bytes) -> list[tuple[int, int, Any, int]]: ...

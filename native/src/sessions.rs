@@ -1,5 +1,5 @@
-//! The native session core: a session-window count suppressed until each session closes, a
-//! whole batch of records per call. Its semantics are those of the pure-Python reference,
+//! The native session core: a session-window built-in aggregation (a count, sum, min or max)
+//! suppressed until each session closes, a whole batch of records per call. Its semantics are those of the pure-Python reference,
 //! streams_runtime/fused/session_core.py (whose docstring states them), call for call; the
 //! differential test (tests/streams_runtime/fused/test_session_core.py) holds the two together.
 
@@ -11,9 +11,9 @@ use rustc_hash::FxHashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::window_core::{self, state_key, Final, WindowCore, WriteBehind};
+use crate::window_core::{self, state_key, Agg, Aggregation, Final, Kind, WindowCore, WriteBehind};
 
-/// A count is written as a long.
+/// A count is written as a long (and so counted for every aggregate).
 const VALUE_BYTES: i64 = 8;
 /// The window suffix of a state key: start and end, 8-byte big-endian each.
 const WINDOW_BYTES: usize = 16;
@@ -21,7 +21,7 @@ const WINDOW_BYTES: usize = 16;
 struct Session {
     start: i64,
     end: i64,
-    value: i64,
+    value: Agg,
     headers: Option<Py<PyAny>>,
 }
 
@@ -39,12 +39,17 @@ pub struct SessionCore {
     by_end: BinaryHeap<Reverse<(i64, Vec<u8>)>>,
     live: usize,
     writes: WriteBehind,
+    aggregation: Aggregation,
 }
 
 impl SessionCore {
-    /// Remove the session ``index`` of ``key``; a change to write behind.
-    fn remove(&mut self, key: &[u8], index: usize, offset: i64, timestamp: i64) -> Session {
+    /// Remove the session ``start, end`` of ``key``; a change to write behind.
+    fn remove(&mut self, key: &[u8], start: i64, end: i64, offset: i64, timestamp: i64) -> Session {
         let sessions = self.sessions.get_mut(key).expect("a live key");
+        let index = sessions
+            .iter()
+            .position(|s| s.start == start && s.end == end)
+            .expect("a live session");
         let session = sessions.remove(index);
         if sessions.is_empty() {
             self.sessions.remove(key);
@@ -54,40 +59,82 @@ impl SessionCore {
         self.writes.mark(skey, None, session.end, offset, timestamp);
         session
     }
+
+    /// The value of the live session ``start, end`` of ``key``.
+    fn value(&self, key: &[u8], start: i64, end: i64) -> &Agg {
+        let sessions = &self.sessions[key];
+        let session = sessions.iter().find(|s| s.start == start && s.end == end);
+        &session.expect("a live session").value
+    }
 }
 
 impl WindowCore for SessionCore {
-    fn count(&mut self, key: &[u8], t: i64, offset: i64, headers: &Bound<'_, PyAny>) -> i64 {
+    fn aggregate(
+        &mut self,
+        py: Python<'_>,
+        key: &[u8],
+        t: i64,
+        offset: i64,
+        headers: &Bound<'_, PyAny>,
+        value: Agg,
+        late: &mut i64,
+    ) -> PyResult<()> {
         let gap = self.gap;
         let retained_after = self.observed_time - self.retention;
-        let found: Vec<usize> = match self.sessions.get(key) {
+        // As the session store finds them: by (start, end).
+        let mut found: Vec<(i64, i64)> = match self.sessions.get(key) {
             Some(sessions) => sessions
                 .iter()
-                .enumerate()
-                .filter(|(_, s)| s.end > retained_after && s.start - gap <= t && t <= s.end + gap)
-                .map(|(i, _)| i)
+                .filter(|s| s.end > retained_after && s.start - gap <= t && t <= s.end + gap)
+                .map(|s| (s.start, s.end))
                 .collect(),
             None => Vec::new(),
         };
+        found.sort_unstable();
         if t > self.observed_time {
             self.observed_time = t;
         }
         let (mut start, mut end) = (t, t);
-        if let Some(sessions) = self.sessions.get(key) {
-            for &i in &found {
-                start = start.min(sessions[i].start);
-                end = end.max(sessions[i].end);
-            }
+        for &(s_start, s_end) in &found {
+            start = start.min(s_start);
+            end = end.max(s_end);
         }
         if end < self.observed_time - self.retention {
-            return 1; // late
+            *late += 1;
+            return Ok(());
         }
         self.accepted_time = self.accepted_time.max(t);
-        let mut value = 1;
-        // In the order found (the order the changes are written in); each removal shifts the
-        // later ones down by one.
-        for (removed, &i) in found.iter().enumerate() {
-            value += self.remove(key, i - removed, offset, t).value;
+        // Only a record landing on the single-point session [t, t] keeps it until the end.
+        let replaced = start != t || end != t;
+        let mut aggregate: Option<Agg> = None;
+        for &(s_start, s_end) in &found {
+            let other = self.value(key, s_start, s_end);
+            aggregate = Some(match aggregate {
+                Some(a) if !a.is_none(py) => {
+                    if other.is_none(py) {
+                        a
+                    } else {
+                        self.aggregation.combine(py, &a, other)?
+                    }
+                }
+                _ => other.clone_ref(py),
+            });
+            if replaced {
+                self.remove(key, s_start, s_end, offset, t);
+            }
+        }
+        let aggregate = match aggregate {
+            Some(a) if !a.is_none(py) => self.aggregation.combine(py, &a, &value)?,
+            _ => value,
+        };
+        let aggregate = self.aggregation.finish(py, aggregate)?;
+        if !replaced {
+            for &(s_start, s_end) in &found {
+                self.remove(key, s_start, s_end, offset, t);
+            }
+        }
+        if aggregate.is_none(py) {
+            return Ok(());
         }
         let headers = if self.keep_headers && !headers.is_none() {
             Some(headers.clone().unbind())
@@ -95,10 +142,11 @@ impl WindowCore for SessionCore {
             None
         };
         let skey = state_key(key, start, end);
+        let written = aggregate.clone_ref(py);
         let session = Session {
             start,
             end,
-            value,
+            value: aggregate,
             headers,
         };
         match self.sessions.get_mut(key) {
@@ -109,8 +157,8 @@ impl WindowCore for SessionCore {
         }
         self.live += 1;
         self.by_end.push(Reverse((end, skey.clone())));
-        self.writes.mark(skey, Some(value), end, offset, t);
-        0
+        self.writes.mark(skey, Some(written), end, offset, t);
+        Ok(())
     }
 
     fn emit_closed(&mut self, py: Python<'_>, emitted: &mut Vec<Final>, offset: i64) {
@@ -123,15 +171,15 @@ impl WindowCore for SessionCore {
             let key = &skey[..skey.len() - WINDOW_BYTES];
             let start =
                 i64::from_be_bytes(skey[key.len()..key.len() + 8].try_into().expect("8 bytes"));
-            let index = self
+            let live = self
                 .sessions
                 .get(key)
-                .and_then(|ss| ss.iter().position(|s| s.start == start && s.end == end));
-            let Some(index) = index else {
+                .is_some_and(|ss| ss.iter().any(|s| s.start == start && s.end == end));
+            if !live {
                 continue; // merged away after it was pushed
-            };
+            }
             let timestamp = end.max(self.observed_time);
-            let session = self.remove(key, index, offset, timestamp);
+            let session = self.remove(key, start, end, offset, timestamp);
             let headers = session.headers.as_ref().map(|h| h.clone_ref(py));
             emitted.push((key.to_vec(), start, end, session.value, end, headers));
         }
@@ -150,13 +198,32 @@ impl WindowCore for SessionCore {
     fn observe(&mut self, t: i64) {
         self.observed_time = self.observed_time.max(t);
     }
+
+    fn counts(&self) -> bool {
+        self.aggregation.kind == Kind::Count
+    }
 }
 
 #[pymethods]
 impl SessionCore {
     #[new]
-    fn new(gap_ms: i64, grace_ms: i64, observed_time: i64, keep_headers: bool) -> Self {
-        SessionCore {
+    #[pyo3(signature = (
+        gap_ms, grace_ms, observed_time, keep_headers, *,
+        aggregation="count", normalize=None, exact_ints=true, exact_floats=true
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        gap_ms: i64,
+        grace_ms: i64,
+        observed_time: i64,
+        keep_headers: bool,
+        aggregation: &str,
+        normalize: Option<Py<PyAny>>,
+        exact_ints: bool,
+        exact_floats: bool,
+    ) -> PyResult<Self> {
+        Ok(SessionCore {
             gap: gap_ms,
             retention: gap_ms + grace_ms,
             keep_headers,
@@ -166,11 +233,12 @@ impl SessionCore {
             by_end: BinaryHeap::new(),
             live: 0,
             writes: WriteBehind::new(VALUE_BYTES),
-        }
+            aggregation: Aggregation::new(py, aggregation, normalize, exact_ints, exact_floats)?,
+        })
     }
 
     /// Take a session from the stored state (before the first batch).
-    fn load(&mut self, key: &[u8], start: i64, end: i64, value: i64) {
+    fn load(&mut self, key: &[u8], start: i64, end: i64, value: &Bound<'_, PyAny>) {
         let skey = state_key(key, start, end);
         self.sessions
             .entry(key.to_vec())
@@ -178,7 +246,7 @@ impl SessionCore {
             .push(Session {
                 start,
                 end,
-                value,
+                value: Agg::of(value),
                 headers: None,
             });
         self.live += 1;
@@ -186,7 +254,9 @@ impl SessionCore {
         self.by_end.push(Reverse((end, skey)));
     }
 
-    /// Count a batch of data records: (the windows emitted, late window updates, keyless records).
+    /// Aggregate a batch of data records: (the windows emitted, late window updates, keyless
+    /// records, the record whose aggregation raised or None).
+    #[pyo3(signature = (keys, timestamps, offsets, headers, values=None))]
     fn process<'py>(
         &mut self,
         py: Python<'py>,
@@ -194,8 +264,17 @@ impl SessionCore {
         timestamps: Vec<i64>,
         offsets: Vec<i64>,
         headers: &Bound<'py, PyList>,
+        values: Option<Bound<'py, PyList>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        window_core::process_batch(self, py, keys, &timestamps, &offsets, headers)
+        window_core::process_batch(
+            self,
+            py,
+            keys,
+            &timestamps,
+            &offsets,
+            headers,
+            values.as_ref(),
+        )
     }
 
     /// Time passed to ``timestamp`` without data (a control record at ``offset``).
@@ -224,14 +303,18 @@ impl SessionCore {
         self.live
     }
 
-    /// The key's sessions not emitted yet, (start, end, count), by start.
-    fn fetch(&self, key: &[u8]) -> Vec<(i64, i64, i64)> {
-        let mut out: Vec<(i64, i64, i64)> = self
+    /// The key's sessions not emitted yet, (start, end, aggregate), by start.
+    fn fetch<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Bound<'py, PyList>> {
+        let mut found: Vec<&Session> = self
             .sessions
             .get(key)
-            .map(|ss| ss.iter().map(|s| (s.start, s.end, s.value)).collect())
+            .map(|ss| ss.iter().collect())
             .unwrap_or_default();
-        out.sort_unstable();
-        out
+        found.sort_unstable_by_key(|s| (s.start, s.end));
+        let list = PyList::empty(py);
+        for s in found {
+            list.append((s.start, s.end, s.value.to_py(py)?).into_pyobject(py)?)?;
+        }
+        Ok(list)
     }
 }

@@ -1,5 +1,5 @@
-//! The native time-window core: a tumbling or hopping window count suppressed until each
-//! window closes, a whole batch of records per call. Its semantics are those of the
+//! The native time-window core: a tumbling or hopping window built-in aggregation (a count,
+//! sum, min or max) suppressed until each window closes, a whole batch of records per call. Its semantics are those of the
 //! pure-Python reference, streams_runtime/fused/time_window_core.py (whose docstring states
 //! them), call for call; tests/streams_runtime/fused/test_time_window_core.py holds the two
 //! together.
@@ -12,13 +12,13 @@ use rustc_hash::FxHashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::window_core::{self, state_key, Final, WindowCore, WriteBehind};
+use crate::window_core::{self, state_key, Agg, Aggregation, Final, Kind, WindowCore, WriteBehind};
 
-/// A count as a long, after its timestamp.
+/// A count as a long, after its timestamp (and so counted for every aggregate).
 const VALUE_BYTES: i64 = 16;
 
 struct Window {
-    value: i64,
+    value: Agg,
     timestamp: i64,
     headers: Option<Py<PyAny>>,
 }
@@ -39,40 +39,86 @@ pub struct TimeWindowCore {
     /// (end, state key), smallest first.
     by_end: BinaryHeap<Reverse<(i64, Vec<u8>)>>,
     writes: WriteBehind,
+    aggregation: Aggregation,
+}
+
+impl TimeWindowCore {
+    /// Take the window out of the state (its entry in `by_end` goes stale).
+    fn drop_window(&mut self, key: &[u8], start: i64, skey: &[u8]) -> Option<Window> {
+        let window = self.windows.remove(skey)?;
+        if let Some(starts) = self.by_key.get_mut(key) {
+            starts.remove(&start);
+            if starts.is_empty() {
+                self.by_key.remove(key);
+            }
+        }
+        Some(window)
+    }
 }
 
 impl WindowCore for TimeWindowCore {
-    fn count(&mut self, key: &[u8], t: i64, offset: i64, headers: &Bound<'_, PyAny>) -> i64 {
+    fn aggregate(
+        &mut self,
+        py: Python<'_>,
+        key: &[u8],
+        t: i64,
+        offset: i64,
+        headers: &Bound<'_, PyAny>,
+        value: Agg,
+        late: &mut i64,
+    ) -> PyResult<()> {
         self.observed_time = self.observed_time.max(t);
         let mut first = (t - self.size + self.advance).max(0);
         first -= first % self.advance;
-        let mut late = 0;
         let mut start = first;
         while start <= t {
             let end = start + self.size;
             if end + self.grace <= self.observed_time {
-                late += 1;
+                *late += 1;
                 start += self.advance;
                 continue;
             }
             self.accepted_time = self.accepted_time.max(t);
+            let skey = state_key(key, start, end);
+            let (aggregate, timestamp, exists) = match self.windows.get(&skey) {
+                Some(window) if !window.value.is_none(py) => {
+                    let combined = self.aggregation.combine(py, &window.value, &value)?;
+                    (
+                        self.aggregation.finish(py, combined)?,
+                        t.max(window.timestamp),
+                        true,
+                    )
+                }
+                existing => (
+                    self.aggregation.finish(py, value.clone_ref(py))?,
+                    t,
+                    existing.is_some(),
+                ),
+            };
+            if aggregate.is_none(py) {
+                if exists {
+                    self.drop_window(key, start, &skey);
+                    self.writes.mark(skey, None, timestamp, offset, t);
+                }
+                start += self.advance;
+                continue;
+            }
             let header = if headers.is_none() {
                 None
             } else {
                 Some(headers.clone().unbind())
             };
-            let skey = state_key(key, start, end);
-            let (value, timestamp) = match self.windows.get_mut(&skey) {
+            let written = aggregate.clone_ref(py);
+            match self.windows.get_mut(&skey) {
                 Some(window) => {
-                    window.value += 1;
-                    window.timestamp = window.timestamp.max(t);
+                    window.value = aggregate;
+                    window.timestamp = timestamp;
                     window.headers = header;
-                    (window.value, window.timestamp)
                 }
                 None => {
                     let window = Window {
-                        value: 1,
-                        timestamp: t,
+                        value: aggregate,
+                        timestamp,
                         headers: header,
                     };
                     self.windows.insert(skey.clone(), window);
@@ -85,13 +131,12 @@ impl WindowCore for TimeWindowCore {
                         }
                     }
                     self.by_end.push(Reverse((end, skey.clone())));
-                    (1, t)
                 }
-            };
-            self.writes.mark(skey, Some(value), timestamp, offset, t);
+            }
+            self.writes.mark(skey, Some(written), timestamp, offset, t);
             start += self.advance;
         }
-        late
+        Ok(())
     }
 
     fn emit_closed(&mut self, py: Python<'_>, emitted: &mut Vec<Final>, offset: i64) {
@@ -103,13 +148,9 @@ impl WindowCore for TimeWindowCore {
             let Reverse((end, skey)) = self.by_end.pop().expect("peeked");
             let key = skey[..skey.len() - 16].to_vec();
             let start = end - self.size;
-            let window = self.windows.remove(&skey).expect("a live window");
-            if let Some(starts) = self.by_key.get_mut(&key) {
-                starts.remove(&start);
-                if starts.is_empty() {
-                    self.by_key.remove(&key);
-                }
-            }
+            let Some(window) = self.drop_window(&key, start, &skey) else {
+                continue; // removed by an aggregate of None after it was pushed
+            };
             let timestamp = window.timestamp.max(self.observed_time);
             self.writes
                 .mark(skey, None, window.timestamp, offset, timestamp);
@@ -121,20 +162,34 @@ impl WindowCore for TimeWindowCore {
     fn observe(&mut self, t: i64) {
         self.observed_time = self.observed_time.max(t);
     }
+
+    fn counts(&self) -> bool {
+        self.aggregation.kind == Kind::Count
+    }
 }
 
 #[pymethods]
 impl TimeWindowCore {
     #[new]
+    #[pyo3(signature = (
+        size_ms, advance_ms, grace_ms, observed_time, keep_headers, *,
+        aggregation="count", normalize=None, exact_ints=true, exact_floats=true
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         size_ms: i64,
         advance_ms: i64,
         grace_ms: i64,
         observed_time: i64,
         keep_headers: bool,
-    ) -> Self {
+        aggregation: &str,
+        normalize: Option<Py<PyAny>>,
+        exact_ints: bool,
+        exact_floats: bool,
+    ) -> PyResult<Self> {
         let _ = keep_headers; // a window's update always carries its record's headers
-        TimeWindowCore {
+        Ok(TimeWindowCore {
             size: size_ms,
             advance: advance_ms,
             grace: grace_ms,
@@ -144,14 +199,15 @@ impl TimeWindowCore {
             by_key: FxHashMap::default(),
             by_end: BinaryHeap::new(),
             writes: WriteBehind::new(VALUE_BYTES),
-        }
+            aggregation: Aggregation::new(py, aggregation, normalize, exact_ints, exact_floats)?,
+        })
     }
 
     /// Take a window from the stored state (before the first batch).
-    fn load(&mut self, key: &[u8], start: i64, end: i64, value: i64, timestamp: i64) {
+    fn load(&mut self, key: &[u8], start: i64, end: i64, value: &Bound<'_, PyAny>, timestamp: i64) {
         let skey = state_key(key, start, end);
         let window = Window {
-            value,
+            value: Agg::of(value),
             timestamp,
             headers: None,
         };
@@ -161,7 +217,9 @@ impl TimeWindowCore {
         self.by_end.push(Reverse((end, skey)));
     }
 
-    /// Count a batch of data records: (the windows emitted, late window updates, keyless records).
+    /// Aggregate a batch of data records: (the windows emitted, late window updates, keyless
+    /// records, the record whose aggregation raised or None).
+    #[pyo3(signature = (keys, timestamps, offsets, headers, values=None))]
     fn process<'py>(
         &mut self,
         py: Python<'py>,
@@ -169,8 +227,17 @@ impl TimeWindowCore {
         timestamps: Vec<i64>,
         offsets: Vec<i64>,
         headers: &Bound<'py, PyList>,
+        values: Option<Bound<'py, PyList>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        window_core::process_batch(self, py, keys, &timestamps, &offsets, headers)
+        window_core::process_batch(
+            self,
+            py,
+            keys,
+            &timestamps,
+            &offsets,
+            headers,
+            values.as_ref(),
+        )
     }
 
     /// Time passed to ``timestamp`` without data (a control record at ``offset``).
@@ -199,17 +266,17 @@ impl TimeWindowCore {
         self.windows.len()
     }
 
-    /// The key's windows not emitted yet, (start, end, count, timestamp), by start.
-    fn fetch(&self, key: &[u8]) -> Vec<(i64, i64, i64, i64)> {
+    /// The key's windows not emitted yet, (start, end, aggregate, timestamp), by start.
+    fn fetch<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
         let Some(starts) = self.by_key.get(key) else {
-            return Vec::new();
+            return Ok(list);
         };
-        starts
-            .iter()
-            .map(|&start| {
-                let w = &self.windows[&state_key(key, start, start + self.size)];
-                (start, start + self.size, w.value, w.timestamp)
-            })
-            .collect()
+        for &start in starts {
+            let w = &self.windows[&state_key(key, start, start + self.size)];
+            let item = (start, start + self.size, w.value.to_py(py)?, w.timestamp);
+            list.append(item.into_pyobject(py)?)?;
+        }
+        Ok(list)
     }
 }

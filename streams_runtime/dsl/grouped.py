@@ -3,8 +3,9 @@ aggregations; grouped tables (``Table.group_by``): aggregations that subtract as
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.table import Table, WindowedTable, _AggregateSupplier
@@ -34,16 +35,6 @@ def _uncount(_key: object, _value: object, total: int) -> int:
     return total - 1
 
 
-def _reducing(reducer: Callable[[V, V], V]) -> Callable[[Any, V, V | None], V]:
-    """The aggregator of ``reduce``: a key's (or window's) first value is its aggregate as it
-    is, later ones are combined with ``reducer(aggregate, value)``."""
-
-    def add(_key: Any, value: V, aggregate: V | None) -> V:
-        return value if aggregate is None else reducer(aggregate, value)
-
-    return add
-
-
 class GroupedStream(Generic[K, V]):
     """A stream grouped by key, ready for an aggregation into a table, or a windowed one."""
 
@@ -63,7 +54,7 @@ class GroupedStream(Generic[K, V]):
         """Combine each key's values with ``reducer(aggregate, value)``; the first value of a
         key is its aggregate as it is. See :meth:`aggregate`."""
         return self.aggregate(
-            lambda: None, _reducing(reducer), value_serde=self.value_serde, name=name
+            p.reduce_initializer, p.Reducing(reducer), value_serde=self.value_serde, name=name
         )
 
     def aggregate(
@@ -136,20 +127,32 @@ class SessionWindowedStream(Generic[K, V]):
     def reduce(
         self, reducer: Callable[[V, V], V], *, name: str | None = None
     ) -> WindowedTable[K, V]:
-        """Combine the values of a session with ``reducer(aggregate, value)``."""
-
-        def merge(_k: K, a: V | None, b: V | None) -> V | None:
-            if a is None:
-                return b
-            return a if b is None else reducer(a, b)
-
+        """Combine the values of a session with ``reducer(aggregate, value)`` (a session's first
+        value is its aggregate as it is); when sessions merge, their aggregates are combined in
+        the order of their starts, and the record's value last. ``reduce(operator.add)``,
+        ``reduce(min)`` and ``reduce(max)`` are :meth:`sum`, :meth:`min` and :meth:`max`."""
         return self.aggregate(
-            lambda: None,
-            _reducing(reducer),
-            merge,
+            p.reduce_initializer,
+            p.Reducing(reducer),
+            p.ReducingMerger(reducer),
             value_serde=self._grouped.value_serde,
             name=name,
         )
+
+    def sum(self, *, name: str | None = None) -> WindowedTable[K, V]:
+        """The sum of a session's values, which are numbers: exactly
+        ``reduce(operator.add)`` (values serialized with the grouped stream's value serde)."""
+        return self.reduce(operator.add, name=name)
+
+    def min(self, *, name: str | None = None) -> WindowedTable[K, V]:
+        """The least of a session's values, which are numbers: exactly ``reduce(min)`` (the
+        earlier of equal ones)."""
+        return self.reduce(cast("Callable[[V, V], V]", min), name=name)
+
+    def max(self, *, name: str | None = None) -> WindowedTable[K, V]:
+        """The greatest of a session's values, which are numbers: exactly ``reduce(max)`` (the
+        earlier of equal ones)."""
+        return self.reduce(cast("Callable[[V, V], V]", max), name=name)
 
     def aggregate(
         self,
@@ -218,8 +221,8 @@ class GroupedTable(Generic[K, V]):
         value)`` (the first is the aggregate as it is), its old one taken out with
         ``subtractor(aggregate, value)``. See :meth:`aggregate`."""
         return self.aggregate(
-            lambda: None,
-            _reducing(adder),
+            p.reduce_initializer,
+            p.Reducing(adder),
             lambda _key, value, aggregate: subtractor(aggregate, value),
             value_serde=self.value_serde,
             name=name,
@@ -324,10 +327,29 @@ class TimeWindowedStream(Generic[K, V]):
         self, reducer: Callable[[V, V], V], *, name: str | None = None
     ) -> WindowedTable[K, V]:
         """Combine the values of a window with ``reducer(aggregate, value)``; a window's first
-        value is its aggregate as it is."""
+        value is its aggregate as it is. ``reduce(operator.add)``, ``reduce(min)`` and
+        ``reduce(max)`` are :meth:`sum`, :meth:`min` and :meth:`max`."""
         return self.aggregate(
-            lambda: None, _reducing(reducer), value_serde=self._grouped.value_serde, name=name
+            p.reduce_initializer,
+            p.Reducing(reducer),
+            value_serde=self._grouped.value_serde,
+            name=name,
         )
+
+    def sum(self, *, name: str | None = None) -> WindowedTable[K, V]:
+        """The sum of a window's values, which are numbers: exactly ``reduce(operator.add)``
+        (values serialized with the grouped stream's value serde)."""
+        return self.reduce(operator.add, name=name)
+
+    def min(self, *, name: str | None = None) -> WindowedTable[K, V]:
+        """The least of a window's values, which are numbers: exactly ``reduce(min)`` (the
+        earlier of equal ones)."""
+        return self.reduce(cast("Callable[[V, V], V]", min), name=name)
+
+    def max(self, *, name: str | None = None) -> WindowedTable[K, V]:
+        """The greatest of a window's values, which are numbers: exactly ``reduce(max)`` (the
+        earlier of equal ones)."""
+        return self.reduce(cast("Callable[[V, V], V]", max), name=name)
 
     def aggregate(
         self,

@@ -1,8 +1,8 @@
-"""The pure-Python session core: a session-window count suppressed until each session closes,
-for a whole batch of records per call. The reference for the native core
-(``streams_runtime._native.SessionCore``, native/src/sessions.rs), which must behave the same
-call for call (tests/streams_runtime/fused/test_session_core.py drives both with generated
-input), and the fallback where the native core is not built.
+"""The pure-Python session core: a session-window built-in aggregation (a count, sum, min or
+max) suppressed until each session closes, for a whole batch of records per call. The reference
+for the native core (``streams_runtime._native.SessionCore``, native/src/sessions.rs), which
+must behave the same call for call (tests/streams_runtime/fused/test_session_core.py drives both
+with generated input), and the fallback where the native core is not built.
 
 The semantics are those of ``SessionAggregateProcessor`` feeding ``SuppressProcessor``
 (streams_runtime/processors/sessions.py; docs/design.md §5), fused:
@@ -12,6 +12,13 @@ The semantics are those of ``SessionAggregateProcessor`` feeding ``SuppressProce
   taken before the record moves it); it is late, dropped and counted when the merged session ends
   before ``stream time - grace - gap``; records without a key are dropped, counted, and move no
   time;
+- the merged session's aggregate is that of the sessions merged, by ``(start, end)``, combined
+  (:class:`~streams_runtime.fused.window_core.Aggregation`: a count adds, a reduce combines
+  ``reducer(aggregate, other)``, skipping ``None``), then the record's value folded in last
+  (a count's is 1; a reduce's first value is the aggregate as it is), as the store would read
+  it back. The sessions merged are removed as they are combined, unless the record lands on
+  the single-point session ``[t, t]``; a reducer or serde raising stops there (the record is
+  returned as failed); an aggregate of ``None`` leaves no session;
 - after every record and every control record, each session with ``end + gap + grace <=
   stream time`` is emitted once, in ``(end, key + start + end)`` order, stamped with its end,
   and leaves the state (its final result is out: no record merges into it any more);
@@ -25,20 +32,22 @@ from __future__ import annotations
 
 import heapq
 import struct
+from collections.abc import Callable
+from typing import Any
 
-from streams_runtime.fused.window_core import Final, WindowCore
+from streams_runtime.fused.window_core import Aggregation, Final, WindowCore
 from streams_runtime.record import Headers
 
 __all__ = ["SessionCore"]
 
 _WINDOW = struct.Struct(">qq")
-_VALUE_BYTES = 8  # a count is written as a long
+_VALUE_BYTES = 8  # a count is written as a long (and so counted for every aggregate)
 
 
 class _Session:
     __slots__ = ("end", "headers", "start", "value")
 
-    def __init__(self, start: int, end: int, value: int, headers: Headers | None) -> None:
+    def __init__(self, start: int, end: int, value: Any, headers: Headers | None) -> None:
         self.start = start
         self.end = end
         self.value = value
@@ -46,14 +55,31 @@ class _Session:
 
 
 class SessionCore(WindowCore):
-    """Session windows of ``gap_ms`` and ``grace_ms``, counting, final results only.
+    """Session windows of ``gap_ms`` and ``grace_ms``, aggregated by ``aggregation`` (``count``,
+    ``sum``, ``min`` or ``max``; ``normalize`` and the exact flags: see
+    :class:`~streams_runtime.fused.window_core.Aggregation`), final results only.
 
     ``observed_time``: the stream time to start from (the task's restored one). With
     ``keep_headers``, an emitted session carries the headers of the record that last changed it
     (as through the record cache); without, none (as with the cache off)."""
 
-    def __init__(self, gap_ms: int, grace_ms: int, observed_time: int, keep_headers: bool) -> None:
-        super().__init__(observed_time, _VALUE_BYTES)
+    def __init__(
+        self,
+        gap_ms: int,
+        grace_ms: int,
+        observed_time: int,
+        keep_headers: bool,
+        *,
+        aggregation: str = "count",
+        normalize: Callable[[Any], Any] | None = None,
+        exact_ints: bool = True,
+        exact_floats: bool = True,
+    ) -> None:
+        super().__init__(
+            observed_time,
+            _VALUE_BYTES,
+            Aggregation(aggregation, normalize, exact_ints, exact_floats),
+        )
         self._gap = gap_ms
         self._retention = gap_ms + grace_ms
         self._keep_headers = keep_headers
@@ -61,7 +87,7 @@ class SessionCore(WindowCore):
         self._by_end: list[tuple[int, bytes, bytes]] = []  # (end, state key, key); may be stale
         self._live: dict[bytes, _Session] = {}  # state key -> session
 
-    def load(self, key: bytes, start: int, end: int, value: int) -> None:
+    def load(self, key: bytes, start: int, end: int, value: Any) -> None:
         """Take a session from the stored state (before the first batch)."""
         state_key = key + _WINDOW.pack(start, end)
         session = _Session(start, end, value, None)
@@ -74,11 +100,14 @@ class SessionCore(WindowCore):
         """Sessions not emitted yet (the suppression buffer's size)."""
         return len(self._live)
 
-    def fetch(self, key: bytes) -> list[tuple[int, int, int]]:
-        """The key's sessions not emitted yet, ``(start, end, count)``, by start."""
-        return sorted((s.start, s.end, s.value) for s in self._sessions.get(key, ()))
+    def fetch(self, key: bytes) -> list[tuple[int, int, Any]]:
+        """The key's sessions not emitted yet, ``(start, end, aggregate)``, by start."""
+        found = sorted(self._sessions.get(key, ()), key=lambda s: (s.start, s.end))
+        return [(s.start, s.end, s.value) for s in found]
 
-    def _count(self, key: bytes, t: int, offset: int, headers: Headers | None) -> int:
+    def _aggregate(
+        self, key: bytes, t: int, offset: int, headers: Headers | None, value: Any
+    ) -> None:
         gap = self._gap
         retained_after = self.observed_time - self._retention
         sessions = self._sessions.get(key)
@@ -87,26 +116,41 @@ class SessionCore(WindowCore):
             if sessions
             else []
         )
+        found.sort(key=lambda s: (s.start, s.end))  # as the session store finds them
         self.observed_time = max(self.observed_time, t)
         start = end = t
         for s in found:
             start = min(start, s.start)
             end = max(end, s.end)
         if end < self.observed_time - self._retention:
-            return 1  # late
+            self._late += 1
+            return
         self.accepted_time = max(self.accepted_time, t)
-        value = 1
+        # Only a record landing on the single-point session [t, t] keeps it until the end.
+        replaced = start != t or end != t
+        combine = self._aggregation.combine
+        aggregate = None
         for s in found:
-            value += s.value
-            self._remove(key, s, offset, t)
-        session = _Session(start, end, value, headers if self._keep_headers else None)
+            if aggregate is None:
+                aggregate = s.value
+            elif s.value is not None:
+                aggregate = combine(aggregate, s.value)
+            if replaced:
+                self._remove(key, s, offset, t)
+        aggregate = value if aggregate is None else combine(aggregate, value)
+        aggregate = self._aggregation.finish(aggregate)
+        if not replaced:
+            for s in found:
+                self._remove(key, s, offset, t)
+        if aggregate is None:
+            return
+        session = _Session(start, end, aggregate, headers if self._keep_headers else None)
         state_key = key + _WINDOW.pack(start, end)
         self._sessions.setdefault(key, []).append(session)  # emptied ones are gone
         if state_key not in self._live:
             heapq.heappush(self._by_end, (end, state_key, key))
         self._live[state_key] = session
-        self._writes.mark(state_key, value, end, offset, t)
-        return 0
+        self._writes.mark(state_key, aggregate, end, offset, t)
 
     def _remove(self, key: bytes, session: _Session, offset: int, timestamp: int) -> None:
         sessions = self._sessions[key]

@@ -1,25 +1,84 @@
-"""What the pure-Python cores share (native/src/window_core.rs is its native twin): the batch
-loop (:class:`WindowCore`), and the state written behind (:class:`WriteBehind`), every change
-since the last write in the order of its latest change."""
+"""What the pure-Python cores share (native/src/window_core.rs is its native twin): how an
+aggregate folds values in (:class:`Aggregation`), the batch loop (:class:`WindowCore`), and the
+state written behind (:class:`WriteBehind`), every change since the last write in the order of
+its latest change."""
 
 from __future__ import annotations
 
+import operator
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from streams_runtime.record import Headers
 
-__all__ = ["ENTRY_OVERHEAD", "Final", "StateWrite", "WindowCore", "WriteBehind"]
+__all__ = [
+    "ENTRY_OVERHEAD",
+    "Aggregation",
+    "Failure",
+    "Final",
+    "StateWrite",
+    "WindowCore",
+    "WriteBehind",
+]
 
 ENTRY_OVERHEAD = 64
 """Bytes counted per written-behind entry besides key and value (as the record cache counts)."""
 
-Final = tuple[bytes, int, int, int, int, Headers | None]
-"""An emitted window: ``(key, start, end, count, timestamp, headers)`` (a session's timestamp
-is its end)."""
-StateWrite = tuple[bytes, int | None, int, int, int]
-"""A written-behind change: ``(key + start + end, count or None (gone), the count's timestamp,
-offset, timestamp)`` (the offset and timestamp of the input that caused it)."""
+Final = tuple[bytes, int, int, Any, int, Headers | None]
+"""An emitted window: ``(key, start, end, aggregate, timestamp, headers)`` (a session's
+timestamp is its end)."""
+StateWrite = tuple[bytes, Any, int, int, int]
+"""A written-behind change: ``(key + start + end, aggregate or None (gone), the aggregate's
+timestamp, offset, timestamp)`` (the offset and timestamp of the input that caused it)."""
+Failure = tuple[int, Exception]
+"""A record whose aggregation raised: its index in the batch, and the exception."""
+
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_REDUCERS: dict[str, Callable[[Any, Any], Any]] = {
+    "count": operator.add,  # merging sessions' counts
+    "sum": operator.add,
+    "min": min,
+    "max": max,
+}
+
+
+class Aggregation:
+    """A built-in aggregation (``kind``: ``count``, ``sum``, ``min`` or ``max``) as the chain
+    computes it: a count adds 1 per record; the others are ``reduce(operator.add)``,
+    ``reduce(min)`` and ``reduce(max)``, whose first value is the aggregate as it is.
+
+    ``normalize``: what the chain's round trip through the store does to an aggregate
+    (``deserialize(serialize(aggregate))``; it may raise, as the chain's serialize would); it is
+    skipped for an ``int`` of 64 bits when ``exact_ints`` and for a ``float`` when
+    ``exact_floats`` (the value serde keeps them as they are), and for ``None``."""
+
+    def __init__(
+        self,
+        kind: str = "count",
+        normalize: Callable[[Any], Any] | None = None,
+        exact_ints: bool = True,
+        exact_floats: bool = True,
+    ) -> None:
+        if kind not in _REDUCERS:
+            raise ValueError(f"not a built-in aggregation: {kind!r}")
+        self.kind = kind
+        self.combine = _REDUCERS[kind]
+        """``reducer(aggregate, value)``."""
+        self._normalize = normalize
+        self._exact_ints = exact_ints
+        self._exact_floats = exact_floats
+
+    def finish(self, aggregate: Any) -> Any:
+        """The aggregate as the chain reads it back from its store."""
+        if aggregate is None or self._normalize is None:
+            return aggregate
+        kind = type(aggregate)
+        if kind is int and self._exact_ints and _LONG_MIN <= aggregate <= _LONG_MAX:
+            return aggregate
+        if kind is float and self._exact_floats:
+            return aggregate
+        return self._normalize(aggregate)
 
 
 class WriteBehind:
@@ -27,7 +86,7 @@ class WriteBehind:
 
     def __init__(self, value_bytes: int) -> None:
         self._value_bytes = value_bytes
-        self._dirty: dict[bytes, tuple[int | None, int, int, int]] = {}
+        self._dirty: dict[bytes, tuple[Any, int, int, int]] = {}
         self._stored: set[bytes] = set()
         self.bytes = 0
         """Bytes of the changes not written yet, counted as the record cache counts."""
@@ -37,7 +96,7 @@ class WriteBehind:
         self._stored.add(state_key)
 
     def mark(
-        self, state_key: bytes, value: int | None, value_ts: int, offset: int, timestamp: int
+        self, state_key: bytes, value: Any, value_ts: int, offset: int, timestamp: int
     ) -> None:
         """A change to write: ``value`` None when the window is gone."""
         # Popped and put back: the dict's order is that of the latest changes.
@@ -63,19 +122,22 @@ class WriteBehind:
         self.bytes = 0
         return writes
 
-    def _size(self, state_key: bytes, value: int | None) -> int:
+    def _size(self, state_key: bytes, value: Any) -> int:
         return len(state_key) + ENTRY_OVERHEAD + (0 if value is None else self._value_bytes)
 
 
 class WindowCore(ABC):
-    """A windowed count's core: a batch of one partition's records per call. Subclasses count a
-    record into their windows and emit the windows time closed."""
+    """A windowed built-in aggregation's core: a batch of one partition's records per call.
+    Subclasses fold a record into their windows and emit the windows time closed."""
 
-    def __init__(self, observed_time: int, value_bytes: int) -> None:
+    def __init__(self, observed_time: int, value_bytes: int, aggregation: Aggregation) -> None:
         self.observed_time = observed_time
         self.accepted_time = -1
-        """The largest timestamp counted into a window (-1: none)."""
+        """The largest timestamp aggregated into a window (-1: none)."""
         self._writes = WriteBehind(value_bytes)
+        self._aggregation = aggregation
+        self._counts = aggregation.kind == "count"
+        self._late = 0
 
     def process(
         self,
@@ -83,18 +145,28 @@ class WindowCore(ABC):
         timestamps: Sequence[int],
         offsets: Sequence[int],
         headers: Sequence[Headers | None],
-    ) -> tuple[list[Final], int, int]:
-        """Count a batch of data records (one partition's, in order): the windows emitted, and
-        how many window updates were late and how many records had no key."""
+        values: Sequence[Any] | None = None,
+    ) -> tuple[list[Final], int, int, Failure | None]:
+        """Aggregate a batch of data records (one partition's, in order; ``values``: their
+        deserialized values, not needed by a count): the windows emitted, how many window
+        updates were late, how many records had no key, and the record whose aggregation
+        raised, if one did (the batch stops there, its changes up to the raise kept, as the
+        chain's; the records after it are for another call)."""
+        if values is None and not self._counts:
+            raise ValueError(f"a {self._aggregation.kind} needs the records' values")
         emitted: list[Final] = []
-        late = keyless = 0
+        self._late = keyless = 0
         for i, key in enumerate(keys):
             if key is None:
                 keyless += 1
                 continue
-            late += self._count(key, timestamps[i], offsets[i], headers[i])
+            value = 1 if values is None or self._counts else values[i]
+            try:
+                self._aggregate(key, timestamps[i], offsets[i], headers[i], value)
+            except Exception as exc:
+                return emitted, self._late, keyless, (i, exc)
             self._emit_closed(emitted, offsets[i])
-        return emitted, late, keyless
+        return emitted, self._late, keyless, None
 
     def advance(self, timestamp: int, offset: int) -> list[Final]:
         """Time passed to ``timestamp`` without data (a control record at ``offset``): the
@@ -119,8 +191,11 @@ class WindowCore(ABC):
         """Windows not emitted yet (the suppression buffer's size)."""
 
     @abstractmethod
-    def _count(self, key: bytes, t: int, offset: int, headers: Headers | None) -> int:
-        """Count the record into its windows (moving the stream time); how many were late."""
+    def _aggregate(
+        self, key: bytes, t: int, offset: int, headers: Headers | None, value: Any
+    ) -> None:
+        """Fold the record's ``value`` (a count's: 1) into its windows (moving the stream time,
+        adding late window updates to ``_late``)."""
 
     @abstractmethod
     def _emit_closed(self, emitted: list[Final], offset: int) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from streams_runtime.errors import BadRecordHandler, StreamsError
-from streams_runtime.fused.windowed_count import FusedWindowCount, fusable_window_count
+from streams_runtime.fused.windowed_builtin import FusedWindowAggregate, fusable_window_aggregate
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import RecordCollector
 from streams_runtime.processing.partition_group import LagProvider, PartitionGroup
@@ -117,7 +117,7 @@ class StreamTask:
         self._sources: dict[str, SourceProcessor] = {}
         self._routes: dict[str, tuple[TopicPartitionId, SourceProcessor]] = {}
         self._processors: list[Processor] = []
-        self._fused: FusedWindowCount | None = None
+        self._fused: FusedWindowAggregate | None = None
         self.committed: dict[TopicPartitionId, int] = {}
         self._consumed: dict[TopicPartitionId, int] = {}
         self._skipped_to: dict[TopicPartitionId, int] = {}
@@ -282,11 +282,11 @@ class StreamTask:
     def _fuse(self) -> None:
         """Run a chain the native core has an operator for as that operator (one input only:
         its batches are one partition's records in order)."""
-        chain = fusable_window_count(self._processors)
+        chain = fusable_window_aggregate(self._processors)
         if chain is None or not self._settings.native_core or len(self.inputs) != 1:
             return
         _, aggregate, suppress = chain
-        self._fused = fused = FusedWindowCount(
+        self._fused = fused = FusedWindowAggregate(
             chain,
             session_store=self.state.session_store(aggregate._store_name),
             buffer_store=self.state.kv_store(suppress._store_name),
@@ -388,22 +388,22 @@ class StreamTask:
         self._consumed[tp] = record.offset + 1
         return record.is_control
 
-    def _process_fused(self, fused: FusedWindowCount, batch: list[SourceRecord]) -> int:
+    def _process_fused(self, fused: FusedWindowAggregate, batch: list[SourceRecord]) -> int:
         """Process one partition's records through the fused chain, data in runs between
-        control records; how many were control records. A record the serdes refuse meets the
-        bad-record policy in order, everything before it processed (under ``fail``, committed
-        up to it); what user code below the suppression raises for an emitted window meets it
-        blamed on the run's last record (the chain would blame the one whose time closed the
-        window), or on the tick that closed it."""
+        control records; how many were control records. A record the serdes refuse, or whose
+        aggregation raises, meets the bad-record policy in order, everything before it processed
+        (under ``fail``, committed up to it); what user code below the suppression raises for an
+        emitted window meets it blamed on the run's last record (the chain would blame the one
+        whose time closed the window), or on the tick that closed it."""
         tp, source = self._routes[batch[0].topic]
         position = self.position
         position.tp = tp
         consumed = self._consumed
         blamed = batch[-1]
 
-        def bad(record: SourceRecord, exc: Exception) -> None:
+        def bad(record: SourceRecord, reason: str, exc: Exception) -> None:
             position.offset = consumed[tp] = record.offset
-            self._bad_records.handle(record, "deserialization", exc)
+            self._bad_records.handle(record, reason, exc)
 
         def failed(exc: Exception) -> None:
             self._bad_records.handle(blamed, "processing", exc)

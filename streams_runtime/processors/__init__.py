@@ -15,12 +15,17 @@
 
 from streams_runtime.processors.base import (
     NO_PROGRESS,
+    Builtin,
     KeyedStoreProcessor,
     Processor,
     ProcessorContext,
+    Reducing,
+    ReducingMerger,
     count_aggregator,
     count_initializer,
     count_merger,
+    reduce_builtin,
+    reduce_initializer,
 )
 from streams_runtime.processors.grouped_tables import (
     TableChangeAggregateProcessor,
@@ -53,6 +58,7 @@ from streams_runtime.processors.time_windows import (
 
 __all__ = [
     "NO_PROGRESS",
+    "Builtin",
     "FilterProcessor",
     "JoinState",
     "KeyedStoreProcessor",
@@ -62,6 +68,8 @@ __all__ = [
     "PeekProcessor",
     "Processor",
     "ProcessorContext",
+    "Reducing",
+    "ReducingMerger",
     "SessionAggregateProcessor",
     "SinkProcessor",
     "SlidingWindowAggregateProcessor",
@@ -81,4 +89,6 @@ __all__ = [
     "count_initializer",
     "count_merger",
     "is_idempotent_update",
+    "reduce_builtin",
+    "reduce_initializer",
 ]

@@ -32,8 +32,9 @@ per-key state.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde
@@ -42,12 +43,17 @@ from streams_runtime.state import KeyValueStore, SessionStore, WindowStore
 __all__ = [
     "NO_PROGRESS",
     "AggregateProcessor",
+    "Builtin",
     "KeyedStoreProcessor",
     "Processor",
     "ProcessorContext",
+    "Reducing",
+    "ReducingMerger",
     "count_aggregator",
     "count_initializer",
     "count_merger",
+    "reduce_builtin",
+    "reduce_initializer",
 ]
 
 
@@ -90,8 +96,13 @@ class ProcessorContext(Protocol):
 NO_PROGRESS = -1
 
 
+Builtin = Literal["count", "sum", "min", "max"]
+"""The built-in aggregations, which the runtime may run fused with a suppression below them
+(streams_runtime/fused/): a count, and a reduce by ``operator.add``, ``min`` or ``max``."""
+
+
 # A count's functions (``count()`` of a windowed stream): an aggregation made of these is a
-# count, which the runtime may run fused with a suppression below it (streams_runtime/fused/).
+# count.
 def count_initializer() -> int:
     return 0
 
@@ -102,6 +113,50 @@ def count_aggregator(_key: object, _value: object, total: int) -> int:
 
 def count_merger(_key: object, a: int, b: int) -> int:
     return a + b
+
+
+def reduce_initializer() -> None:
+    """A reduce's aggregate before its first value: none."""
+    return None
+
+
+class Reducing:
+    """The aggregator of ``reduce(reducer)``: a key's (or window's) first value is its aggregate
+    as it is, later ones are combined with ``reducer(aggregate, value)``."""
+
+    __slots__ = ("reducer",)
+
+    def __init__(self, reducer: Callable[[Any, Any], Any]) -> None:
+        self.reducer = reducer
+
+    def __call__(self, _key: object, value: Any, aggregate: Any) -> Any:
+        return value if aggregate is None else self.reducer(aggregate, value)
+
+
+class ReducingMerger:
+    """The session merger of ``reduce(reducer)``: ``reducer(a, b)``, or whichever is not
+    ``None``."""
+
+    __slots__ = ("reducer",)
+
+    def __init__(self, reducer: Callable[[Any, Any], Any]) -> None:
+        self.reducer = reducer
+
+    def __call__(self, _key: object, a: Any, b: Any) -> Any:
+        if a is None:
+            return b
+        return a if b is None else self.reducer(a, b)
+
+
+def reduce_builtin(reducer: Callable[[Any, Any], Any]) -> Builtin | None:
+    """The built-in a reducer is (the very function ``operator.add``, ``min`` or ``max``)."""
+    if reducer is operator.add:
+        return "sum"
+    if reducer is min:
+        return "min"
+    if reducer is max:
+        return "max"
+    return None
 
 
 class Processor:

@@ -1,11 +1,14 @@
 """Two implementations, one behaviour: the native session core against its pure-Python
 reference, driven call for call with the same generated input (late and out-of-order records,
-keyless ones, control records, stored sessions to start from, writes taken at every point), and
-the reference against the processors it fuses (``SessionAggregateProcessor`` feeding
-``SuppressProcessor``) run uncached over in-memory stores."""
+keyless ones, control records, stored sessions to start from, writes taken at every point), for
+each built-in aggregation: a count, and a sum, min and max of generated values (ints of every
+size, floats with -0.0, NaN and infinities, bools, ``None``, and strings for a sum), through
+each value serde's round trip; answers, state and writes must be identical, floats to the bit
+and types included."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -13,50 +16,117 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams_runtime.fused.session_core import SessionCore as PythonSessionCore
+from streams_runtime.serdes import Float, Integer, Json
 
 native = pytest.importorskip("streams_runtime._native", reason="the native core is not built")
 
 KEYS = [b"a", b"b", b"c", b"\x00\xff"]
+AGGREGATIONS = ["count", "sum", "min", "max"]
 
-record = st.tuples(st.sampled_from([*KEYS, None]), st.integers(0, 400))
-step = st.one_of(
-    st.tuples(st.just("batch"), st.lists(record, max_size=12)),
-    st.tuples(st.just("advance"), st.integers(0, 500)),
-    st.tuples(st.just("writes"), st.none()),
+# Mostly a few values that tie in every way (1, 1.0 and True; 0.0 and -0.0), that overflow 64
+# bits when added, or that compare oddly (NaN); then any int or float.
+TIES = [0, 1, -1, 2, 0.0, -0.0, 1.0, -1.0, 2.0, 0.1, 0.2, True, False]
+EDGES = [float("nan"), float("inf"), float("-inf"), 2**63 - 1, -(2**63), 2**62, 2**64]
+numbers = st.one_of(
+    st.sampled_from(TIES),
+    st.sampled_from(TIES),
+    st.sampled_from(TIES),
+    st.sampled_from(EDGES),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
 )
 
 
+def values(aggregation: str) -> st.SearchStrategy[Any]:
+    """A record's value: mostly numbers, now and then ``None`` (a sum: or a string)."""
+    odd = [st.none()]
+    if aggregation == "sum":
+        odd.append(st.sampled_from(["a", "bc", ""]))
+    return st.one_of(numbers, numbers, numbers, numbers, numbers, numbers, numbers, *odd)
+
+
+def steps(aggregation: str) -> st.SearchStrategy[list[tuple[str, Any]]]:
+    """Batches, control records and write-behinds. A reduce's records are denser (fewer keys,
+    less time) so that they meet in windows more often than they are late."""
+    dense = aggregation != "count"
+    keys, first, last = (KEYS[:2], 100, 250) if dense else (KEYS, 0, 400)
+    record = st.tuples(
+        st.sampled_from([*keys, None]), st.integers(first, last), values(aggregation)
+    )
+    step = st.one_of(
+        st.tuples(st.just("batch"), st.lists(record, min_size=2 if dense else 0, max_size=12)),
+        st.tuples(st.just("advance"), st.integers(0, last + 100)),
+        st.tuples(st.just("writes"), st.none()),
+    )
+    return st.lists(step, min_size=4 if dense else 0, max_size=25)
+
+
 @st.composite
-def stored_sessions(draw: st.DrawFn) -> list[tuple[bytes, int, int, int]]:
-    """Sessions a restored task starts from: per key, disjoint and at least a gap apart."""
-    sessions = []
-    for key in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3)):
-        at = draw(st.integers(0, 100))
-        for _ in range(draw(st.integers(1, 3))):
-            end = at + draw(st.integers(0, 30))
-            sessions.append((key, at, end, draw(st.integers(1, 9))))
-            at = end + 60
-    return sessions
+def aggregations(draw: st.DrawFn) -> tuple[str, dict[str, Any], list[tuple[str, Any]]]:
+    """``(aggregation, the cores' aggregation arguments, steps)``: a reduce's aggregates take
+    the round trip of a value serde, or none."""
+    aggregation = draw(st.sampled_from(AGGREGATIONS))
+    arguments: dict[str, Any] = {"aggregation": aggregation}
+    if aggregation != "count":
+        serde, exact_ints, exact_floats = draw(
+            st.sampled_from(
+                [
+                    (None, True, True),
+                    (Integer(), True, False),
+                    (Float(), False, True),
+                    (Json(), True, True),
+                    (Json(), False, False),
+                ]
+            )
+        )
+        normalize = None if serde is None else (lambda x: serde.deserialize(serde.serialize(x)))
+        arguments.update(normalize=normalize, exact_ints=exact_ints, exact_floats=exact_floats)
+    return aggregation, arguments, draw(steps(aggregation))
 
 
-def drive(cores: list[Any], steps: list[tuple[str, Any]]) -> None:
+def canonical(value: Any) -> Any:
+    """``value`` comparable exactly: floats by their bits, numbers with their type, exceptions
+    by type and message."""
+    if isinstance(value, list | tuple):
+        return type(value)(canonical(v) for v in value)
+    if isinstance(value, float):
+        return ("float", struct.pack(">d", value))
+    if isinstance(value, bool | int):
+        return (type(value).__name__, int(value))
+    if isinstance(value, BaseException):
+        return (type(value).__name__, str(value))
+    return value
+
+
+def drive(cores: list[Any], steps: list[tuple[str, Any]], *, with_values: bool = False) -> None:
     """Run ``steps`` on every core, requiring the same answers and state after each."""
     offset = 0
     for kind, arg in steps:
         if kind == "batch":
-            keys = [key for key, _ in arg]
-            timestamps = [t for _, t in arg]
+            keys = [key for key, *_ in arg]
+            timestamps = [t for _, t, *_ in arg]
+            batch_values = [v for _, _, v in arg] if with_values else None
             offsets = list(range(offset, offset + len(arg)))
             headers = [[("h", str(o).encode())] if o % 3 else None for o in offsets]
             offset += len(arg)
-            results = [core.process(keys, timestamps, offsets, headers) for core in cores]
+            columns = (keys, timestamps, offsets, headers, batch_values)
+            while True:  # after a failing record, the rest of the batch (as the operator does)
+                results = [core.process(*columns) for core in cores]
+                failure = results[0][3]
+                if failure is None or len(keys) == failure[0] + 1:
+                    break
+                assert canonical(results[0]) == canonical(results[1])
+                columns = tuple(  # type: ignore[assignment]
+                    None if column is None else column[failure[0] + 1 :] for column in columns
+                )
+                keys = columns[0]
         elif kind == "advance":
             results = [core.advance(arg, offset) for core in cores]
             offset += 1
         else:
             results = [core.take_writes() for core in cores]
-        assert results[0] == results[1], kind
-        assert _state(cores[0]) == _state(cores[1])
+        assert canonical(results[0]) == canonical(results[1]), kind
+        assert canonical(_state(cores[0])) == canonical(_state(cores[1]))
 
 
 def _state(core: Any) -> tuple[Any, ...]:
@@ -69,31 +139,74 @@ def _state(core: Any) -> tuple[Any, ...]:
     )
 
 
+@st.composite
+def stored_sessions(draw: st.DrawFn, aggregation: str) -> list[tuple[bytes, int, int, Any]]:
+    """Sessions a restored task starts from: per key, disjoint and at least a gap apart."""
+    value = st.integers(1, 9) if aggregation == "count" else numbers
+    sessions = []
+    for key in draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3)):
+        at = draw(st.integers(0, 100))
+        for _ in range(draw(st.integers(1, 3))):
+            end = at + draw(st.integers(0, 30))
+            sessions.append((key, at, end, draw(value)))
+            at = end + 60
+    return sessions
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     gap=st.integers(1, 50),
     grace=st.integers(0, 30),
     start_time=st.integers(-1, 150),
     keep_headers=st.booleans(),
-    stored=stored_sessions(),
-    steps=st.lists(step, max_size=25),
+    scenario=aggregations(),
+    data=st.data(),
 )
 def test_native_and_python_cores_agree_call_for_call(  # noqa: PLR0917 - hypothesis's
     gap: int,
     grace: int,
     start_time: int,
     keep_headers: bool,
-    stored: list[tuple[bytes, int, int, int]],
-    steps: list[tuple[str, Any]],
+    scenario: tuple[str, dict[str, Any], list[tuple[str, Any]]],
+    data: st.DataObject,
 ) -> None:
+    aggregation, arguments, steps = scenario
+    stored = data.draw(stored_sessions(aggregation))
     cores = [
-        PythonSessionCore(gap, grace, start_time, keep_headers),
-        native.SessionCore(gap, grace, start_time, keep_headers),
+        PythonSessionCore(gap, grace, start_time, keep_headers, **arguments),
+        native.SessionCore(gap, grace, start_time, keep_headers, **arguments),
     ]
     for core in cores:
         for session in stored:
             core.load(*session)
-    drive(cores, steps)
+    drive(cores, steps, with_values=aggregation != "count")
+
+
+def test_a_count_takes_no_values_and_a_reduce_needs_them() -> None:
+    counted = native.SessionCore(10, 0, -1, False).process([b"a"], [1], [0], [None])
+    assert counted[1:] == (0, 0, None)
+    for core in (
+        PythonSessionCore(10, 0, -1, False, aggregation="sum"),
+        native.SessionCore(10, 0, -1, False, aggregation="sum"),
+    ):
+        with pytest.raises(ValueError, match="values"):
+            core.process([b"a"], [1], [0], [None])
+
+
+def test_a_batch_stops_at_a_failing_record_keeping_what_came_before() -> None:
+    for core in (
+        PythonSessionCore(10, 0, -1, False, aggregation="sum"),
+        native.SessionCore(10, 0, -1, False, aggregation="sum"),
+    ):
+        finals, late, keyless, failure = core.process(
+            [b"a", None, b"a", b"a"], [1, 2, 3, 4], [0, 1, 2, 3], [None] * 4, [1.5, 0, "x", 2]
+        )
+        assert (finals, late, keyless) == ([], 0, 1)
+        assert failure is not None
+        assert failure[0] == 2
+        assert isinstance(failure[1], TypeError)
+        # The chain deletes the sessions a failing record would have merged before it fails.
+        assert core.fetch(b"a") == []
 
 
 def test_a_batch_with_columns_of_different_lengths_is_refused() -> None:

@@ -1,7 +1,8 @@
 """Two implementations, one behaviour: the native time-window core against its pure-Python
 reference, driven call for call with the same generated input (tumbling and hopping windows,
 late and out-of-order records, keyless ones, control records, stored windows to start from,
-writes taken at every point)."""
+writes taken at every point), for each built-in aggregation and value serde as the session
+core's test drives them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams_runtime.fused.time_window_core import TimeWindowCore as PythonTimeWindowCore
-from tests.streams_runtime.fused.test_session_core import KEYS, drive, step
+from tests.streams_runtime.fused.test_session_core import KEYS, aggregations, drive, numbers
 
 native = pytest.importorskip("streams_runtime._native", reason="the native core is not built")
 
@@ -28,24 +29,27 @@ def windows(draw: st.DrawFn) -> tuple[int, int, int]:
 @given(
     spec=windows(),
     start_time=st.integers(-1, 150),
-    stored=st.lists(
-        st.tuples(st.sampled_from(KEYS), st.integers(0, 20), st.integers(1, 9)), max_size=4
-    ),
-    steps=st.lists(step, max_size=25),
+    scenario=aggregations(),
+    data=st.data(),
 )
 def test_native_and_python_cores_agree_call_for_call(
     spec: tuple[int, int, int],
     start_time: int,
-    stored: list[tuple[bytes, int, int]],
-    steps: list[tuple[str, Any]],
+    scenario: tuple[str, dict[str, Any], list[tuple[str, Any]]],
+    data: st.DataObject,
 ) -> None:
     size, advance, grace = spec
+    aggregation, arguments, steps = scenario
+    value = st.integers(1, 9) if aggregation == "count" else st.one_of(numbers, st.none())
+    stored = data.draw(
+        st.lists(st.tuples(st.sampled_from(KEYS), st.integers(0, 20), value), max_size=4)
+    )
     cores = [
-        PythonTimeWindowCore(size, advance, grace, start_time, True),
-        native.TimeWindowCore(size, advance, grace, start_time, True),
+        PythonTimeWindowCore(size, advance, grace, start_time, True, **arguments),
+        native.TimeWindowCore(size, advance, grace, start_time, True, **arguments),
     ]
     loaded = {(key, n * advance): value for key, n, value in stored}  # one per window
     for core in cores:
-        for (key, start), value in loaded.items():
-            core.load(key, start, start + size, value, start + size - 1)
-    drive(cores, steps)
+        for (key, start), stored_value in loaded.items():
+            core.load(key, start, start + size, stored_value, start + size - 1)
+    drive(cores, steps, with_values=aggregation != "count")

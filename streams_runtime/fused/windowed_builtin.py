@@ -1,16 +1,19 @@
-"""A windowed count suppressed until each window closes, run as one operator: the chain
-``source -> SessionAggregateProcessor or TimeWindowAggregateProcessor (a count) ->
+"""A windowed built-in aggregation (a count, or a sum, min or max: ``reduce`` by
+``operator.add``, ``min`` or ``max``) suppressed until each window closes, run as one operator:
+the chain ``source -> SessionAggregateProcessor or TimeWindowAggregateProcessor ->
 SuppressProcessor`` of a task with one input, a batch of records per call into a core (the
 native one, or its pure-Python reference: :mod:`streams_runtime.fused.session_core` and
 :mod:`~streams_runtime.fused.time_window_core` state the semantics, those of the chain).
 
 What stays Python: the source's serdes (every record is deserialized as through the chain, so a
-bad record meets the same policy), and everything below the suppression, which sees only final
-results. The stores are the chain's, with the same contents once written: the core writes
-behind, at every commit, or as soon as its unwritten changes outgrow the record cache's budget
-(0: after every batch), to the window (or session) store and to the suppression's buffer
-store, each change with the input offset that caused it (restore's committed-input rule
-holds)."""
+bad record meets the same policy), the value serde (an aggregate takes the round trip through it
+that the chain's store gives it, where that could change it, and is serialized when written),
+and everything below the suppression, which sees only final results. A reducer or serde raising
+for a record sends that record to the bad-record policy, as the chain's processing error. The
+stores are the chain's, with the same contents once written: the core writes behind, at every
+commit, or as soon as its unwritten changes outgrow the record cache's budget (0: after every
+batch), to the window (or session) store and to the suppression's buffer store, each change
+with the input offset that caused it (restore's committed-input rule holds)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import Any
 
 from streams_runtime.errors import StreamsError
 from streams_runtime.fused import session_core_type, time_window_core_type
-from streams_runtime.fused.window_core import Final
+from streams_runtime.fused.window_core import Failure, Final
 from streams_runtime.processors import (
     NO_PROGRESS,
     Processor,
@@ -30,32 +33,50 @@ from streams_runtime.processors import (
     TimeWindowAggregateProcessor,
 )
 from streams_runtime.record import Record, SourceRecord
-from streams_runtime.serdes import Serde, SerializationError, String, ValueAndTimestamp
+from streams_runtime.serdes import (
+    Float,
+    Integer,
+    Json,
+    Serde,
+    SerializationError,
+    String,
+    ValueAndTimestamp,
+)
 from streams_runtime.state import KeyValueStore, SessionStore, SourcePosition
 from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, TimeWindows
 
-__all__ = ["FusedWindowCount", "fusable_window_count"]
+__all__ = ["FusedWindowAggregate", "fusable_window_aggregate"]
 
 _QUERY_TRIES = 100
 
 
-Counting = SessionAggregateProcessor | TimeWindowAggregateProcessor
-Chain = tuple[SourceProcessor, Counting, SuppressProcessor]
+Aggregating = SessionAggregateProcessor | TimeWindowAggregateProcessor
+Chain = tuple[SourceProcessor, Aggregating, SuppressProcessor]
+OnBad = Callable[[SourceRecord, str, Exception], None]
+"""Takes a record the chain would have refused, the reason (``deserialization`` or
+``processing``) and the exception."""
+
+# Value serdes whose round trip keeps an int of 64 bits, a float (as they are): (ints, floats).
+_EXACT: dict[type[Any], tuple[bool, bool]] = {
+    Integer: (True, False),
+    Float: (False, True),
+    Json: (True, True),
+}
 
 
-def fusable_window_count(processors: Sequence[Processor]) -> Chain | None:
+def fusable_window_aggregate(processors: Sequence[Processor]) -> Chain | None:
     """The chain this operator can run in place of, if the processors have it: one source whose
-    only child is a session or time window count whose only child is a suppression, with no
-    other parent."""
+    only child is a session or time window built-in aggregation (``builtin``: a count, sum, min
+    or max) whose only child is a suppression, with no other parent."""
     sources = [p for p in processors if isinstance(p, SourceProcessor)]
     if len(sources) != 1:
         return None
     (source,) = sources
     match source.children:
         case [SessionAggregateProcessor() | TimeWindowAggregateProcessor() as aggregate] if (
-            aggregate.is_count
+            aggregate.builtin is not None
         ):
             pass
         case _:
@@ -67,11 +88,11 @@ def fusable_window_count(processors: Sequence[Processor]) -> Chain | None:
             return None
 
 
-class FusedWindowCount(Processor):
+class FusedWindowAggregate(Processor):
     """The fused chain in the task's processor graph: the source's child, the parent of the
     suppression's children."""
 
-    name = "fused_window_count"
+    name = "fused_window_aggregate"
     reorders = True  # windows are stamped behind their input
 
     def __init__(
@@ -85,12 +106,16 @@ class FusedWindowCount(Processor):
     ) -> None:
         super().__init__()
         source, aggregate, suppress = chain
+        builtin = aggregate.builtin
+        assert builtin is not None
+        self._builtin = builtin
+        self._counts = builtin == "count"
         self.store_name = aggregate._store_name
         self.buffer_name = suppress._store_name
         windows = aggregate._windows
         assert isinstance(windows, SessionWindows | TimeWindows)
         self._windows = windows
-        # Time windows keep their count's timestamp (ValueAndTimestamp), sessions their end.
+        # Time windows keep their aggregate's timestamp (ValueAndTimestamp), sessions their end.
         self._timed = isinstance(windows, TimeWindows)
         self._source_key_serde: Serde[Any] = source._key_serde
         self._source_value_serde: Serde[Any] = source._value_serde
@@ -98,6 +123,7 @@ class FusedWindowCount(Processor):
         # Any failure of the quick way sends the batch the careful way (serdes' own errors).
         strings = type(self._source_key_serde) is String and type(self._key_serde) is String
         self._quick_key_of = self._string_key_of if strings else self._key_of
+        self._quick_key_value_of = self._string_key_value_of if strings else self._key_value_of
         self._value_serde: Serde[Any] = aggregate._value_serde
         self._sessions = session_store
         self._buffer = buffer_store
@@ -139,86 +165,128 @@ class FusedWindowCount(Processor):
     def _make_core(self, stream_time: int) -> Any:
         windows = self._windows
         keep_headers = self._write_budget > 0  # as through the record cache
+        aggregation: dict[str, Any] = {}
+        if not self._counts:
+            serde = self._value_serde
+            exact_ints, exact_floats = _EXACT.get(type(serde), (False, False))
+
+            def normalize(aggregate: Any) -> Any:
+                # What the chain reads back of what it stored.
+                return serde.deserialize(serde.serialize(aggregate))
+
+            aggregation = {
+                "aggregation": self._builtin,
+                "normalize": normalize,
+                "exact_ints": exact_ints,
+                "exact_floats": exact_floats,
+            }
         if isinstance(windows, TimeWindows):
             time_core = time_window_core_type()
             return time_core(
-                windows.size_ms, windows.advance_ms, windows.grace_ms, stream_time, keep_headers
+                windows.size_ms,
+                windows.advance_ms,
+                windows.grace_ms,
+                stream_time,
+                keep_headers,
+                **aggregation,
             )
         session_core = session_core_type()
-        return session_core(windows.gap_ms, windows.grace_ms, stream_time, keep_headers)
+        return session_core(
+            windows.gap_ms, windows.grace_ms, stream_time, keep_headers, **aggregation
+        )
 
-    def process_batch(
-        self, records: Sequence[SourceRecord], on_bad: Callable[[SourceRecord, Exception], None]
-    ) -> None:
-        """Count a batch of data records (control records go to :meth:`advance`); a record
-        its serdes refuse goes to ``on_bad``, in order."""
+    def process_batch(self, records: Sequence[SourceRecord], on_bad: OnBad) -> None:
+        """Aggregate a batch of data records (control records go to :meth:`advance`); a record
+        its serdes refuse, or whose aggregation raises, goes to ``on_bad``, in order."""
+        values: list[Any] | None = None
         try:
-            keys = [self._quick_key_of(record) for record in records]
+            if self._counts:
+                keys = [self._quick_key_of(record) for record in records]
+            else:
+                pairs = [self._quick_key_value_of(record) for record in records]
+                keys = [key for key, _ in pairs]
+                values = [value for _, value in pairs]
         except Exception:  # a bad record among them: the careful way
             self._process_one_by_one(records, on_bad)
             return
-        self._count(
-            keys,
-            [record.timestamp for record in records],
-            [record.offset for record in records],
-            [record.headers for record in records],
-        )
+        self._aggregate(records, keys, values, on_bad)
 
-    def _process_one_by_one(
-        self, records: Sequence[SourceRecord], on_bad: Callable[[SourceRecord, Exception], None]
-    ) -> None:
+    def _process_one_by_one(self, records: Sequence[SourceRecord], on_bad: OnBad) -> None:
+        good: list[SourceRecord] = []
         keys: list[bytes | None] = []
-        timestamps: list[int] = []
-        offsets: list[int] = []
-        headers: list[Any] = []
+        values: list[Any] | None = None if self._counts else []
         for record in records:
             try:
-                key = self._key_of(record)
+                key, value = self._key_value_of(record)
             except SerializationError as exc:
-                self._count(keys, timestamps, offsets, headers)
-                keys, timestamps, offsets, headers = [], [], [], []
-                on_bad(record, exc)
+                self._aggregate(good, keys, values, on_bad)
+                good, keys, values = [], [], None if self._counts else []
+                on_bad(record, "deserialization", exc)
                 continue
+            good.append(record)
             keys.append(key)
-            timestamps.append(record.timestamp)
-            offsets.append(record.offset)
-            headers.append(record.headers)
-        self._count(keys, timestamps, offsets, headers)
+            if values is not None:
+                values.append(value)
+        self._aggregate(good, keys, values, on_bad)
 
     def _key_of(self, record: SourceRecord) -> bytes | None:
-        """The record's key as the count stores it, after both of the source's serdes took
+        """The record's key as the aggregation stores it, after both of the source's serdes took
         the record (as the chain deserializes it)."""
+        return self._key_value_of(record)[0]
+
+    def _key_value_of(self, record: SourceRecord) -> tuple[bytes | None, Any]:
+        """The record's key as the aggregation stores it, and its value."""
         key = self._source_key_serde.deserialize(record.key)
-        self._source_value_serde.deserialize(record.value)
-        return None if key is None else self._key_serde.serialize(key) or b""
+        value = self._source_value_serde.deserialize(record.value)
+        return None if key is None else self._key_serde.serialize(key) or b"", value
 
     def _string_key_of(self, record: SourceRecord) -> bytes | None:
-        """:meth:`_key_of` when the source and the count both take keys as UTF-8 text: the
-        key's bytes are what the count stores (checked to decode, as the serde would)."""
+        """:meth:`_key_of` when the source and the aggregation both take keys as UTF-8 text:
+        the key's bytes are what the aggregation stores (checked to decode, as the serde
+        would)."""
         key = record.key
         if key is not None:
             key.decode()
         self._source_value_serde.deserialize(record.value)
         return key
 
-    def _count(
+    def _string_key_value_of(self, record: SourceRecord) -> tuple[bytes | None, Any]:
+        """:meth:`_key_value_of` with keys as UTF-8 text (see :meth:`_string_key_of`)."""
+        key = record.key
+        if key is not None:
+            key.decode()
+        return key, self._source_value_serde.deserialize(record.value)
+
+    def _aggregate(
         self,
+        records: Sequence[SourceRecord],
         keys: list[bytes | None],
-        timestamps: list[int],
-        offsets: list[int],
-        headers: list[Any],
+        values: list[Any] | None,
+        on_bad: OnBad,
     ) -> None:
-        if not keys:
-            return
-        finals, late, keyless = self.core.process(keys, timestamps, offsets, headers)
-        context = self._context
-        for _ in range(late):
-            context.record_dropped(self.store_name, "late")
-        for _ in range(keyless):
-            context.record_dropped(self.store_name, "null-key")
-        self._emit(finals)
-        if self.core.dirty_bytes > self._write_budget:
-            self._write_behind()
+        while keys:
+            failure: Failure | None
+            finals, late, keyless, failure = self.core.process(
+                keys,
+                [record.timestamp for record in records],
+                [record.offset for record in records],
+                [record.headers for record in records],
+                values,
+            )
+            context = self._context
+            for _ in range(late):
+                context.record_dropped(self.store_name, "late")
+            for _ in range(keyless):
+                context.record_dropped(self.store_name, "null-key")
+            self._emit(finals)
+            if self.core.dirty_bytes > self._write_budget:
+                self._write_behind()
+            if failure is None:
+                return
+            at, exc = failure
+            on_bad(records[at], "processing", exc)
+            records, keys = records[at + 1 :], keys[at + 1 :]
+            values = None if values is None else values[at + 1 :]
 
     def advance(self, timestamp: int) -> None:
         self._emit(self.core.advance(timestamp, self._position.offset))
@@ -231,8 +299,8 @@ class FusedWindowCount(Processor):
             return
         deserialize = self._key_serde.deserialize
         on_error = self.on_error
-        for key, start, end, count, timestamp, headers in finals:
-            record = Record(Windowed(deserialize(key), start, end), count, timestamp, headers)
+        for key, start, end, aggregate, timestamp, headers in finals:
+            record = Record(Windowed(deserialize(key), start, end), aggregate, timestamp, headers)
             if on_error is None:
                 self.forward(record)
                 continue
@@ -261,9 +329,9 @@ class FusedWindowCount(Processor):
         saved = position.offset
         serialize = self._value_serde.serialize
         try:
-            for state_key, count, value_ts, offset, timestamp in self.core.take_writes():
+            for state_key, aggregate, value_ts, offset, timestamp in self.core.take_writes():
                 key, start, end = split_session_changelog_key(state_key)
-                raw = None if count is None else serialize(count)
+                raw = None if aggregate is None else serialize(aggregate)
                 if raw is not None and self._timed:
                     raw = ValueAndTimestamp(raw, value_ts).to_bytes()
                 position.offset = offset
@@ -282,7 +350,7 @@ class _QueriedSessions(SessionStore):
     """The window or session store, its windows read from the fused operator (from the
     query's thread: a read that meets the stream thread inside the core is tried again)."""
 
-    def __init__(self, store: SessionStore, fused: FusedWindowCount) -> None:
+    def __init__(self, store: SessionStore, fused: FusedWindowAggregate) -> None:
         super().__init__(store.name, store.partition, store.engine, None)
         self._fused = fused
 
@@ -300,10 +368,10 @@ class _QueriedSessions(SessionStore):
         else:
             raise RuntimeError(f"store {self.name} stayed busy")
         found = []
-        for start, end, count, *timestamp in windows:
+        for start, end, aggregate, *timestamp in windows:
             if end >= earliest_end and start <= latest_start:
-                raw = serialize(count) or b""
-                if timestamp:  # a time window's count, as the window store keeps it
+                raw = serialize(aggregate) or b""
+                if timestamp:  # a time window's aggregate, as the window store keeps it
                     raw = ValueAndTimestamp(raw, timestamp[0]).to_bytes()
                 found.append((start, end, raw))
         return found
