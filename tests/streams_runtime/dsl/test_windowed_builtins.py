@@ -28,7 +28,7 @@ from streams_runtime.serdes import Float
 
 WINDOWS = [SessionWindows(gap_ms=1_000), TimeWindows(size_ms=1_000, advance_ms=500)]
 
-AGGREGATIONS: list[tuple[str, Callable[[Any], Any]]] = [
+AGGREGATIONS: list[tuple[str | None, Callable[[Any], Any]]] = [
     ("count", lambda windowed: windowed.count()),
     ("sum", lambda windowed: windowed.sum()),
     ("min", lambda windowed: windowed.min()),

@@ -1,8 +1,10 @@
-"""The fused window counts against the broker: the same input through the native core, its
-pure-Python reference and the chain processor by processor gives the same final results in the
-same order per key, the same suppression buffer, and the same answers to interactive queries;
-an application switched between the paths across a restart loses and repeats nothing. For
-session windows and for time windows (hopping here, tumbling across the restart).
+"""The fused windowed aggregations against the broker: the same input through the native core,
+its pure-Python reference and the chain processor by processor gives the same final results in
+the same order per key, the same suppression buffer, and the same answers to interactive
+queries; an application switched between the paths across a restart loses and repeats nothing.
+For session windows and for time windows (hopping here, tumbling across the restart); counts
+throughout, and a sum and a max of numbers (ints, floats, now and then a null or a string the
+reducer refuses).
 
 The input has what the generated tests of the cores have, end to end: several keys per
 partition, out-of-order and late records, records without a key, a value the source's serde
@@ -269,6 +271,74 @@ def test_every_path_gives_the_same_results_buffer_and_queries(  # noqa: PLR0917 
     assert any(found for found, _ in queried["native"])
     for (found, fused), (_, chained) in zip(queried["native"], queried["chain"], strict=True):
         assert all(session in chained for session in (fused if found else []))
+
+
+def _numbers(seed: int) -> list[tuple[int, bytes | None, bytes, int]]:
+    """:func:`_inputs` with numbers for values (ints of any size, floats, equal ones of both
+    kinds), now and then a null or a string, which a sum or max refuses once added to a number,
+    and still the odd value that is not JSON."""
+    rng = random.Random(seed)  # noqa: S311 - test data
+    numbers = []
+    for partition, key, value, at in _inputs(seed):
+        if value.startswith(b"{not"):
+            numbers.append((partition, key, value, at))
+            continue
+        number = rng.choice([1, 1.0, 0.1, -3, 2.5, 2**70, rng.randrange(100), rng.random()])
+        odd = rng.random()
+        chosen: object = None if odd < 0.02 else "x" if odd < 0.04 else number
+        numbers.append((partition, key, json.dumps(chosen).encode(), at))
+    return numbers
+
+
+def _reducing(source: str, sink: str, kind: str, builtin: str) -> StreamsBuilder:
+    builder = StreamsBuilder()
+    windowed = (
+        builder.stream(source, key_serde=String(), value_serde=Json())
+        .group_by_key()
+        .windowed_by(WINDOWS[kind])  # type: ignore[call-overload]
+    )
+    (
+        getattr(windowed, builtin)(name=STORE)
+        .suppress(until_window_closes(), name=BUFFER)
+        .to_stream()
+        .map(lambda window, value: (window.key, [window.start, window.end, value]))
+        .to(sink, key_serde=String(), value_serde=Json())
+    )
+    return builder
+
+
+@pytest.mark.parametrize(("kind", "builtin"), [("session", "sum"), ("hopping", "max")])
+def test_every_path_gives_the_same_sums_and_maxima(  # noqa: PLR0917 - fixtures
+    kind: str,
+    builtin: str,
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    run_app: Callable[..., App],
+    core_path: Callable[[str], dict[str, Any]],
+) -> None:
+    source = create_topic("numbers", partitions=PARTITIONS)
+    _produce(kafka_bootstrap, source, _numbers(seed=5))
+    ends = _ends(kafka_bootstrap, source)
+    results = {}
+    for path in PATHS:  # one after the other: the core is chosen as the task starts
+        sink = create_topic("sums", partitions=PARTITIONS)
+        app_id = unique_name(f"fused-{builtin}-{path}")
+        app = run_app(
+            _reducing(source, sink, kind, builtin),
+            application_id=app_id,
+            bad_record_policy="log-and-skip",
+            commit_interval_ms=200,
+            **core_path(path),
+        )
+        _wait_committed(kafka_bootstrap, app_id, source, ends)
+        app.close()
+        results[path] = _results(kafka_bootstrap, sink)
+        assert _state(kafka_bootstrap, app_id, BUFFER) == {}
+    values = [value for found in results["chain"].values() for (*_, value), _ in found]
+    assert len(values) > 100
+    assert {type(v) for v in values} >= {int, float, str}
+    assert results["native"] == results["chain"]
+    assert results["python"] == results["chain"]
 
 
 @pytest.mark.parametrize(
