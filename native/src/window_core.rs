@@ -142,7 +142,8 @@ impl Aggregation {
     pub fn finish(&self, py: Python<'_>, aggregate: Agg) -> PyResult<Agg> {
         match aggregate {
             Agg::Int(_) if self.exact_ints => return Ok(aggregate),
-            Agg::Float(_) if self.exact_floats => return Ok(aggregate),
+            // NaN aside: JSON keeps neither its sign nor its payload.
+            Agg::Float(f) if self.exact_floats && !f.is_nan() => return Ok(aggregate),
             _ => {}
         }
         let Some(normalize) = &self.normalize else {

@@ -5,6 +5,7 @@ its latest change."""
 
 from __future__ import annotations
 
+import math
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -50,7 +51,7 @@ class Aggregation:
 
     ``normalize``: what the chain's round trip through the store does to an aggregate
     (``deserialize(serialize(aggregate))``; it may raise, as the chain's serialize would); it is
-    skipped for an ``int`` of 64 bits when ``exact_ints`` and for a ``float`` when
+    skipped for an ``int`` of 64 bits when ``exact_ints`` and for a ``float`` other than NaN when
     ``exact_floats`` (the value serde keeps them as they are), and for ``None``."""
 
     def __init__(
@@ -76,8 +77,8 @@ class Aggregation:
         kind = type(aggregate)
         if kind is int and self._exact_ints and _LONG_MIN <= aggregate <= _LONG_MAX:
             return aggregate
-        if kind is float and self._exact_floats:
-            return aggregate
+        if kind is float and self._exact_floats and not math.isnan(aggregate):
+            return aggregate  # NaN aside: JSON keeps neither its sign nor its payload
         return self._normalize(aggregate)
 
 

@@ -58,7 +58,8 @@ OnBad = Callable[[SourceRecord, str, Exception], None]
 """Takes a record the chain would have refused, the reason (``deserialization`` or
 ``processing``) and the exception."""
 
-# Value serdes whose round trip keeps an int of 64 bits, a float (as they are): (ints, floats).
+# Value serdes whose round trip keeps an int of 64 bits, a float (NaN aside) as they are:
+# (ints, floats).
 _EXACT: dict[type[Any], tuple[bool, bool]] = {
     Integer: (True, False),
     Float: (False, True),
