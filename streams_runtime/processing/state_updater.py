@@ -15,10 +15,12 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from streams_runtime.errors import as_exception
 from streams_runtime.processing.task import StreamTask
 from streams_runtime.record import TaskId
+from streams_runtime.state.changelog_readers import ChangelogReaders
 
 __all__ = ["StateUpdater"]
 
@@ -26,9 +28,14 @@ logger = logging.getLogger(__name__)
 
 
 class StateUpdater:
-    """Restores tasks' stores in order of :meth:`add`, ``workers`` at a time."""
+    """Restores tasks' stores in order of :meth:`add`, ``workers`` at a time; each worker
+    reads with the changelog consumers ``readers(worker_name)`` gives it, kept from one task
+    to the next."""
 
-    def __init__(self, name: str, workers: int = 4) -> None:
+    def __init__(
+        self, name: str, readers: Callable[[str], ChangelogReaders], workers: int = 4
+    ) -> None:
+        self._readers = readers
         self._changed = threading.Condition()
         self._queue: deque[StreamTask] = deque()
         self._cancelled: dict[TaskId, threading.Event] = {}
@@ -99,6 +106,13 @@ class StateUpdater:
         return left
 
     def _run(self) -> None:
+        readers = self._readers(threading.current_thread().name)
+        try:
+            self._restore_until_stopped(readers)
+        finally:
+            readers.close()
+
+    def _restore_until_stopped(self, readers: ChangelogReaders) -> None:
         while True:
             with self._changed:
                 while not self._queue and not self._stopping:
@@ -110,7 +124,7 @@ class StateUpdater:
                 cancelled = self._cancelled[task.id]
             error: BaseException | None = None
             try:
-                task.restore(cancelled)
+                task.restore(cancelled, readers)
             except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
                 error = as_exception(sys.exc_info()[1])
             with self._changed:

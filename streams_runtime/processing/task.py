@@ -33,6 +33,7 @@ from streams_runtime.state import (
     WarmStore,
     WindowStore,
 )
+from streams_runtime.state.changelog_readers import ChangelogReaders
 from streams_runtime.topology import Subtopology
 
 __all__ = ["StreamTask", "WarmStores"]
@@ -226,12 +227,14 @@ class StreamTask:
         self._bound_floor = self.committed_bounds = merged_bounds(m.bounds for m in restored)
         self._warm = warm_stores(self.id, self.committed) if warm_stores is not None else None
 
-    def restore(self, cancelled: threading.Event | None = None) -> None:
+    def restore(
+        self, cancelled: threading.Event | None = None, readers: ChangelogReaders | None = None
+    ) -> None:
         """Restore the stores from their changelogs, never beyond the committed input position,
         from a local standby's copy and the changelogs' tails where :meth:`prepare` found one.
-        May run on another thread than the task's (nothing else touches the task meanwhile);
-        gives up with :class:`~streams_runtime.state.RestoreCancelledError` once ``cancelled``
-        is set."""
+        May run on another thread than the task's (nothing else touches the task meanwhile),
+        reading with that thread's ``readers`` if it has them; gives up with
+        :class:`~streams_runtime.state.RestoreCancelledError` once ``cancelled`` is set."""
         remaining = self._metrics.restore_remaining.labels(str(self.id))
         try:
             result = self.state.restore(
@@ -240,6 +243,7 @@ class StreamTask:
                 warm=self._warm,
                 cancelled=cancelled,
                 on_remaining=remaining.set,
+                readers=readers,
             )
         finally:
             remaining.set(0)

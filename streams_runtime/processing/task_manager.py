@@ -22,6 +22,7 @@ from streams_runtime.processing.task import StreamTask, WarmStores
 from streams_runtime.record import TaskId, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import ThreadCache
+from streams_runtime.state.changelog_readers import ChangelogReaders
 from streams_runtime.topology import Topology
 
 __all__ = ["TaskManager"]
@@ -70,7 +71,11 @@ class TaskManager:
         # Tasks whose stores restore on the updater's thread, with their inputs' committed
         # offsets (where processing starts once restored); their inputs stay paused.
         self._restoring: dict[TaskId, dict[TopicPartitionId, int]] = {}
-        self._updater = StateUpdater("streams-restore")
+        consumer_config = settings.consumer_config()
+        self._updater = StateUpdater(
+            "streams-restore",
+            lambda worker: ChangelogReaders(consumer_config, settings.application_id, worker),
+        )
         # Read by other threads (membership, interactive queries): replaced, never mutated.
         self.active_tasks: frozenset[TaskId] = frozenset()
         self.restoring_tasks: frozenset[TaskId] = frozenset()

@@ -5,7 +5,8 @@
 - ``changelog``: changelog topic names, the writer and the source header of every record;
 - ``directory``: a task's state directory, its lock and the checkpoint file;
 - ``restore``: the one changelog restore path of active tasks and standbys, with the
-  committed-input rule (:func:`input_committed`) and the corrections;
+  committed-input rule (:func:`input_committed`) and the corrections; ``changelog_readers``:
+  the consumers a restoring thread keeps from one task to the next;
 - ``caching``, ``caching_windows``, ``task_caches``: the record cache and the stores read and
   written through it;
 - ``manager``: :class:`TaskStateManager`, one task's stores and their flush/commit lifecycle.

@@ -38,6 +38,7 @@ from streams_runtime.state.changelog import (
     SourcePosition,
     changelog_topic,
 )
+from streams_runtime.state.changelog_readers import ChangelogReaders
 from streams_runtime.state.directory import (
     Checkpoint,
     checkpoint_path,
@@ -179,10 +180,12 @@ class TaskStateManager:
     def restore(
         self,
         committed_inputs: Mapping[TopicPartitionId, int],
+        *,
         timeout_s: float = 300,
         warm: Mapping[str, WarmStore] | None = None,
         cancelled: threading.Event | None = None,
         on_remaining: Callable[[int], None] | None = None,
+        readers: ChangelogReaders | None = None,
     ) -> RestoreResult:
         """Bring every store to the committed input position ``committed_inputs`` (next offset to
         consume per input partition) from local state and the changelogs.
@@ -190,6 +193,8 @@ class TaskStateManager:
         A store with an entry in ``warm`` (and no usable checkpoint) starts from that copy and
         reads the changelog from its offset on, with the same skip rules as a full restore.
         ``on_remaining`` is told the changelog records left to read as the restore proceeds.
+        ``readers`` are the calling thread's changelog consumers, kept for its next restore
+        (otherwise the restore makes its own and closes them).
 
         Raises :class:`RestoreError` when a changelog cannot be read,
         :class:`RestoreTimeoutError` after ``timeout_s`` and :class:`RestoreCancelledError` once
@@ -201,9 +206,15 @@ class TaskStateManager:
         deadline = started + timeout_s
         result = RestoreResult()
         logged = {slot.changelog_tp: slot for slot in self._slots.values() if slot.changelog_tp}
-        consumer = self._new_consumer("restore") if logged else None
+        borrowed = readers is not None
+        if readers is None:
+            readers = ChangelogReaders(self._consumer_config, self.application_id, self.task_id)
         try:
-            watermarks = self._watermarks(list(logged), deadline) if logged else {}
+            watermarks = (
+                read_watermarks(readers.watermarks(), list(logged), deadline, self.task_id)
+                if logged
+                else {}
+            )
             checkpoint = self._usable_checkpoint(committed_inputs, watermarks)
             reused = self._reuse_or_wipe(checkpoint, result)
             starts: dict[TopicPartitionId, int] = {}
@@ -220,7 +231,7 @@ class TaskStateManager:
                         skipped,
                         result,
                     )
-            if consumer is not None:
+            if logged:
                 restorer = ChangelogRestorer(
                     task_id=self.task_id,
                     logged={tp: slot.store for tp, slot in logged.items()},
@@ -229,11 +240,21 @@ class TaskStateManager:
                     skipped=skipped,
                 )
                 self._pending_corrections = restorer.run(
-                    consumer, starts, watermarks, deadline, cancelled, on_remaining=on_remaining
+                    readers.records,
+                    starts,
+                    watermarks,
+                    deadline,
+                    cancelled,
+                    on_remaining=on_remaining,
                 )
+        except BaseException:
+            readers.close()  # whatever it was doing is not worth resuming
+            raise
         finally:
-            if consumer is not None:
-                consumer.close()
+            if borrowed:
+                readers.release()
+            else:
+                readers.close()
         for slot in self._slots.values():
             slot.store.engine.commit()
         self._changelog_next = dict(result.end_offsets)
@@ -285,17 +306,6 @@ class TaskStateManager:
                     if self.engine != "memory":
                         result.stores_wiped.append(name)
         return reused
-
-    def _watermarks(
-        self, partitions: Sequence[TopicPartitionId], deadline: float
-    ) -> dict[TopicPartitionId, tuple[int, int]]:
-        """Low and *high* watermark per changelog partition (read_uncommitted on purpose, see
-        :func:`read_watermarks`)."""
-        consumer = self._new_consumer("watermarks", isolation="read_uncommitted")
-        try:
-            return read_watermarks(consumer, partitions, deadline, self.task_id)
-        finally:
-            consumer.close()
 
     def _usable_checkpoint(
         self,

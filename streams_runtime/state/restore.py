@@ -288,7 +288,7 @@ class ChangelogRestorer:
 
     def run(
         self,
-        consumer: Consumer,
+        consumer_for_records: Callable[[], Consumer],
         starts: Mapping[TopicPartitionId, int],
         watermarks: Mapping[TopicPartitionId, tuple[int, int]],
         deadline: float,
@@ -307,10 +307,25 @@ class ChangelogRestorer:
             skipped=self._skipped,
         )
         progress.remaining = {tp for tp, start in starts.items() if start < progress.ends[tp]}
-        if progress.remaining:
+        if progress.remaining:  # a first start has nothing to read: no consumer to start
+            consumer = consumer_for_records()
             consumer.assign(
                 [TopicPartition(tp.topic, tp.partition, starts[tp]) for tp in progress.remaining]
             )
+            self._read(consumer, progress, deadline, cancelled, on_remaining)
+        self._result.end_offsets = progress.next_offsets
+        if on_remaining is not None:
+            on_remaining(0)
+        return self._corrections(progress.skipped)
+
+    def _read(
+        self,
+        consumer: Consumer,
+        progress: _RestoreProgress,
+        deadline: float,
+        cancelled: threading.Event | None,
+        on_remaining: Callable[[int], None] | None,
+    ) -> None:
         while progress.remaining:
             if on_remaining is not None:
                 on_remaining(progress.left())
@@ -333,10 +348,6 @@ class ChangelogRestorer:
                     tp = TopicPartitionId(position.topic, position.partition)
                     if position.offset >= progress.ends[tp]:
                         progress.reached(tp, position.offset)
-        self._result.end_offsets = progress.next_offsets
-        if on_remaining is not None:
-            on_remaining(0)
-        return self._corrections(progress.skipped)
 
     def _handle(self, msg: Message, progress: _RestoreProgress) -> None:
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
@@ -436,6 +447,8 @@ _NOT_YET_LEADER = frozenset(
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
+        # The client's metadata predates the changelog topic the runtime just created.
+        KafkaError._UNKNOWN_PARTITION,
     }
 )
 

@@ -39,6 +39,7 @@ from streams_runtime.state import (
     session_changelog_key,
     split_session_changelog_key,
 )
+from streams_runtime.state.changelog_readers import ChangelogReaders
 from streams_runtime.state.directory import (
     CHECKPOINT_FILE,
     checkpoint_path,
@@ -1210,3 +1211,49 @@ def test_buffered_changelog_writer_sends_the_latest_write_per_key() -> None:
     writer.log(b"gone", b"v", 10)
     writer.discard()
     assert writer.flush() == 0
+
+
+@pytest.mark.broker
+def test_a_thread_s_changelog_readers_restore_task_after_task(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    changelog_for: Callable[[str, StoreSpec], str],
+    sinks: Callable[..., ProducerSink],
+    tmp_path: Path,
+) -> None:
+    """One restoring thread's consumers serve one task after another (each restore sees only
+    its own changelog, though the consumer read another's before), and a restore with nothing
+    to read starts no record consumer."""
+    source = TopicPartitionId(create_topic("input"), 0)
+    apps = [unique_name("app") for _ in range(2)]
+    for n, app in enumerate(apps):
+        changelog_for(app, KV)
+        sink = sinks()
+        position = SourcePosition()
+        with manager(tmp_path / f"w{n}", [KV], "memory", sink, position, kafka_bootstrap, app) as w:
+            w.restore({})
+            w.mark_processing()
+            position.set(source, 0)
+            w.kv_store("counts").put(f"task-{n}".encode(), b"1", 1)
+            w.flush()
+            sink.flush()
+    readers = ChangelogReaders({"bootstrap.servers": kafka_bootstrap}, "test", "worker-0")
+    try:
+        empty = unique_name("app")
+        changelog_for(empty, KV)
+        with manager(tmp_path / "e", [KV], "memory", None, None, kafka_bootstrap, empty) as state:
+            state.restore({source: 0}, timeout_s=60, readers=readers)
+        assert readers._records is None  # nothing to read: never made
+        consumers = []
+        for n, app in enumerate(apps):
+            with manager(
+                tmp_path / f"r{n}", [KV], "memory", None, None, kafka_bootstrap, app
+            ) as state:
+                result = state.restore({source: 1}, timeout_s=60, readers=readers)
+                assert list(state.kv_store("counts").items()) == [(f"task-{n}".encode(), b"1")]
+                assert result.records_applied == 1
+            consumers.append(readers.records())
+            assert readers.records().assignment() == []  # released for the next task
+        assert consumers[0] is consumers[1]
+    finally:
+        readers.close()
