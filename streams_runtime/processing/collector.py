@@ -13,7 +13,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -24,7 +24,10 @@ from streams_runtime.murmur2 import partition_for_key
 from streams_runtime.record import Headers, TopicPartitionId
 from streams_runtime.settings import RuntimeSettings
 
-__all__ = ["RecordCollector"]
+if TYPE_CHECKING:
+    from streams_runtime.state import ChangelogWrites
+
+__all__ = ["ChangelogSink", "RecordCollector"]
 
 logger = logging.getLogger(__name__)
 
@@ -349,3 +352,30 @@ class RecordCollector:
             logger.warning("closing the producer: %(error)s", {"error": str(exc)})
         finally:
             _close(self.producer)
+
+
+class ChangelogSink:
+    """Adapts the collector to the state layer's ``RecordSink``."""
+
+    def __init__(self, collector: RecordCollector) -> None:
+        self._collector = collector
+
+    def send(  # noqa: PLR0917 - the state layer's RecordSink signature
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+    ) -> None:
+        # Wall-clock time (0 lets the producer stamp it), not event time: the broker's
+        # min.compaction.lag.ms acts on record timestamps, and replayed old data must not make
+        # the changelog compactable at once.
+        self._collector.send(topic, key, value, 0, headers, partition=partition)
+
+    def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
+        # As send(), for a buffered writer's flush: one call for all of them.
+        self._collector.send_many(
+            topic, partition, ((key, value, headers) for key, (value, _, headers) in writes), 0
+        )

@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 from streams_runtime.errors import BadRecordHandler, StreamsError
 from streams_runtime.fused.windowed_builtin import FusedWindowAggregate, fusable_window_aggregate
 from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.collector import ChangelogSink, RecordCollector
 from streams_runtime.processing.partition_group import LagProvider, PartitionGroup
 from streams_runtime.processors import NO_PROGRESS, Processor, SinkProcessor, SourceProcessor
 from streams_runtime.progress import TaskCommitMetadata, merged_bounds
@@ -23,7 +23,6 @@ from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicP
 from streams_runtime.serdes import SerializationError
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
 from streams_runtime.state import (
-    ChangelogWrites,
     KeyValueStore,
     SessionStore,
     SourcePosition,
@@ -42,33 +41,6 @@ __all__ = ["StreamTask", "WarmStores"]
 WarmStores = Callable[[TaskId, Mapping[TopicPartitionId, int]], Mapping[str, WarmStore]]
 """Where a task becoming active gets local copies of its stores' committed state, given its
 committed input offsets (the replicator's standbys)."""
-
-
-class _ChangelogSink:
-    """Adapts the collector to the state layer's ``RecordSink``."""
-
-    def __init__(self, collector: RecordCollector) -> None:
-        self._collector = collector
-
-    def send(  # noqa: PLR0917 - the state layer's RecordSink signature
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers | None,
-    ) -> None:
-        # Wall-clock time (0 lets the producer stamp it), not event time: the broker's
-        # min.compaction.lag.ms acts on record timestamps, and replayed old data must not make
-        # the changelog compactable at once.
-        self._collector.send(topic, key, value, 0, headers, partition=partition)
-
-    def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
-        # As send(), for a buffered writer's flush: one call for all of them.
-        self._collector.send_many(
-            topic, partition, ((key, value, headers) for key, (value, _, headers) in writes), 0
-        )
 
 
 class StreamTask:
@@ -106,7 +78,7 @@ class StreamTask:
             specs=subtopology.stores,
             engine=settings.state_engine.value,
             state_dir=settings.state_dir,
-            sink=_ChangelogSink(collector),
+            sink=ChangelogSink(collector),
             position=self.position,
             consumer_config=settings.consumer_config(),
         )
