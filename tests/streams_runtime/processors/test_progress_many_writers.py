@@ -351,6 +351,9 @@ def _brokerless(cluster: _Cluster) -> Iterator[None]:
 
     with (
         mock.patch("streams_runtime.state.manager.changelog_consumer", changelog_consumer),
+        mock.patch(
+            "streams_runtime.state.changelog_readers.changelog_consumer", changelog_consumer
+        ),
         mock.patch("streams_runtime.progress.Consumer", offsets_consumer),
     ):
         yield
