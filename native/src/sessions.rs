@@ -104,8 +104,6 @@ impl WindowCore for SessionCore {
             return Ok(());
         }
         self.accepted_time = self.accepted_time.max(t);
-        // Only a record landing on the single-point session [t, t] keeps it until the end.
-        let replaced = start != t || end != t;
         let mut aggregate: Option<Agg> = None;
         for &(s_start, s_end) in &found {
             let other = self.value(key, s_start, s_end);
@@ -119,19 +117,16 @@ impl WindowCore for SessionCore {
                 }
                 _ => other.clone_ref(py),
             });
-            if replaced {
-                self.remove(key, s_start, s_end, offset, t);
-            }
         }
         let aggregate = match aggregate {
             Some(a) if !a.is_none(py) => self.aggregation.combine(py, &a, &value)?,
             _ => value,
         };
         let aggregate = self.aggregation.finish(py, aggregate)?;
-        if !replaced {
-            for &(s_start, s_end) in &found {
-                self.remove(key, s_start, s_end, offset, t);
-            }
+        // Removed once the aggregate is known, as Kafka Streams does: a record the reducer or
+        // the serde refuses leaves the sessions it would have merged.
+        for &(s_start, s_end) in &found {
+            self.remove(key, s_start, s_end, offset, t);
         }
         if aggregate.is_none(py) {
             return Ok(());

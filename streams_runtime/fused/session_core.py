@@ -16,9 +16,9 @@ The semantics are those of ``SessionAggregateProcessor`` feeding ``SuppressProce
   (:class:`~streams_runtime.fused.window_core.Aggregation`: a count adds, a reduce combines
   ``reducer(aggregate, other)``, skipping ``None``), then the record's value folded in last
   (a count's is 1; a reduce's first value is the aggregate as it is), as the store would read
-  it back. The sessions merged are removed as they are combined, unless the record lands on
-  the single-point session ``[t, t]``; a reducer or serde raising stops there (the record is
-  returned as failed); an aggregate of ``None`` leaves no session;
+  it back. The sessions merged are removed once that aggregate is known: a reducer or serde
+  raising leaves them as they were (the record is returned as failed); an aggregate of ``None``
+  leaves no session;
 - after every record and every control record, each session with ``end + gap + grace <=
   stream time`` is emitted once, in ``(end, key + start + end)`` order, stamped with its end,
   and leaves the state (its final result is out: no record merges into it any more);
@@ -126,8 +126,6 @@ class SessionCore(WindowCore):
             self._late += 1
             return
         self.accepted_time = max(self.accepted_time, t)
-        # Only a record landing on the single-point session [t, t] keeps it until the end.
-        replaced = start != t or end != t
         combine = self._aggregation.combine
         aggregate = None
         for s in found:
@@ -135,13 +133,12 @@ class SessionCore(WindowCore):
                 aggregate = s.value
             elif s.value is not None:
                 aggregate = combine(aggregate, s.value)
-            if replaced:
-                self._remove(key, s, offset, t)
         aggregate = value if aggregate is None else combine(aggregate, value)
         aggregate = self._aggregation.finish(aggregate)
-        if not replaced:
-            for s in found:
-                self._remove(key, s, offset, t)
+        # Removed once the aggregate is known, as Kafka Streams does: a record the reducer or
+        # the serde refuses leaves the sessions it would have merged.
+        for s in found:
+            self._remove(key, s, offset, t)
         if aggregate is None:
             return
         session = _Session(start, end, aggregate, headers if self._keep_headers else None)

@@ -129,14 +129,17 @@ class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, Session
         # Cached, the writes keep the record's headers: Kafka Streams' cache entries take the
         # input record's context, and its flush listener forwards them with it.
         cached, headers = self.cached, record.headers
-        for start, end, raw in found:
+        for _, _, raw in found:
             aggregate = self._merger(key, aggregate, self._value_serde.deserialize(raw))
-            if replaced:
+        aggregate = self._aggregator(key, record.value, aggregate)
+        raw_aggregate = self._value_serde.serialize(aggregate)
+        # Removed once the aggregate is known (Kafka Streams' KStreamSessionWindowAggregate):
+        # a record the aggregator or the serde refuses leaves the sessions it would merge.
+        if replaced:
+            for start, end, _ in found:
                 self._write(key_bytes, start, end, None, t, headers)
                 if not cached:
                     self.forward(Record(Windowed(key, start, end), None, end))
-        aggregate = self._aggregator(key, record.value, aggregate)
-        raw_aggregate = self._value_serde.serialize(aggregate)
         self._write(key_bytes, merged_start, merged_end, raw_aggregate, t, headers)
         if not cached:
             self.forward(Record(Windowed(key, merged_start, merged_end), aggregate, merged_end))

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams_runtime import SessionWindows, StreamsBuilder, TimeWindows, until_window_closes
+from streams_runtime.fused import session_core_type
 from streams_runtime.fused.session_core import SessionCore
 from streams_runtime.fused.time_window_core import TimeWindowCore
 from streams_runtime.record import Record
@@ -140,3 +141,14 @@ def test_the_time_window_core_computes_what_the_chain_does(
     core = _core(TimeWindowCore(size, advance, grace, -1, True, **_aggregation(builtin)), records)
     assert core[1] == chain[1]
     assert _canonical(core[0]) == _canonical(chain[0])
+
+
+def test_a_refused_record_leaves_the_sessions_it_would_merge() -> None:
+    """As in Kafka Streams (KStreamSessionWindowAggregate), the sessions a record merges are
+    removed only once their new aggregate is known: ``1 + "x"`` refuses the record between
+    the two sessions, and both stay, on every path."""
+    records = [("a", 0, 1), ("a", 20, 2), ("a", 10, "x")]
+    expected = ([("a", 0, 0, 1), ("a", 20, 20, 2)], [2])
+    assert _chain(SessionWindows(10, 0), "sum", records) == expected
+    for core_type in {SessionCore, session_core_type()}:
+        assert _core(core_type(10, 0, -1, False, **_aggregation("sum")), records) == expected
