@@ -124,10 +124,11 @@ def app_env(kafka_bootstrap: str, tmp_path: Path) -> Callable[[str, str], dict[s
 
 
 def produce_in_background(
-    bootstrap: str, topic: str, events: list[tuple[str, int]]
+    bootstrap: str, topic: str, events: list[tuple[str, int]], pause_s: float = 0.05
 ) -> threading.Thread:
-    """Write ``events`` in small bursts (so the app is killed mid-stream), then close every
-    session with a control record far past the last event on each partition."""
+    """Write ``events`` in bursts of 200 ``pause_s`` apart (so the app is killed mid-stream),
+    then close every session with a control record far past the last event on each
+    partition."""
 
     def produce() -> None:
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -135,7 +136,7 @@ def produce_in_background(
             producer.produce(topic, key=key, value=i.to_bytes(8, "big"), timestamp=ts)
             if i % 200 == 199:
                 producer.flush(10)
-                time.sleep(0.05)
+                time.sleep(pause_s)
         end = max(ts for _, ts in events) + 10 * GAP_MS
         for partition in range(PARTITIONS):
             tick = ControlRecord(topic, partition, end, ControlMarker("test", partition))
@@ -240,7 +241,9 @@ def test_a_fenced_producer_rejoins_and_loses_nothing(
         wait_for(id_file.exists, timeout_s=30, message="the instance's id")
         transactional_id = f"{env['PROGRESS_CONTROL_RUNTIME_APPLICATION_ID']}-"
         transactional_id += id_file.read_text().strip()
-        writer = produce_in_background(kafka_bootstrap, source, events)
+        # About 7.5 s of input: every takeover lands mid-stream, however fast the app is (an
+        # app with nothing to commit finds out it was fenced only at its next commit).
+        writer = produce_in_background(kafka_bootstrap, source, events, pause_s=0.25)
         for _ in range(3):
             time.sleep(1.5)
             usurper = Producer(
