@@ -23,13 +23,12 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from streams_runtime.record import TopicPartitionId
 from streams_runtime.state.changelog import (
@@ -54,7 +53,6 @@ from streams_runtime.state.restore import (
     Correction,
     RestoreResult,
     WarmStore,
-    changelog_consumer,
     load_warm,
     read_watermarks,
 )
@@ -121,7 +119,8 @@ class TaskStateManager:
         self._changelog_next: dict[TopicPartitionId, int] = {}
         self._checkpointed_inputs: dict[TopicPartitionId, int] | None = None
         self._pending_corrections: list[Correction] = []
-        self._offsets_consumer: Consumer | None = None
+        # Read_committed end offsets of the changelogs, for checkpoints (made on first use).
+        self._offsets = ChangelogReaders(consumer_config, application_id, f"offsets-{task_id}")
         self._restored = False
         self._closed = False
         if engine != "memory":
@@ -393,11 +392,10 @@ class TaskStateManager:
         partitions = self.changelog_partitions()
         if not partitions:
             return {}
-        if self._offsets_consumer is None:
-            self._offsets_consumer = self._new_consumer("offsets")
+        consumer = self._offsets.records()
         ends: dict[TopicPartitionId, int] = {}
         for tp in partitions:
-            _, high = self._offsets_consumer.get_watermark_offsets(
+            _, high = consumer.get_watermark_offsets(
                 TopicPartition(tp.topic, tp.partition), timeout=10, cached=False
             )
             ends[tp] = high
@@ -446,9 +444,7 @@ class TaskStateManager:
                     "task %(task)s: closing store %(store)s: %(error)s",
                     {"task": str(self.task_id), "store": slot.spec.name, "error": str(exc)},
                 )
-        if self._offsets_consumer is not None:
-            self._offsets_consumer.close()
-            self._offsets_consumer = None
+        self._offsets.close()
         if wipe and self.engine != "memory":
             self._delete_checkpoint()
             for slot in self._slots.values():
@@ -499,10 +495,6 @@ class TaskStateManager:
             self._damaged.add(spec.name)
             store = open_store(spec, self.partition, self.engine, path, writer)
         return _Slot(spec, store, changelog_tp, path, writer)
-
-    def _new_consumer(self, purpose: str, isolation: str = "read_committed") -> Consumer:
-        group_id = f"{self.application_id}-{purpose}-{self.task_id}-{uuid.uuid4().hex[:8]}"
-        return changelog_consumer(self._consumer_config, group_id, isolation)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -350,7 +350,6 @@ def _brokerless(cluster: _Cluster) -> Iterator[None]:
         return _OffsetsConsumer(cluster)
 
     with (
-        mock.patch("streams_runtime.state.manager.changelog_consumer", changelog_consumer),
         mock.patch(
             "streams_runtime.state.changelog_readers.changelog_consumer", changelog_consumer
         ),
