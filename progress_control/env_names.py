@@ -38,7 +38,7 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
         """ack_recording admin_timeout_s backoff_exponential backoff_ms backoff_multiplier
         enabled end_ms http_host http_max_connections http_port http_request_timeout_ms
         jitter_ms kafka
-        kafka_secrets_dir key log_format log_level max_records max_skew_ms
+        kafka_secrets_dir key log_format log_level max_records max_skew_ms null_key_topics
         max_tracked_partitions metadata_refresh_ms mode queue_max_messages
         report_address report_allowed_uids report_interval_ms report_listen
         report_listen_allow_network

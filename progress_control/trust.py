@@ -127,8 +127,9 @@ def sign(
 
 class ControlRecordSource:
     """One writer's control records: its source id, its per-source sequence (from 0, one number
-    per record), its sentinel key (``None``: null-key records) and, when it has one, the key it
-    signs with. Signed records are protocol v2 (:func:`sign`), the others v1.
+    per record), its sentinel key (``None``: null-key records; ``null_key_topics`` picks topics
+    whose records have a null key whatever the sentinel) and, when it has one, the key it signs
+    with. Signed records are protocol v2 (:func:`sign`), the others v1.
 
     Thread-safe: the sequence is taken under a lock, so two threads never send one number twice.
     """
@@ -139,11 +140,13 @@ class ControlRecordSource:
         *,
         key: bytes | None = DEFAULT_SENTINEL_KEY,
         signing_key: SigningKey | None = None,
+        null_key_topics: Callable[[str], bool] | None = None,
     ) -> None:
         ControlMarker(source_id, 0)  # a bad source id fails here, not at the first tick
         self.source_id = source_id
         self.key = key
         self.signing_key = signing_key
+        self._null_key_topics = null_key_topics
         self._lock = threading.Lock()
         self._sequence = 0
 
@@ -182,7 +185,13 @@ class ControlRecordSource:
         marker = ControlMarker(self.source_id, self._sequence)
         if self.signing_key is not None:  # v2: bound to this topic, partition and timestamp
             marker = sign(marker, topic, partition, timestamp_ms, self.signing_key)
-        return ControlRecord(topic, partition, timestamp_ms, marker, key=self.key)
+        return ControlRecord(topic, partition, timestamp_ms, marker, key=self.key_for(topic))
+
+    def key_for(self, topic: str) -> bytes | None:
+        """The key of this source's records on ``topic``."""
+        if self._null_key_topics is not None and self._null_key_topics(topic):
+            return None
+        return self.key
 
     def __repr__(self) -> str:
         key_id = None if self.signing_key is None else self.signing_key.key_id

@@ -72,6 +72,12 @@ class TickSettings(SigningSettings):
     key: bytes | None = Field(
         DEFAULT_SENTINEL_KEY, description="Control-record key; empty or null for a null key."
     )
+    null_key_topics: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Comma list of topic names or regexes (full match) whose ticks have a null "
+        "key: topics with Schema Registry-framed or other binary keys, whose readers' key "
+        "deserializers would fail on the sentinel.",
+    )
     timestamp_mode: TimestampMode = Field(
         TimestampMode.EXTRAPOLATED,
         description="extrapolated: the last data timestamp advanced by the time since its ack, "
@@ -92,14 +98,16 @@ class TickSettings(SigningSettings):
         "ticked; replaces the default list. Kafka's own __* topics are never ticked.",
     )
 
-    @field_validator("topics_include", "topics_exclude", "topics_internal", mode="before")
+    @field_validator(
+        "topics_include", "topics_exclude", "topics_internal", "null_key_topics", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(item.strip() for item in value.split(",") if item.strip())
         return value
 
-    @field_validator("topics_include", "topics_exclude", "topics_internal")
+    @field_validator("topics_include", "topics_exclude", "topics_internal", "null_key_topics")
     @classmethod
     def _valid_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for pattern in value:
@@ -148,7 +156,12 @@ class TickSettings(SigningSettings):
     def control_record_source(self) -> ControlRecordSource:
         """A source of this writer's control records: its source id and key, signed when it
         has a signing key."""
-        return ControlRecordSource(self.source_id, key=self.key, signing_key=self.signing_key)
+        return ControlRecordSource(
+            self.source_id,
+            key=self.key,
+            signing_key=self.signing_key,
+            null_key_topics=TopicFilter.matching_any(self.null_key_topics),
+        )
 
     def topic_filter(self) -> TopicFilter:
         """Which topics get ticks: ``topics.include`` minus ``topics.exclude`` and internal

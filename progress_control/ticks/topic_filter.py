@@ -34,6 +34,11 @@ class TopicFilter:
         self._exclude = [re.compile(p) for p in exclude]
         self._decided: dict[str, bool] = {}
 
+    @classmethod
+    def matching_any(cls, patterns: tuple[str, ...]) -> TopicFilter:
+        """Topics that fully match one of ``patterns``; no topic when there are none."""
+        return cls(patterns, ()) if patterns else cls((), (r".*",))
+
     def __call__(self, topic: str) -> bool:
         decided = self._decided.get(topic)
         if decided is None:

@@ -136,6 +136,21 @@ def test_string_key_is_utf8_encoded() -> None:
     )
 
 
+def test_null_key_topics_get_null_key_ticks_and_others_the_sentinel() -> None:
+    s = InterceptorSettings.from_config({"progress.control.null.key.topics": "orders, avro-.*"})
+    assert s.null_key_topics == ("orders", "avro-.*")
+    source = s.control_record_source()
+    assert source.record("orders", 0, 1).key is None
+    assert source.record("avro-clicks", 0, 1).key is None
+    assert source.record("clicks", 0, 1).key == DEFAULT_SENTINEL_KEY
+    assert InterceptorSettings.from_config({}).control_record_source().key_for("x") is not None
+
+
+def test_null_key_topics_must_be_regexes() -> None:
+    with pytest.raises(ConfigurationError, match=r"progress\.control\.null\.key\.topics"):
+        InterceptorSettings.from_config({"progress.control.null.key.topics": "a("})
+
+
 def test_max_records_may_be_unset_when_end_ms_is_set() -> None:
     s = InterceptorSettings.from_config(
         {"progress.control.max.records": None, "progress.control.end.ms": 30_000}
