@@ -12,13 +12,10 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import ctypes
 import fcntl
 import logging
-import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -39,6 +36,7 @@ from progress_control.dev.jars import (
     find_java,
     kafka_broker_jars,
 )
+from progress_control.dev.jvm import die_with_parent, java_version, stop_process_group
 from progress_control.dev.ports import accepts_connections, free_port
 from progress_control.settings import KafkaProperties, component_config, load_settings
 
@@ -242,7 +240,7 @@ class EmbeddedKafkaBroker:
                 stderr=subprocess.STDOUT,
                 cwd=self._workdir,
                 start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it cleanly
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only async-signal-safe prctl
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only async-signal-safe prctl
             )
 
     def _format_storage(self, jvm: list[str], server_properties: Path, cluster_id: str) -> None:
@@ -344,20 +342,8 @@ class EmbeddedKafkaBroker:
 
     def _terminate(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            logger.warning(
-                "broker did not stop within %(timeout_s).0fs; killing it",
-                {"timeout_s": _STOP_TIMEOUT_S, "pid": process.pid},
-            )
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process is not None:
+            stop_process_group(process, _STOP_TIMEOUT_S, "broker")
 
     def _cleanup_workdir(self) -> None:
         if self._owns_workdir and self._workdir is not None:
@@ -377,17 +363,11 @@ rootLogger.appenderRef.file.ref = FILE
 
 
 def _check_java_version(java: Path) -> None:
-    result = subprocess.run(
-        [str(java), "-version"], capture_output=True, text=True, check=False, timeout=60
-    )
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
-    major = int(match.group(1)) if match else 0
-    if major == 1 and match and match.group(2):  # "1.8.0" style
-        major = int(match.group(2))
+    major, reported = java_version(java)
     if major < _MIN_JAVA:
         raise MissingToolError(
             f"Java {_MIN_JAVA}+ is required to run the Kafka broker, but {java} reports "
-            f"{(result.stderr or result.stdout).strip().splitlines()[:1]}"
+            f"{reported!r}"
         )
 
 
@@ -477,10 +457,3 @@ def _random_cluster_id() -> str:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not text.startswith("-"):
             return text
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: ask Linux to SIGTERM the JVM if our process dies."""
-    with contextlib.suppress(Exception):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
