@@ -73,6 +73,11 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
         """cache_dir controller_port data_dir heap host kafka_version port server_properties
         startup_timeout_s"""
     ),
+    # embedded dev schema registry (SchemaRegistrySettings)
+    "PROGRESS_CONTROL_SCHEMA_REGISTRY_": _words(
+        """apicurio_version cache_dir heap host java_home management_port port properties
+        startup_timeout_s"""
+    ),
 }
 """Every component's settings fields, by env prefix."""
 
@@ -80,6 +85,7 @@ DICT_FIELDS: Mapping[str, frozenset[str]] = {
     "PROGRESS_CONTROL_": frozenset({"kafka"}),
     "PROGRESS_CONTROL_RUNTIME_": frozenset({"kafka", "consumer", "producer"}),
     "PROGRESS_CONTROL_BROKER_": frozenset({"server_properties"}),
+    "PROGRESS_CONTROL_SCHEMA_REGISTRY_": frozenset({"properties"}),
 }
 """The dict fields among them: any ``<PREFIX><FIELD>__<KEY>`` is one of their entries."""
 

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings
 from interceptor import Producer
 from interceptor.settings import InterceptorSettings
 from progress_control.dev.broker import BrokerSettings
+from progress_control.dev.schema_registry import SchemaRegistrySettings
 from progress_control.env_names import COMPONENT_FIELDS, DICT_FIELDS, unknown_variables
 from progress_control.settings import ConfigurationError, load_settings
 from progress_control.spark.settings import SparkJobSettings, load_job_settings
@@ -24,6 +25,7 @@ COMPONENTS: list[type[BaseSettings]] = [
     RuntimeSettings,
     SparkJobSettings,
     BrokerSettings,
+    SchemaRegistrySettings,
 ]
 
 
