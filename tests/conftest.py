@@ -7,6 +7,10 @@ Broker choice, in order:
 3. Otherwise: the embedded broker from Maven Central jars.
 
 A broker that cannot start is an error (never a skip), so a CI run without one fails loudly.
+
+A Confluent-compatible schema registry (``schema_registry_url``), for the tests that ask for one:
+``SCHEMA_REGISTRY_URL`` when set, else the embedded Apicurio Registry (Java 21+), one per session
+and on one pytest-xdist worker.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from progress_control.dev.broker import EmbeddedKafkaBroker
+from progress_control.dev.schema_registry import EmbeddedSchemaRegistry
 from streams_runtime import App, StreamsBuilder
 
 if TYPE_CHECKING:
@@ -54,10 +59,13 @@ _SPARK_MODULES = ("tests/progress_control/demo/",)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that gets the session's broker is marked ``broker``, so ``-m "not broker"``
     never starts one (tests that start a broker of their own are marked by hand); every test
-    that uses Spark is in the ``spark`` group of pytest-xdist."""
+    that uses Spark is in the ``spark`` group of pytest-xdist, and every test that uses the
+    schema registry in its ``schema-registry`` group (one registry JVM per run)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) or item.nodeid.startswith(_SPARK_MODULES):
             item.add_marker(pytest.mark.xdist_group("spark"))
+        elif "schema_registry_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("schema-registry"))
     unmarked = [
         item.nodeid
         for item in items
@@ -104,6 +112,18 @@ def kafka_bootstrap() -> Iterator[str]:
         return
     with EmbeddedKafkaBroker() as broker:
         yield broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url() -> Iterator[str]:
+    """URL of the session's Confluent-compatible Schema Registry API (a ``SchemaRegistryClient``'s
+    ``url``): ``SCHEMA_REGISTRY_URL`` when set, else the embedded Apicurio Registry's."""
+    external = os.environ.get("SCHEMA_REGISTRY_URL")
+    if external:
+        yield external
+        return
+    with EmbeddedSchemaRegistry() as registry:
+        yield registry.url
 
 
 @pytest.fixture(scope="session")
