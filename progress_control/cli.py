@@ -15,6 +15,7 @@ from progress_control import __version__
 from progress_control.argtypes import positive_float, positive_int
 from progress_control.dev.broker import BrokerStartError
 from progress_control.dev.jars import JarFetchError, MissingToolError
+from progress_control.dev.schema_registry import SchemaRegistryStartError
 from progress_control.extras import MissingExtraError, require_extra
 from progress_control.logging import LOG_LEVELS, configure_logging, parse_log_level
 from progress_control.settings import ConfigurationError
@@ -34,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         MissingToolError,
         JarFetchError,
         BrokerStartError,
+        SchemaRegistryStartError,
         ConfigurationError,
         MissingExtraError,
     ) as exc:
@@ -90,6 +92,17 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--port", type=int, help="client port (busy or unset: a free one)")
     broker.add_argument("--data-dir", type=Path, help="keep broker data here (default: temp)")
     broker.set_defaults(handler=_broker)
+
+    registry = commands.add_parser(
+        "schema-registry",
+        help="run a Confluent-compatible Schema Registry (Apicurio, in memory; foreground)",
+        description="Apicurio Registry from Maven Central, serving Confluent's Schema Registry "
+        "API with in-memory storage; needs Java 21+.",
+        epilog=_schema_registry_settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    registry.add_argument("--port", type=int, help="API port (busy or unset: a free one)")
+    registry.set_defaults(handler=_schema_registry)
 
     sidecar = commands.add_parser(
         "sidecar",
@@ -153,6 +166,13 @@ def _broker_settings_help() -> str:
     return settings_help(BrokerSettings, "settings (env variable, default, description):")
 
 
+def _schema_registry_settings_help() -> str:
+    from progress_control.dev.schema_registry import SchemaRegistrySettings
+    from progress_control.settings_help import settings_help
+
+    return settings_help(SchemaRegistrySettings, "settings (env variable, default, description):")
+
+
 def _demo(args: argparse.Namespace) -> int:
     require_extra("demo", "the demo", "matplotlib", *([] if args.no_spark else ["pyspark"]))
     from progress_control.demo.demo import DemoOptions, run_demo
@@ -204,6 +224,40 @@ def _broker(args: argparse.Namespace) -> int:
                 print(f"Kafka broker exited unexpectedly:\n{broker.log_tail()}", file=sys.stderr)
                 return 1
         print("Stopping Kafka broker...", file=sys.stderr, flush=True)
+    return 0
+
+
+def _schema_registry(args: argparse.Namespace) -> int:
+    from progress_control.dev.schema_registry import (
+        EmbeddedSchemaRegistry,
+        SchemaRegistrySettings,
+    )
+    from progress_control.settings import load_settings
+
+    overrides: dict[str, object] = {}
+    if args.port is not None:
+        overrides["port"] = args.port
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    registry = EmbeddedSchemaRegistry(load_settings(SchemaRegistrySettings, **overrides))
+    print(
+        "Starting the schema registry (first run fetches Apicurio Registry)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    with registry:
+        print(f"Schema registry ready: url={registry.url}", flush=True)
+        print(
+            f"Registry log: {registry.log_path}. Press Ctrl-C to stop.", file=sys.stderr, flush=True
+        )
+        while not stop.wait(1.0):
+            if not registry.is_running:
+                print(
+                    f"Schema registry exited unexpectedly:\n{registry.log_tail()}", file=sys.stderr
+                )
+                return 1
+        print("Stopping the schema registry...", file=sys.stderr, flush=True)
     return 0
 
 
