@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from streams_runtime import processors as p
+from streams_runtime.serde_context import BoundSerde, ContextualSerde, Field, rebind
 from streams_runtime.serdes import Serde
 from streams_runtime.state import StoreSpec
+from streams_runtime.state.changelog import changelog_topic
 
 __all__ = [
     "Node",
@@ -134,6 +136,21 @@ class TopologyBuilder:
         self._counter = itertools.count()
         self._topics: set[str] = set()
         self._queryable: dict[str, QueryableStore] = {}
+        self._store_serdes: list[tuple[BoundSerde[Any], str]] = []
+        self._built_for: str | None = None
+
+    def store_serde(self, serde: Serde[Any], store: str, field: Field) -> Serde[Any]:
+        """``serde`` as the store ``store`` uses it: itself when plain; a context-aware serde
+        (:mod:`streams_runtime.serde_context`) bound to the store's changelog topic
+        ``<application.id>-<store>-changelog``, with or without logging (Kafka Streams'
+        ``StateSerdes``), a name :meth:`build` completes."""
+
+        def bind_one(contextual: ContextualSerde[Any]) -> Serde[Any]:
+            bound = BoundSerde(contextual, None, field)
+            self._store_serdes.append((bound, store))
+            return bound
+
+        return rebind(serde, bind_one)
 
     def add_queryable(self, store: QueryableStore) -> None:
         """Make ``store`` queryable (its sub-topology is resolved by :meth:`build`)."""
@@ -144,6 +161,15 @@ class TopologyBuilder:
 
         def resolve(node: Node, topic: str) -> str:
             return _internal(application_id, topic) if node.internal_topic else topic
+
+        if self._store_serdes and self._built_for not in (None, application_id):
+            raise TopologyError(
+                f"this topology's stores bind context-aware serdes to the changelogs of "
+                f"{self._built_for!r}: build it for one application id only"
+            )
+        self._built_for = application_id
+        for bound, store in self._store_serdes:
+            bound.resolve(changelog_topic(application_id, store))
 
         # Union-find over data edges and shared stores.
         parent = {id(n): id(n) for n in self._nodes}

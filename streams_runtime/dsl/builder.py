@@ -70,13 +70,15 @@ class StreamsBuilder:
         # Cached (the record cache) as Kafka Streams caches a source table it materialises;
         # one materialised only for a join or old values is not cached here.
         spec = StoreSpec(name=store, kind="key_value", cached=store_name is not None)
+        sks = self._graph.store_serde(ks, store, "key")
+        svs = self._graph.store_serde(vs, store, "value")
         node = self._graph.add(
             "KTABLE-SOURCE",
-            lambda: p.TableSourceProcessor(store, ks, vs),
+            lambda: p.TableSourceProcessor(store, sks, svs),
             [source],
             stores=(spec,),
         )
-        self._graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
+        self._graph.add_queryable(QueryableStore(store, "key_value", sks, svs))
         # Kafka Streams materialises a source table only when asked: by a store name
         # (Materialized.as), by a join reading it, or by a table needing its old values.
         supplier = _SourceSupplier(queryable=store_name is not None)

@@ -35,6 +35,17 @@ def _uncount(_key: object, _value: object, total: int) -> int:
     return total - 1
 
 
+def _store_serdes(
+    builder: StreamsBuilder, store: str, key_serde: Serde[Any], value_serde: Serde[Any]
+) -> tuple[Serde[Any], Serde[Any]]:
+    """The key and value serde as ``store`` uses them (context-aware ones bound to its
+    changelog topic: :meth:`~streams_runtime.topology.TopologyBuilder.store_serde`)."""
+    graph = builder._graph
+    return graph.store_serde(key_serde, store, "key"), graph.store_serde(
+        value_serde, store, "value"
+    )
+
+
 class GroupedStream(Generic[K, V]):
     """A stream grouped by key, ready for an aggregation into a table, or a windowed one."""
 
@@ -79,15 +90,16 @@ class GroupedStream(Generic[K, V]):
         store = name or builder._graph.name("KSTREAM-AGGREGATE-STATE-STORE")
         ks = self.key_serde
         vs: Serde[Any] = value_serde or builder.default_value_serde
+        sks, svs = _store_serdes(builder, store, ks, vs)
         node = builder._graph.add(
             "KSTREAM-AGGREGATE",
             lambda: p.TableAggregateProcessor(
-                store, ks, vs, initializer=initializer, aggregator=aggregator
+                store, sks, svs, initializer=initializer, aggregator=aggregator
             ),
             [self._stream._node],
             stores=(StoreSpec(name=store, kind="key_value", cached=True),),
         )
-        builder._graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
+        builder._graph.add_queryable(QueryableStore(store, "key_value", sks, svs))
         return Table(builder, node, ks, vs, store_name=store, store_value_serde=vs)
 
     @overload
@@ -172,13 +184,14 @@ class SessionWindowedStream(Generic[K, V]):
         ks, windows = self._grouped.key_serde, self.windows
         vs: Serde[Any] = value_serde or builder.default_value_serde
         spec = StoreSpec(name=store, kind="session", retention_ms=windows.retention_ms, cached=True)
+        sks, svs = _store_serdes(builder, store, ks, vs)
         node = builder._graph.add(
             "KSTREAM-SESSION-AGGREGATE",
             lambda: p.SessionAggregateProcessor(
                 store,
                 windows,
-                ks,
-                vs,
+                sks,
+                svs,
                 initializer=initializer,
                 aggregator=aggregator,
                 merger=merger,
@@ -186,7 +199,7 @@ class SessionWindowedStream(Generic[K, V]):
             [self._grouped._stream._node],
             stores=(spec,),
         )
-        builder._graph.add_queryable(QueryableStore(store, "session", ks, vs))
+        builder._graph.add_queryable(QueryableStore(store, "session", sks, svs))
         return WindowedTable(builder, node, ks, vs, windows)
 
 
@@ -259,12 +272,13 @@ class GroupedTable(Generic[K, V]):
             internal_topic=True,
         )
         source = graph.source((topic,), ks, changes, internal=True)
+        sks, svs = _store_serdes(self._builder, store, ks, vs)
         node = graph.add(
             "KTABLE-AGGREGATE",
             lambda: p.TableChangeAggregateProcessor(
                 store,
-                ks,
-                vs,
+                sks,
+                svs,
                 initializer=initializer,
                 aggregator=adder,
                 subtractor=subtractor,
@@ -272,7 +286,7 @@ class GroupedTable(Generic[K, V]):
             [source],
             stores=(StoreSpec(name=store, kind="key_value", cached=True),),
         )
-        graph.add_queryable(QueryableStore(store, "key_value", ks, vs))
+        graph.add_queryable(QueryableStore(store, "key_value", sks, svs))
         return Table(
             self._builder,
             node,
@@ -369,14 +383,15 @@ class TimeWindowedStream(Generic[K, V]):
         ks, windows = self._grouped.key_serde, self.windows
         vs: Serde[Any] = value_serde or builder.default_value_serde
         spec = StoreSpec(name=store, kind="window", retention_ms=windows.retention_ms, cached=True)
+        sks, svs = _store_serdes(builder, store, ks, vs)
 
         def make() -> p.Processor:
             if isinstance(windows, TimeWindows):
                 return p.TimeWindowAggregateProcessor(
-                    store, windows, ks, vs, initializer=initializer, aggregator=aggregator
+                    store, windows, sks, svs, initializer=initializer, aggregator=aggregator
                 )
             return p.SlidingWindowAggregateProcessor(
-                store, windows, ks, vs, initializer=initializer, aggregator=aggregator
+                store, windows, sks, svs, initializer=initializer, aggregator=aggregator
             )
 
         kind = (
@@ -385,5 +400,5 @@ class TimeWindowedStream(Generic[K, V]):
             else "KSTREAM-SLIDINGWINDOWAGGREGATE"
         )
         node = builder._graph.add(kind, make, [self._grouped._stream._node], stores=(spec,))
-        builder._graph.add_queryable(QueryableStore(store, "window", ks, _StoredAggregate(vs)))
+        builder._graph.add_queryable(QueryableStore(store, "window", sks, _StoredAggregate(svs)))
         return WindowedTable(builder, node, ks, vs, windows)

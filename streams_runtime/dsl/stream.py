@@ -293,6 +293,8 @@ class Stream(Generic[K, V]):
         graph.name("KSTREAM-WINDOWED")
         graph.name("KSTREAM-WINDOWED")
         names: dict[str, str] = {}  # filled in below, once the nodes are named
+        # Each side's serdes as its store uses them (key: each side's own), filled in below too.
+        serdes: dict[str, Serde[Any]] = {}
 
         def side(left: bool) -> p.Processor:
             this_store, other_store = (names["this"], names["other"])[:: 1 if left else -1]
@@ -303,9 +305,9 @@ class Stream(Generic[K, V]):
                 this_store=this_store,
                 other_store=other_store,
                 outer_store=names.get("outer"),
-                key_serde=ks,
-                left_value_serde=lvs,
-                right_value_serde=rvs,
+                key_serde=serdes["left key" if left else "right key"],
+                left_value_serde=serdes["left value"],
+                right_value_serde=serdes["right value"],
                 joiner=joiner,
             )
 
@@ -314,6 +316,10 @@ class Stream(Generic[K, V]):
         this_node = graph.add(this_kind, lambda: side(True), [this._node])
         other_node = graph.add(other_kind, lambda: side(False), [that._node])
         names["this"], names["other"] = f"{this_node.name}-store", f"{other_node.name}-store"
+        serdes["left key"] = graph.store_serde(ks, names["this"], "key")
+        serdes["right key"] = graph.store_serde(ks, names["other"], "key")
+        serdes["left value"] = graph.store_serde(lvs, names["this"], "value")
+        serdes["right value"] = graph.store_serde(rvs, names["other"], "value")
         retention = windows.retention_ms
         this_node.stores = (StoreSpec(names["this"], "window", retention_ms=retention),)
         other_node.stores = (StoreSpec(names["other"], "window", retention_ms=retention),)
@@ -335,8 +341,10 @@ class Stream(Generic[K, V]):
     ) -> Stream[K, Any]:
         stream: Stream[Any, Any] = self.repartition() if self._key_changed else self
         table._materialize()
-        store, ks, tvs = table.store_name, table.key_serde, table.store_value_serde
-        getter = table.value_getter
+        store, getter = table.store_name, table.value_getter
+        graph = stream._builder._graph
+        ks = graph.store_serde(table.key_serde, store, "key")
+        tvs = graph.store_serde(table.store_value_serde, store, "value")
         node = stream._builder._graph.add(
             "KSTREAM-JOIN",
             lambda: p.StreamTableJoinProcessor(store, ks, tvs, joiner, left=left, getter=getter),

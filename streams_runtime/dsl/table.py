@@ -74,9 +74,11 @@ class WindowedTable(Generic[K, V]):
             raise TopologyError("only until_window_closes() suppression is supported")
         store = name or self._builder._graph.name("KTABLE-SUPPRESS-STATE-STORE")
         ks, vs, windows = self.key_serde, self.value_serde, self.windows
-        node = self._builder._graph.add(
+        graph = self._builder._graph
+        sks, svs = graph.store_serde(ks, store, "key"), graph.store_serde(vs, store, "value")
+        node = graph.add(
             "KTABLE-SUPPRESS",
-            lambda: p.SuppressProcessor(store, windows, ks, vs),
+            lambda: p.SuppressProcessor(store, windows, sks, svs),
             [self._node],
             stores=(StoreSpec(name=store, kind="key_value"),),
         )
@@ -254,7 +256,12 @@ class Table(Generic[K, V]):
         if store is not None:
             assert store_value_serde is not None
             graph.add_queryable(
-                QueryableStore(store.name, "key_value", self.key_serde, store_value_serde)
+                QueryableStore(
+                    store.name,
+                    "key_value",
+                    graph.store_serde(self.key_serde, store.name, "key"),
+                    graph.store_serde(store_value_serde, store.name, "value"),
+                )
             )
             return Table(
                 self._builder,
@@ -289,6 +296,11 @@ class Table(Generic[K, V]):
         ks = self.key_serde
         vs: Serde[Any] = self.value_serde or self._builder.default_value_serde
         store = None if store_name is None else StoreSpec(name=store_name, kind="key_value")
+        sks, svs = ks, vs
+        if store_name is not None:
+            graph = self._builder._graph
+            sks = graph.store_serde(ks, store_name, "key")
+            svs = graph.store_serde(vs, store_name, "value")
 
         def make(send_old_values: bool) -> p.Processor:
             return p.TableFilterProcessor(
@@ -296,8 +308,8 @@ class Table(Generic[K, V]):
                 negate=negate,
                 send_old_values=send_old_values,
                 store_name=store_name,
-                key_serde=ks,
-                value_serde=vs,
+                key_serde=sks,
+                value_serde=svs,
             )
 
         return self._derive(

@@ -33,6 +33,7 @@ from streams_runtime.processors import (
     TimeWindowAggregateProcessor,
 )
 from streams_runtime.record import Record, SourceRecord
+from streams_runtime.serde_context import is_contextual
 from streams_runtime.serdes import (
     Float,
     Integer,
@@ -84,9 +85,20 @@ def fusable_window_aggregate(processors: Sequence[Processor]) -> Chain | None:
             return None
     match aggregate.children:
         case [SuppressProcessor() as suppress] if suppress.parents == [aggregate]:
-            return source, aggregate, suppress
+            pass
         case _:
             return None
+    # Stores whose serdes take their changelog's name (Schema Registry's) stay on the chain:
+    # the core writes one aggregate's bytes to both stores.
+    stored = (
+        aggregate._key_serde,
+        aggregate._value_serde,
+        suppress._key_serde,
+        suppress._value_serde,
+    )
+    if any(is_contextual(serde) for serde in stored):
+        return None
+    return source, aggregate, suppress
 
 
 class FusedWindowAggregate(Processor):
@@ -121,8 +133,15 @@ class FusedWindowAggregate(Processor):
         self._source_key_serde: Serde[Any] = source._key_serde
         self._source_value_serde: Serde[Any] = source._value_serde
         self._key_serde: Serde[Any] = aggregate._key_serde
+        if source.contextual:  # serdes given the record's topic and headers, as on the chain
+            self._key_value_of = self._key_value_in_context  # type: ignore[method-assign]
+            self._source_key_value_of = source.key_value_of
         # Any failure of the quick way sends the batch the careful way (serdes' own errors).
-        strings = type(self._source_key_serde) is String and type(self._key_serde) is String
+        strings = (
+            type(self._source_key_serde) is String
+            and type(self._key_serde) is String
+            and not source.contextual
+        )
         self._quick_key_of = self._string_key_of if strings else self._key_of
         self._quick_key_value_of = self._string_key_value_of if strings else self._key_value_of
         self._value_serde: Serde[Any] = aggregate._value_serde
@@ -207,6 +226,8 @@ class FusedWindowAggregate(Processor):
                 pairs = [self._quick_key_value_of(record) for record in records]
                 keys = [key for key, _ in pairs]
                 values = [value for _, value in pairs]
+        except StreamsError:
+            raise  # the runtime's own failure (a registry out of reach), not a record's
         except Exception:  # a bad record among them: the careful way
             self._process_one_by_one(records, on_bad)
             return
@@ -239,6 +260,11 @@ class FusedWindowAggregate(Processor):
         """The record's key as the aggregation stores it, and its value."""
         key = self._source_key_serde.deserialize(record.key)
         value = self._source_value_serde.deserialize(record.value)
+        return None if key is None else self._key_serde.serialize(key) or b"", value
+
+    def _key_value_in_context(self, record: SourceRecord) -> tuple[bytes | None, Any]:
+        """:meth:`_key_value_of` with context-aware source serdes."""
+        key, value = self._source_key_value_of(record)
         return None if key is None else self._key_serde.serialize(key) or b"", value
 
     def _string_key_of(self, record: SourceRecord) -> bytes | None:

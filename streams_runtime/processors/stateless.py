@@ -10,6 +10,12 @@ from typing import Any
 
 from streams_runtime.processors.base import NO_PROGRESS, Processor, ProcessorContext
 from streams_runtime.record import Record, SourceRecord
+from streams_runtime.serde_context import (
+    SerdeContext,
+    deserialize_in,
+    is_contextual,
+    serialize_in,
+)
 from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerde
 
 __all__ = [
@@ -29,7 +35,8 @@ class PassThroughProcessor(Processor):
 
 class SourceProcessor(Processor):
     """Deserializes source records; the task forwards them (and applies the bad-record policy to
-    serde errors and to exceptions raised further down)."""
+    serde errors and to exceptions raised further down). Context-aware serdes
+    (:mod:`streams_runtime.serde_context`) are given the record's topic and headers."""
 
     name = "source"
 
@@ -38,6 +45,10 @@ class SourceProcessor(Processor):
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._control_time = NO_PROGRESS
+        self.contextual = is_contextual(key_serde) or is_contextual(value_serde)
+        """Whether a serde takes the record's topic and headers (:meth:`key_value_of`)."""
+        if self.contextual:  # plain serdes keep the plain path
+            self.deserialize = self._deserialize_in_context  # type: ignore[method-assign]
 
     def advance(self, timestamp: int) -> None:
         self._control_time = max(self._control_time, timestamp)
@@ -53,6 +64,18 @@ class SourceProcessor(Processor):
             source.timestamp,
             source.headers,
         )
+
+    def key_value_of(self, source: SourceRecord) -> tuple[Any, Any]:
+        """The record's key and value, each serde given the record's topic and headers."""
+        topic, headers = source.topic, source.headers
+        return (
+            deserialize_in(self._key_serde, source.key, SerdeContext(topic, "key", headers)),
+            deserialize_in(self._value_serde, source.value, SerdeContext(topic, "value", headers)),
+        )
+
+    def _deserialize_in_context(self, source: SourceRecord) -> Record[Any, Any]:
+        key, value = self.key_value_of(source)
+        return Record(key, value, source.timestamp, source.headers)
 
 
 class FilterProcessor(Processor):
@@ -106,7 +129,8 @@ class PeekProcessor(Processor):
 
 class SinkProcessor(Processor):
     """Serializes and sends to a topic, partitioned by key with murmur2 (windowed keys by their
-    inner key)."""
+    inner key). Context-aware serdes (:mod:`streams_runtime.serde_context`) are given the topic
+    and a copy of the record's headers, which is sent with what they added to it."""
 
     name = "sink"
 
@@ -127,6 +151,8 @@ class SinkProcessor(Processor):
         if self._internal:
             self.topic = f"{context.application_id}-{self.topic}"
         self._in_order = not any(p.reorders for p in _ancestors(self))
+        if is_contextual(self._key_serde) or is_contextual(self._value_serde):
+            self.process = self._process_in_context  # type: ignore[method-assign]
 
     def progress(self) -> int:
         """What a tick on this sink's topic may promise: records this sink still sends have
@@ -153,6 +179,31 @@ class SinkProcessor(Processor):
             self._value_serde.serialize(record.value),
             record.timestamp,
             record.headers,
+            partition_key=partition_key,
+        )
+
+    def _process_in_context(self, record: Record[Any, Any]) -> None:
+        """:meth:`process` with serdes given the topic and the record's headers."""
+        assert self._context is not None
+        self._sent = max(self._sent, record.timestamp)
+        key_serde = self._key_serde
+        headers = list(record.headers or ())
+        key_context = SerdeContext(self.topic, "key", headers)
+        # The inner key's bytes only choose the partition: what they add to headers is dropped.
+        partition_key = (
+            serialize_in(key_serde.inner, record.key.key, SerdeContext(self.topic, "key", []))
+            if isinstance(key_serde, SessionWindowedSerde | TimeWindowedSerde)
+            and record.key is not None
+            else None
+        )
+        key = serialize_in(key_serde, record.key, key_context)
+        value = serialize_in(self._value_serde, record.value, key_context._replace(field="value"))
+        self._context.send(
+            self.topic,
+            key,
+            value,
+            record.timestamp,
+            headers if headers or record.headers is not None else None,
             partition_key=partition_key,
         )
 
