@@ -378,7 +378,14 @@ class Progress:
         self._ticks = TickWriter(
             writers,
             self._bounds.promise,
-            source=ControlRecordSource(source_id, signing_key=settings.signing_key),
+            source=ControlRecordSource(
+                source_id,
+                signing_key=settings.signing_key,
+                # Registry-framed keys: a reader's key deserializer passes null, not the sentinel.
+                null_key_topics=frozenset(
+                    t for sub in topology.subtopologies for t in sub.null_key_tick_topics
+                ).__contains__,
+            ),
             send=send,
             partitions_of=partitions_of,
             metrics=metrics,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 
 from streams_runtime.record import Headers
 from streams_runtime.serdes import ChangedSerde, Serde, SessionWindowedSerde, TimeWindowedSerde
@@ -37,6 +37,7 @@ __all__ = [
     "UnboundSerdeError",
     "bind",
     "is_contextual",
+    "is_registry_framed",
     "rebind",
 ]
 
@@ -72,6 +73,11 @@ class ContextualSerde(ABC, Generic[T]):
     Pass it wherever a serde is taken (``key_serde=``, ``value_serde=``, the builder's
     defaults): the runtime binds it per use. Called directly, outside a topology, bind it
     first: ``serde.bind("orders", "value").serialize(order)``."""
+
+    registry_framed: ClassVar[bool] = False
+    """Whether its bytes are Schema Registry-framed (magic byte 0, then a schema id): a reader's
+    deserializer fails on anything else, so the runtime's ticks on a topic it keys have a null
+    key (docs/design.md §2)."""
 
     @abstractmethod
     def serialize_with(self, value: T | None, context: SerdeContext) -> bytes | None:
@@ -140,6 +146,14 @@ def is_contextual(serde: object) -> bool:
     while isinstance(serde, _WRAPPERS):
         serde = serde.inner
     return isinstance(serde, ContextualSerde | BoundSerde)
+
+
+def is_registry_framed(serde: object) -> bool:
+    """Whether ``serde`` (bound or not, or inside one of the runtime's wrappers) writes Schema
+    Registry-framed bytes (:attr:`ContextualSerde.registry_framed`)."""
+    while isinstance(serde, (*_WRAPPERS, BoundSerde)):
+        serde = serde.inner
+    return isinstance(serde, ContextualSerde) and serde.registry_framed
 
 
 def rebind(serde: Serde[T], bind_one: Callable[[ContextualSerde[Any]], Serde[Any]]) -> Serde[T]:

@@ -130,6 +130,7 @@ class _RegistrySerde(ContextualSerde[Any]):
     subject), one deserializer, and how failures are told apart."""
 
     format: ClassVar[str]
+    registry_framed = True
 
     def __init__(
         self,

@@ -47,6 +47,7 @@ class Node:
     children: list[Node] = field(default_factory=list)
     source_topics: tuple[str, ...] = ()
     sink_topic: str | None = None
+    null_key_ticks: bool = False  # the sink's keys are registry-framed: ticks have a null key
     internal_topic: bool = False  # a repartition topic, named after the application id
     stores: tuple[StoreSpec, ...] = ()
     uses_stores: tuple[str, ...] = ()  # stores owned by another node (a join reads a table's)
@@ -63,6 +64,9 @@ class Subtopology:
     source_topics: tuple[str, ...]
     sink_topics: tuple[str, ...]
     stores: tuple[StoreSpec, ...]
+    null_key_tick_topics: frozenset[str] = frozenset()
+    """Sink topics whose keys are Schema Registry-framed: the runtime's ticks there have a null
+    key (docs/design.md §2)."""
 
     def instantiate(self) -> tuple[dict[str, p.SourceProcessor], list[p.Processor]]:
         """Fresh processors for one task: sources by topic, and every processor."""
@@ -207,6 +211,9 @@ class TopologyBuilder:
                     source_topics=sources,
                     sink_topics=tuple(resolve(n, n.sink_topic) for n in nodes if n.sink_topic),
                     stores=tuple(s for n in nodes for s in n.stores),
+                    null_key_tick_topics=frozenset(
+                        resolve(n, n.sink_topic) for n in nodes if n.sink_topic and n.null_key_ticks
+                    ),
                 )
             )
         queryable = {

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.table import Table, WindowedTable, _AggregateSupplier
+from streams_runtime.serde_context import is_registry_framed
 from streams_runtime.serdes import ChangedSerde, Integer, Serde, ValueAndTimestamp
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import Node, QueryableStore
@@ -269,6 +270,7 @@ class GroupedTable(Generic[K, V]):
             lambda: p.SinkProcessor(topic, ks, changes, internal=True),
             [self._node],
             sink_topic=topic,
+            null_key_ticks=is_registry_framed(ks),
             internal_topic=True,
         )
         source = graph.source((topic,), ks, changes, internal=True)

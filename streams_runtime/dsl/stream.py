@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.grouped import GroupedStream
+from streams_runtime.serde_context import is_registry_framed
 from streams_runtime.serdes import Serde
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import Node, ProcessorFactory
@@ -158,6 +159,7 @@ class Stream(Generic[K, V]):
             lambda: p.SinkProcessor(topic, ks, vs, internal=True),
             [self._node],
             sink_topic=topic,
+            null_key_ticks=is_registry_framed(ks),
             internal_topic=True,
         )
         source = self._builder._graph.source((topic,), ks, vs, internal=True)
@@ -365,5 +367,9 @@ class Stream(Generic[K, V]):
         ks = key_serde or self.key_serde or self._builder.default_key_serde
         vs = value_serde or self.value_serde or self._builder.default_value_serde
         self._builder._graph.add(
-            "KSTREAM-SINK", lambda: p.SinkProcessor(topic, ks, vs), [self._node], sink_topic=topic
+            "KSTREAM-SINK",
+            lambda: p.SinkProcessor(topic, ks, vs),
+            [self._node],
+            sink_topic=topic,
+            null_key_ticks=is_registry_framed(ks),
         )

@@ -30,6 +30,7 @@ from streams_runtime.serde_context import (
     UnboundSerdeError,
     bind,
     is_contextual,
+    is_registry_framed,
 )
 from streams_runtime.serdes import (
     ChangedSerde,
@@ -258,3 +259,24 @@ def test_a_fused_sessionization_gives_its_source_serde_topic_and_headers(
     assert thread is not None
     fused = [task._fused for task in thread.tasks.values()]
     assert all((f is not None) == native_core for f in fused)
+
+
+class Framed(Recording):
+    """A contextual serde that says it writes Schema Registry framing."""
+
+    registry_framed = True
+
+
+def test_registry_framed_keys_give_their_sink_topics_null_key_ticks() -> None:
+    assert is_registry_framed(Framed())
+    assert is_registry_framed(SessionWindowedSerde(Framed().bind("t", "key")))
+    assert not is_registry_framed(Recording())
+    assert not is_registry_framed(String())
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
+    stream = builder.stream("in")
+    stream.to("framed-keys", key_serde=Framed())
+    stream.to("framed-values", value_serde=Framed())
+    stream.repartition(name="by-key", key_serde=Framed()).to("out", key_serde=String())
+    topology = builder.build("app")
+    tick_topics = {t for sub in topology.subtopologies for t in sub.null_key_tick_topics}
+    assert tick_topics == {"framed-keys", "app-by-key-repartition"}
