@@ -81,6 +81,16 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", type=Path, default=Path("out"), help="report and plot")
     demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     demo.add_argument("--no-spark", action="store_true", help="skip the Spark jobs")
+    demo.add_argument(
+        "--format",
+        choices=("json", "avro"),
+        default="json",
+        help="the records on every topic: JSON, or Avro through a Schema Registry (default json)",
+    )
+    demo.add_argument(
+        "--schema-registry-url",
+        help="with --format avro: use this registry (Confluent's API) instead of the embedded one",
+    )
     demo.set_defaults(handler=_demo, configures_logging=True)
 
     broker = commands.add_parser(
@@ -189,6 +199,8 @@ def _demo(args: argparse.Namespace) -> int:
         master=args.master,
         bootstrap_servers=args.bootstrap_servers,
         log_dir=log_dir,
+        wire_format=args.format,
+        schema_registry_url=args.schema_registry_url,
     )
     if options.duration_s < 3 * options.gap_s:
         raise ConfigurationError("--duration must be at least three --gap long")

@@ -4,7 +4,6 @@ sessions only close if time moves without data."""
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -12,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from interceptor import Producer
+from interceptor import Producer, SerializingProducer
+from progress_control.demo.formats import DemoFormat
 
 __all__ = ["ClickPlan", "ClickProducer", "Session", "plan_clicks"]
 
@@ -63,19 +63,22 @@ def plan_clicks(users: int, duration_s: float, gap_s: float, seed: int = 1) -> C
 @dataclass
 class ClickProducer:
     """Sends a :class:`ClickPlan` in real time, stamped with wall-clock time, through
-    ``interceptor.Producer``: progress control is attached by configuration alone
-    (``progress.control.*`` keys; ``progress.control.enabled=false`` turns it off)."""
+    ``interceptor.Producer`` (``interceptor.SerializingProducer`` in Avro): progress control is
+    attached by configuration alone (``progress.control.*`` keys;
+    ``progress.control.enabled=false`` turns it off)."""
 
     config: Mapping[str, Any]
     topic: str
     plan: ClickPlan
+    wire: DemoFormat = field(default_factory=DemoFormat)
     sent: int = 0
     started_at: float = field(default=0.0)
     _thread: threading.Thread | None = None
-    producer: Producer | None = None
+    producer: Producer | SerializingProducer | None = None
 
     def start(self) -> None:
-        self.producer = Producer(dict(self.config))
+        config = {**self.config, **self.wire.producer_config(self.topic)}
+        self.producer = SerializingProducer(config) if self.wire.avro else Producer(config)
         self.started_at = time.time()
         self._thread = threading.Thread(target=self._run, name="clicks", daemon=True)
         self._thread.start()
@@ -87,8 +90,8 @@ class ClickProducer:
             if delay > 0:
                 time.sleep(delay)
             now_ms = int(time.time() * 1000)
-            value = json.dumps({"user": user, "page": f"/p/{self.sent % 7}", "ts": now_ms})
-            self.producer.produce(self.topic, value, user, timestamp=now_ms)
+            value = self.wire.click(user, f"/p/{self.sent % 7}", now_ms)
+            self.producer.produce(self.topic, key=user, value=value, timestamp=now_ms)
             self.producer.poll(0)
             self.sent += 1
         self.producer.flush(10)

@@ -22,16 +22,18 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from progress_control.demo.clicks import ClickPlan, ClickProducer, plan_clicks
 from progress_control.demo.fetching import MavenDownloads, jars_cached
+from progress_control.demo.formats import DemoFormat
 from progress_control.demo.logs import DemoLogs
 from progress_control.demo.plot import Sample, plot_time
 from progress_control.demo.steps import Steps
@@ -64,6 +66,11 @@ class DemoOptions:
     log_dir: Path | None = None
     """Where Spark's log goes (``spark.log``, see :mod:`progress_control.demo.logs`); ``None``:
     Spark logs as it is configured already."""
+    wire_format: Literal["json", "avro"] = "json"
+    """The pipeline's records: JSON, or Avro through a Schema Registry
+    (:mod:`progress_control.demo.formats`)."""
+    schema_registry_url: str | None = None
+    """Avro: use this registry (Confluent's API) instead of starting the embedded one."""
 
 
 @dataclass
@@ -124,19 +131,17 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
         jar_set = spark_kafka_connector_jars()
         if not jars_cached(jar_set):
             fetches.append(("Spark's Kafka connector", jar_set, None))
-    steps = Steps(out, total=3 + (broker_settings is not None) + options.spark + len(fetches))
+    own_registry = options.wire_format == "avro" and not options.schema_registry_url
+    steps = Steps(
+        out,
+        total=3 + (broker_settings is not None) + own_registry + options.spark + len(fetches),
+    )
     with ExitStack() as stack:
         for what, jar_set, cache_dir in fetches:
             # First run only: minutes of downloads, shown as they go.
             with steps.step(f"Fetching {what} jars from Maven Central", MavenDownloads()):
                 fetch_jars(jar_set, cache_dir, quiet=True)
-        if broker_settings is None:
-            assert options.bootstrap_servers is not None
-            bootstrap = options.bootstrap_servers
-        else:
-            with steps.step("Starting the embedded Apache Kafka broker"):
-                broker = stack.enter_context(EmbeddedKafkaBroker(broker_settings))
-            bootstrap = broker.bootstrap_servers
+        bootstrap, wire = _start_services(stack, steps, options, broker_settings)
         spark = None
         if options.spark:
             with steps.step("Starting Spark with its Kafka connector"):
@@ -152,7 +157,14 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
         with steps.step("Creating topics, starting the runtime and the Spark jobs"):
             pipelines = [
                 _start_pipeline(
-                    stack, bootstrap, plan, options, control=control, scratch=scratch, spark=spark
+                    stack,
+                    bootstrap,
+                    plan,
+                    options,
+                    control=control,
+                    scratch=scratch,
+                    spark=spark,
+                    wire=wire,
                 )
                 for control in (True, False)
             ]
@@ -184,6 +196,26 @@ def run_demo(out: TextIO, options: DemoOptions | None = None) -> int:
     return 0 if on.sessions_stuck_runtime == 0 else 1
 
 
+def _start_services(
+    stack: ExitStack, steps: Steps, options: DemoOptions, broker_settings: BrokerSettings | None
+) -> tuple[str, DemoFormat]:
+    """The broker (embedded unless given) and, in Avro, the schema registry (likewise)."""
+    if broker_settings is None:
+        assert options.bootstrap_servers is not None
+        bootstrap = options.bootstrap_servers
+    else:
+        with steps.step("Starting the embedded Apache Kafka broker"):
+            bootstrap = stack.enter_context(EmbeddedKafkaBroker(broker_settings)).bootstrap_servers
+    registry_url = options.schema_registry_url
+    if options.wire_format == "avro" and not registry_url:
+        from progress_control.dev.schema_registry import EmbeddedSchemaRegistry
+
+        # The first run also fetches Apicurio Registry from Maven Central (about 160 MB).
+        with steps.step("Starting the embedded schema registry", MavenDownloads()):
+            registry_url = stack.enter_context(EmbeddedSchemaRegistry()).url
+    return bootstrap, DemoFormat(options.wire_format, registry_url)
+
+
 def _start_pipeline(
     stack: ExitStack,
     bootstrap: str,
@@ -193,6 +225,7 @@ def _start_pipeline(
     control: bool,
     scratch: Path,
     spark: Any,
+    wire: DemoFormat,
 ) -> _Pipeline:
     suffix = f"{'on' if control else 'off'}-{uuid.uuid4().hex[:6]}"
     names = {kind: f"demo-{kind}-{suffix}" for kind in ("clicks", "events", "sessions", "spark")}
@@ -218,7 +251,7 @@ def _start_pipeline(
         "progress.control.max.records": "1000",
     }
     app = App(
-        sessionization(names["clicks"], names["events"], names["sessions"], gap_ms),
+        sessionization(names["clicks"], names["events"], names["sessions"], gap_ms, wire.serdes()),
         application_id=f"demo-{suffix}",
         bootstrap_servers=bootstrap,
         state_dir=scratch / f"state-{suffix}",
@@ -234,9 +267,12 @@ def _start_pipeline(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": _CLIENT_LOG, **tick_config},
         names["clicks"],
         plan,
+        wire,
     )
     stack.callback(producer.close)
-    sessions_output = _OutputTopic(bootstrap, names["sessions"])
+    sessions_output = _OutputTopic(
+        bootstrap, names["sessions"], wire.session_reader(names["sessions"])
+    )
     spark_output = _OutputTopic(bootstrap, names["spark"])
     stack.callback(sessions_output.close)
     stack.callback(spark_output.close)
@@ -258,7 +294,7 @@ def _start_pipeline(
         job = SessionizationStream(
             spark,
             StreamConfig(
-                source=KafkaSource(bootstrap, names["events"]),
+                source=KafkaSource(bootstrap, names["events"], schema=wire.spark_input_schema()),
                 gap_ms=gap_ms,
                 output_dir=str(options.output_dir / "spark" / suffix),
                 checkpoint_dir=str(scratch / f"checkpoints-{suffix}"),
@@ -326,7 +362,11 @@ class _OutputTopic:
     """Reads a one-partition output topic incrementally (committed records only), so the
     sampling loop and the report never re-read what they already have."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, session_of: Callable[[bytes], Any] = json.loads
+    ) -> None:
+        self.session_of = session_of
+        """The session in a record's value."""
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -364,11 +404,11 @@ class _OutputTopic:
         self._consumer.close()
 
 
-def _delays(records: list[Any], gap_s: float) -> dict[str, float]:
+def _delays(output: _OutputTopic, gap_s: float) -> dict[str, float]:
     """Seconds from each session's gap end (last event + gap) to its output's arrival."""
     delays = [
-        (msg.timestamp()[1] - int(json.loads(msg.value())["end"])) / 1000 - gap_s  # LogAppendTime
-        for msg in records
+        (msg.timestamp()[1] - int(output.session_of(msg.value())["end"])) / 1000 - gap_s
+        for msg in output.records  # stamped with LogAppendTime
     ]
     if not delays:
         return {}
@@ -392,16 +432,15 @@ def _report(p: _Pipeline, plan: ClickPlan, options: DemoOptions) -> ModeReport:
         clicks_sent=p.producer.sent,
         sessions_expected=len(plan.sessions),
         sessions_closed_runtime=len(runtime_sessions),
-        runtime_delay_s=_delays(runtime_sessions, options.gap_s),
+        runtime_delay_s=_delays(p.sessions_output, options.gap_s),
         ticks_sent_producer=p.producer.ticks_sent(),
         ticks_sent_runtime=int(p.app.metrics.total("streams_progress_ticks")),
     )
     if p.samples and p.samples[-1].stream_time_s is not None:
         report.stream_time_behind_s = round(p.samples[-1].wall_s - p.samples[-1].stream_time_s, 1)
     if p.spark_job is not None:
-        spark_sessions = p.spark_output.read()
-        report.sessions_closed_spark = len(spark_sessions)
-        report.spark_delay_s = _delays(spark_sessions, options.gap_s)
+        report.sessions_closed_spark = len(p.spark_output.read())
+        report.spark_delay_s = _delays(p.spark_output, options.gap_s)
     return report
 
 

@@ -115,3 +115,46 @@ def test_main_job_report_on_a_quiet_terminal(kafka_bootstrap: str, tmp_path: Pat
     delay = report["with_control"]["runtime_delay_s"]
     assert 0 <= delay["min"] <= delay["max"]
     assert (out_dir / "stream-time.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_main_job_in_avro_through_the_registry(
+    kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path
+) -> None:
+    """``progress-control demo --format avro``: every topic's keys and values registry-framed
+    Avro, ticks with a null key there, and the same report: every session closes with progress
+    control, in the runtime and in Spark (which decodes the events with ``from_avro``)."""
+    out_dir = tmp_path / "out"
+    result = subprocess.run(
+        [
+            *CLI,
+            "demo",
+            *("--format", "avro", "--schema-registry-url", schema_registry_url),
+            *("--bootstrap-servers", kafka_bootstrap),
+            *("--duration", "18", "--users", "6", "--partitions", "2", "--gap", "3"),
+            *("--output-dir", str(out_dir)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    rows = report_rows(result.stdout)
+    expected = str(len(plan_clicks(6, 18, 3).sessions))
+    assert rows["sessions closed by the runtime"][0] == expected
+    assert rows["sessions closed by Spark"][0] == expected
+    assert int(rows["sessions stuck in the runtime"][1]) > 0
+    topics = json.loads((out_dir / "report.json").read_text())["with_control"]["topics"]
+    for kind in ("clicks", "events"):
+        reader = TopicReader(kafka_bootstrap, topics[kind], 2)
+        try:
+            records = reader.read(max_s=5)
+        finally:
+            reader.close()
+        ticks = [m for m in records if is_control_record(m)]
+        data = [m for m in records if not is_control_record(m)]
+        assert ticks, kind
+        assert {m.key() for m in ticks} == {None}, kind
+        assert {(m.key() or b"")[:1] for m in data} == {b"\0"}, kind  # Avro, registry-framed
+        assert {(m.value() or b"")[:1] for m in data} == {b"\0"}, kind
