@@ -22,11 +22,13 @@ from progress_control.dev.cache import fill_once
 from progress_control.settings import default_cache_dir
 
 __all__ = [
+    "APICURIO_CONVERTER_VERSION",
     "CONNECT_VERSION",
     "KAFKA_VERSION",
     "JarFetchError",
     "JarSet",
     "MissingToolError",
+    "apicurio_avro_converter_jars",
     "build_maven_project",
     "classpath",
     "fetch_jars",
@@ -82,6 +84,24 @@ def kafka_connect_jars(version: str = CONNECT_VERSION) -> JarSet:
     """Jars of a Kafka Connect standalone worker (``ConnectStandalone``) with the file connectors
     and the bundled transforms and predicates; no connector plugin path is needed."""
     return JarSet("kafka-connect", "kafka-connect.xml", version, f"Kafka Connect {version}")
+
+
+APICURIO_CONVERTER_VERSION = "2.6.13.Final"
+"""Apicurio Registry release of the Kafka Connect converters in the Connect tests: the newest whose
+dependency tree resolves from Maven Central (3.0.9's parent pom is not there, nor 3.3.3's
+serdes). It talks to the registry's Apicurio v2 API, which Apicurio Registry 3 still serves."""
+
+
+def apicurio_avro_converter_jars(version: str = APICURIO_CONVERTER_VERSION) -> JarSet:
+    """Apicurio Registry's Kafka Connect converters (``AvroConverter``) with their serdes and
+    registry client, without Kafka's artifacts and SLF4J: a Connect plugin directory
+    (``plugin.path``), the worker providing those."""
+    return JarSet(
+        "apicurio-converter",
+        "apicurio-avro-converter.xml",
+        version,
+        f"Apicurio Registry {version} Kafka Connect converters",
+    )
 
 
 def spark_kafka_connector_jars(version: str | None = None) -> JarSet:
