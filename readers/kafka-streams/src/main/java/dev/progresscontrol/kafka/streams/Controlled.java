@@ -1,6 +1,7 @@
 package dev.progresscontrol.kafka.streams;
 
 import dev.progresscontrol.core.TrustPolicy;
+import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.streams.kstream.Aggregator;
 import org.apache.kafka.streams.kstream.Initializer;
 import org.apache.kafka.streams.kstream.KeyValueMapper;
@@ -40,6 +41,10 @@ import org.apache.kafka.streams.processor.api.ProcessorSupplier;
  *     .processValues(Controlled.withoutControlWindows())
  *     .to("sessions", ...);
  * }</pre>
+ *
+ * <p>On a topic whose ticks have a null key (Schema Registry-framed keys), read the keys with
+ * {@link #keySerde(Serde, Object)}, which gives ticks a placeholder key of your type, and drop
+ * its windows with {@link #withoutControlWindows(Object)}.
  *
  * <p>Trust: processors read {@link TrustPolicy}'s {@code progress.control.*} entries from the
  * application's configs and skip (never forward) control records that fail them.
@@ -91,6 +96,22 @@ public final class Controlled {
      */
     public static <K, V> FixedKeyProcessorSupplier<K, V, V> ticksIntoWindows() {
         return TicksIntoWindowsProcessor::new;
+    }
+
+    /**
+     * The key serde to read a topic with whose ticks' keys are not of your key type, for
+     * {@code Consumed.with(...)}: on topics with Schema Registry-framed keys, writers give ticks a
+     * null key, which Kafka Streams' windowed aggregations drop before it moves their stream
+     * time. Every record carrying a {@code progress-control} header is read as {@code tickKey}, a
+     * value of your key type that no data record has, whatever its key bytes (null, or the
+     * sentinel that a registry deserializer would fail on); every other record as
+     * {@code keySerde} reads it. Pass the same {@code tickKey} to
+     * {@link #withoutControlWindows(Object)} (and, changing keys, give the new key type's to
+     * {@link #selectKey(KeyValueMapper, Object)}). Serializing is {@code keySerde}'s. Kafka Streams
+     * does not configure a serde given in {@code Consumed}: configure {@code keySerde} (or this).
+     */
+    public static <K> Serde<K> keySerde(Serde<K> keySerde, K tickKey) {
+        return new TickKeySerde<>(keySerde, tickKey);
     }
 
     /**

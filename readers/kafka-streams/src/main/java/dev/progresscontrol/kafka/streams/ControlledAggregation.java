@@ -14,7 +14,8 @@ import org.apache.kafka.streams.kstream.Merger;
  * stream time to the tick's timestamp first (emitting the windows that closes), then asks
  * {@link #initializer()} for a new aggregate, which is null (the user's initializer is not
  * called), and {@link #aggregator()}, which returns null for a tick. Window and session stores
- * treat a null aggregate as a delete, so the sentinel key never has a window to emit, and what
+ * treat a null aggregate as a delete, so the sentinel key (or the tick key of
+ * {@link Controlled#keySerde}) never has a window to emit, and what
  * the aggregation forwards for it downstream (eager emission, suppression) has no value.
  *
  * <p>For data, a null aggregate means "new window", exactly as in Kafka Streams (whose stores
