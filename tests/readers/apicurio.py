@@ -1,5 +1,5 @@
-"""Apicurio Registry's Java Connect converter, set to Confluent's wire format, for the reader
-tests on registry-framed topics.
+"""Apicurio Registry's Java serde and Connect converter, set to Confluent's wire format, for the
+reader tests on registry-framed topics (Kafka Streams, Kafka Connect).
 
 Confluent's own Java serdes and converters live on packages.confluent.io, not Maven Central, so
 the Java side of these tests is Apicurio's, configured to write and read what Confluent's
@@ -7,9 +7,13 @@ serializers do: magic byte 0, a 4-byte schema id, the Avro payload, no Apicurio 
 registry's Confluent API (``/apis/ccompat/v7``, what confluent-kafka's ``AvroSerializer`` talks
 to) hands out *content* ids as Confluent schema ids, so the Java side looks schemas up by content
 id. The Java clients talk to the same registry through Apicurio's own API on the same server:
-the Connect ``AvroConverter`` (``apicurio-registry-utils-converter`` 2.6, the newest whose
-dependencies all resolve from Maven Central) through the v2 API, told ``as-confluent`` (its
-``Legacy4ByteIdHandler``) and ``use-id=contentId``.
+
+- the Kafka Streams serde (``io.apicurio:apicurio-registry-avro-serde-kafka`` 3.1, a dependency
+  of the companion's example app) through the v3 API; 3.x defaults are Confluent's format
+  already (``Default4ByteIdHandler``, ``use-id=contentId``), set here anyway;
+- the Connect ``AvroConverter`` (``apicurio-registry-utils-converter`` 2.6, the newest whose
+  dependencies all resolve from Maven Central) through the v2 API, told ``as-confluent`` (its
+  ``Legacy4ByteIdHandler``) and ``use-id=contentId``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ __all__ = [
     "USER_SCHEMA",
     "apicurio_api",
     "avro_converters",
+    "serde_settings",
 ]
 
 USER_SCHEMA = (
@@ -65,3 +70,16 @@ def avro_converters(confluent_url: str) -> dict[str, str]:
     for side in ("key", "value"):
         converters.update({f"{side}.converter.{k}": v for k, v in settings.items()})
     return converters
+
+
+def serde_settings(confluent_url: str) -> dict[str, str]:
+    """Apicurio's Kafka serde (3.x) in Confluent's wire format, as ``registry.*`` entries of the
+    example app's properties (it strips the prefix and configures its serdes with the rest)."""
+    settings = {
+        "apicurio.registry.url": apicurio_api(confluent_url, "v3"),
+        "apicurio.registry.id-handler": "io.apicurio.registry.serde.Default4ByteIdHandler",
+        "apicurio.registry.use-id": "contentId",
+        "apicurio.registry.headers.enabled": "false",
+        "apicurio.registry.auto-register": "true",
+    }
+    return {f"registry.{k}": v for k, v in settings.items()}
