@@ -5,6 +5,7 @@ KIP-695 lag-gated idling deciding when an empty input may be passed over."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,6 +37,8 @@ from streams_runtime.state.changelog_readers import ChangelogReaders
 from streams_runtime.topology import Subtopology
 
 __all__ = ["StreamTask", "WarmStores"]
+
+logger = logging.getLogger(__name__)
 
 
 WarmStores = Callable[[TaskId, Mapping[TopicPartitionId, int]], Mapping[str, WarmStore]]
@@ -94,6 +97,7 @@ class StreamTask:
         self.committed: dict[TopicPartitionId, int] = {}
         self._consumed: dict[TopicPartitionId, int] = {}
         self._skipped_to: dict[TopicPartitionId, int] = {}
+        self._taken_to: dict[TopicPartitionId, int] = {}  # after the last record taken
         self._poisoned: dict[TopicPartitionId, SourceRecord] = {}
         self._mark_processing = True
         # Bounds (see :mod:`streams_runtime.progress`): the floor restored from the last commit,
@@ -276,11 +280,19 @@ class StreamTask:
     def add_records(self, tp: TopicPartitionId, records: Iterable[SourceRecord]) -> int:
         """Buffer fetched records; negative timestamps go to the bad-record policy here (under
         ``fail``, once every record before it was processed); rejected control records are
-        only moved past."""
+        only moved past. A record at an offset the task took already, or below its committed
+        one, is dropped: librdkafka can move a fetch position back under a live task (a stale
+        offset lookup resets it to the beginning), and such a record is in the state already."""
         if tp in self._poisoned:
             return self.group.buffered(tp)  # fetched past a failing record: read again later
         good = []
+        taken_to = self._taken_to.get(tp, self.committed.get(tp, 0))
+        again = 0
         for record in records:
+            if record.offset < taken_to:
+                again += 1
+                continue
+            taken_to = record.offset + 1
             if record.rejected:
                 self._skipped_to[tp] = record.offset + 1
             elif record.timestamp < 0 and not record.is_control:
@@ -293,6 +305,13 @@ class StreamTask:
                 self._skipped_to[tp] = record.offset + 1
             else:
                 good.append(record)
+        self._taken_to[tp] = taken_to
+        if again:
+            logger.warning(
+                "task %(task)s: %(records)d records of %(topic)s[%(partition)d] taken already "
+                "were fetched again (the consumer went back); dropped",
+                {"task": str(self.id), "records": again, **tp._asdict()},
+            )
         return self.group.add_records(tp, good)
 
     def process(self, budget: int) -> int:
