@@ -86,6 +86,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 _TRANSPORT_ERRORS = _transport_errors()
 _UNKNOWN_SCHEMA = {40403, 40400}  # schema not found (Confluent's, Apicurio's); the mock's
+_REQUEST_TIMEOUT_S = 10.0
 _CLIENTS: dict[tuple[tuple[str, str], ...], SchemaRegistryClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
@@ -93,10 +94,14 @@ _CLIENTS_LOCK = threading.Lock()
 def schema_registry_client(registry: RegistryConfig) -> SchemaRegistryClient:
     """The client for ``registry``: itself when a client, else one shared by every serde given
     an equal configuration (a URL is ``{"url": url}``; ``mock://`` URLs get confluent-kafka's
-    in-memory mock, one per URL)."""
+    in-memory mock, one per URL). A request times out after 10 s unless the configuration
+    says otherwise (``timeout``, seconds)."""
     if isinstance(registry, SchemaRegistryClient):
         return registry
-    conf = {"url": registry} if isinstance(registry, str) else dict(registry)
+    conf: dict[str, Any] = {"url": registry} if isinstance(registry, str) else dict(registry)
+    # Without a timeout a registry that accepts a connection and never answers would hold the
+    # stream thread forever; with one it is out of reach, tried again for retry_timeout_ms.
+    conf.setdefault("timeout", _REQUEST_TIMEOUT_S)
     key = tuple(sorted((str(name), repr(value)) for name, value in conf.items()))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)

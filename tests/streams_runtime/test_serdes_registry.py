@@ -166,6 +166,17 @@ def test_a_registry_out_of_reach_is_tried_for_a_while_then_named(doing: str) -> 
     assert isinstance(info.value, StreamsError)  # not the record's fault: the app stops
 
 
+def test_a_registry_that_never_answers_is_out_of_reach_too() -> None:
+    with socket.socket() as listening:  # connections are accepted (backlog), never answered
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}"
+        registry = {"url": url, "max.retries": 0, "timeout": 0.3}
+        serde = Avro(ORDER_AVRO, registry=registry, retry_timeout_ms=1000).bind("o", "value")
+        with pytest.raises(SchemaRegistryUnavailableError, match=url):
+            serde.serialize({"user": "u", "amount": 1})
+
+
 def test_credentials_stay_out_of_the_message() -> None:
     url = f"http://user:secret@127.0.0.1:{_closed_port()}"
     serde = Avro(ORDER_AVRO, registry={"url": url, "max.retries": 0}, retry_timeout_ms=0)

@@ -80,7 +80,7 @@ def _wait_for_totals(
     output: TopicReader, fmt: Format, sink: str, expected: dict[str, int], app: App
 ) -> None:
     try:
-        wait_for(lambda: _latest(output, fmt, sink) == expected or None, timeout_s=60)
+        wait_for(lambda: _latest(output, fmt, sink) == expected or None, timeout_s=120)
     except AssertionError as exc:
         got = _latest(output, fmt, sink)
         raise AssertionError(f"{exc}: {got} != {expected} ({app.state}, {app.error!r})") from None
