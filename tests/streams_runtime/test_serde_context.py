@@ -16,12 +16,19 @@ from confluent_kafka import Producer
 from progress_control.protocol import is_control_record
 from streams_runtime import (
     App,
+    JoinWindows,
     SessionWindows,
     StreamsBuilder,
     TopologyError,
     until_window_closes,
 )
-from streams_runtime.processors import SinkProcessor, SourceProcessor
+from streams_runtime.processors import (
+    SinkProcessor,
+    SourceProcessor,
+    StreamStreamJoinProcessor,
+    StreamTableJoinProcessor,
+    SuppressProcessor,
+)
 from streams_runtime.record import SourceRecord
 from streams_runtime.serde_context import (
     BoundSerde,
@@ -147,6 +154,36 @@ def test_stores_bind_to_their_changelog_and_plain_serdes_are_left_alone() -> Non
     builder.build("app")
     with pytest.raises(TopologyError, match="one application id"):
         builder.build("another-app")
+
+
+def test_joins_and_suppressions_bind_to_the_stores_they_read_and_write() -> None:
+    serde = Recording()
+    builder = StreamsBuilder(default_key_serde=serde, default_value_serde=serde)
+    table = builder.table("rows", store_name="rows-store")
+    left, right = builder.stream("left"), builder.stream("right")
+    left.join(table, lambda a, b: [a, b]).to("joined-with-table")
+    left.join(right, lambda a, b: [a, b], JoinWindows.of_time_difference(1000)).to("joined")
+    left.group_by_key().windowed_by(SessionWindows(gap_ms=10)).count(name="sessions").suppress(
+        until_window_closes(), name="final"
+    )
+    processors = _processors(builder, "app")
+
+    def topic(serde: Any) -> str | None:
+        return serde.topic if isinstance(serde, BoundSerde) else None
+
+    lookup = next(p for p in processors if isinstance(p, StreamTableJoinProcessor))
+    assert topic(lookup._key_serde) == "app-rows-store-changelog"  # the table's key bytes
+    assert topic(lookup._table_value_serde) == "app-rows-store-changelog"
+    sides = [p for p in processors if isinstance(p, StreamStreamJoinProcessor)]
+    for side in sides:  # each side's key and values bound to the buffer they live in
+        assert topic(side._key_serde) == f"app-{side._this_store_name}-changelog"
+        left_values, right_values = side._value_serdes[1], side._value_serdes[0]
+        left_store = sides[0]._this_store_name
+        assert topic(left_values) == f"app-{left_store}-changelog"
+        assert topic(right_values) == f"app-{sides[1]._this_store_name}-changelog"
+    suppress = next(p for p in processors if isinstance(p, SuppressProcessor))
+    assert topic(suppress._key_serde) == "app-final-changelog"
+    assert type(suppress._value_serde) is Integer  # a count's: plain, passed as it is
 
 
 def test_plain_sources_keep_their_path_and_contextual_ones_get_topic_and_headers() -> None:

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from progress_control.protocol import is_control_record
-from streams_runtime import App, StreamsBuilder
+from streams_runtime import App, JoinWindows, StreamsBuilder
 from streams_runtime.serdes import String, ValueAndTimestamp
 from streams_runtime.serdes_registry import (
     Avro,
@@ -331,3 +331,54 @@ def test_a_registry_out_of_reach_stops_the_app_and_skips_nothing(
     finally:
         consumer.close()
     assert committed.offset < 1  # the record is still to be read: nothing was skipped
+
+
+def test_avro_keys_join_a_table_and_a_stream(
+    schema_registry_url: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+    run_app: Callable[..., App],
+    kafka_bootstrap: str,
+) -> None:
+    """Keys in Avro too: a join looks a key's bytes up in a store another processor wrote, each
+    serialized for its own store's changelog subject (the same schema, so the same id)."""
+    users, clicks, carts = create_topic("users"), create_topic("clicks"), create_topic("carts")
+    with_table, with_stream = create_topic("clicks-users"), create_topic("clicks-carts")
+    keys = Avro('"string"', registry=schema_registry_url)
+    values = Avro(ORDER_AVRO, registry=schema_registry_url)
+    builder = StreamsBuilder(default_key_serde=keys, default_value_serde=values)
+    table = builder.table(users, store_name="users-store")
+    stream = builder.stream(clicks)
+    stream.join(table, lambda click, user: f"{click['amount']}:{user['user']}").to(
+        with_table, value_serde=String()
+    )
+    stream.join(
+        builder.stream(carts),
+        lambda click, cart: f"{click['amount']}+{cart['amount']}",
+        JoinWindows.of_time_difference(60_000),
+    ).to(with_stream, value_serde=String())
+    run_app(builder)
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+
+    def send(topic: str, key: str, user: str, amount: int) -> None:
+        producer.produce(
+            topic,
+            key=keys.bind(topic, "key").serialize(key),
+            value=values.bind(topic, "value").serialize({"user": user, "amount": amount}),
+        )
+        producer.flush(10)
+
+    send(users, "k1", "ann", 0)
+    send(carts, "k1", "-", 7)
+    send(clicks, "k1", "-", 3)
+
+    def joined(topic: str) -> list[tuple[str, str]] | None:
+        found = [
+            (keys.bind(topic, "key").deserialize(m.key()), m.value().decode())
+            for m in _data(reader_for(topic, 1))
+        ]
+        return found or None
+
+    assert wait_for(lambda: joined(with_table), timeout_s=60) == [("k1", "3:ann")]
+    assert wait_for(lambda: joined(with_stream), timeout_s=60) == [("k1", "3+7")]
