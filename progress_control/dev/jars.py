@@ -105,13 +105,15 @@ def apicurio_avro_converter_jars(version: str = APICURIO_CONVERTER_VERSION) -> J
 
 
 def spark_kafka_connector_jars(version: str | None = None) -> JarSet:
-    """``spark-sql-kafka-0-10_2.13`` at the installed pyspark version, with its runtime deps."""
+    """``spark-sql-kafka-0-10_2.13`` and ``spark-avro_2.13`` (``from_avro``) at the installed
+    pyspark version, with their runtime deps. The cache directory is named after the set, not the
+    Kafka connector alone, so a cache filled before the Avro module joined is fetched again."""
     spark_version = version or metadata.version("pyspark")
     return JarSet(
-        "spark-sql-kafka",
+        "spark-connectors",
         "spark-kafka-connector.xml",
         spark_version,
-        f"Spark {spark_version} Kafka connector",
+        f"Spark {spark_version} Kafka and Avro connectors",
     )
 
 
