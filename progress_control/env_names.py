@@ -65,8 +65,9 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
     # Spark jobs (SparkJobSettings)
     "PROGRESS_CONTROL_SPARK_": _words(
         """control_allowed_sources control_verification_keys control_verification_keys_file
-        input_integer_fields input_page_field input_time_field input_user_field
-        input_user_from_key max_control_skew_ms"""
+        input_integer_fields input_on_unknown_schema_id input_page_field input_time_field
+        input_user_field input_user_from_key input_value_format input_value_subject
+        max_control_skew_ms schema_registry_url"""
     ),
     # embedded dev broker (BrokerSettings)
     "PROGRESS_CONTROL_BROKER_": _words(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as sf
 
+from progress_control.spark.registry import ValueSchemas, fetch_value_schemas
 from progress_control.spark.sessionize import sessionize_events
 from progress_control.spark.source import (
     KafkaSource,
@@ -76,6 +77,8 @@ class BatchResult:
     """Latest timestamp of a valid event or an accepted control record."""
     rejected_control_records: Mapping[str, int] = field(default_factory=dict)
     """Control records skipped (neither data nor time) per reason; only reasons that occurred."""
+    value_schemas: ValueSchemas | None = None
+    """The registry's value schemas the run decoded with (registry-framed values only)."""
 
 
 def batch_sessions(
@@ -88,12 +91,16 @@ def batch_sessions(
     watermark_delay_ms: int = 0,
     observation: Observation | None = None,
     trust: TrustPolicy | None = None,
+    value_schemas: ValueSchemas | None = None,
 ) -> DataFrame:
     """Sessions (columns :data:`progress_control.spark.sessionize.SESSION_COLUMNS`) of a range of
     records.
 
     ``trust`` says which control records count (default: the
-    :class:`~progress_control.trust.TrustPolicy` defaults). ``observation``, if given, receives
+    :class:`~progress_control.trust.TrustPolicy` defaults). ``value_schemas``: those of a
+    registry-framed ``source.schema``
+    (:func:`~progress_control.spark.registry.fetch_value_schemas`), fetched here when not given.
+    ``observation``, if given, receives
     :func:`progress_control.spark.source.record_counts` (read them with
     :meth:`progress_control.spark.source.RecordCounts.from_metrics`) once an action on the result
     has run.
@@ -102,7 +109,14 @@ def batch_sessions(
         raise ValueError(f"watermark_delay_ms must be >= 0, got {watermark_delay_ms}")
     if trust is not None and trust.verification_keys:
         redact_key_material(spark)
-    parsed = parse_records(read_range(spark, source, records or BatchRange()), trust, source.schema)
+    if value_schemas is None:
+        value_schemas = fetch_value_schemas(source.schema, source.topic)
+    parsed = parse_records(
+        read_range(spark, source, records or BatchRange()),
+        trust,
+        source.schema,
+        value_schemas=value_schemas,
+    )
     counted = parsed if observation is None else parsed.observe(observation, *record_counts())
     sessions = sessionize_events(counted, gap_ms)
     if not closed_only:
@@ -135,6 +149,7 @@ def run_batch(
     malformed records to ``errors_path`` (overwrite) when given. Returns the counts; skipped
     control records are also logged once per source and reason."""
     observation = Observation("batch_records")
+    value_schemas = fetch_value_schemas(source.schema, source.topic)
     sessions = batch_sessions(
         spark,
         source,
@@ -144,6 +159,7 @@ def run_batch(
         watermark_delay_ms=watermark_delay_ms,
         observation=observation,
         trust=trust,
+        value_schemas=value_schemas,
     )
     written = Observation("batch_sessions")
     sessions.observe(written, sf.count(sf.lit(1)).alias("rows")).write.mode("overwrite").parquet(
@@ -151,7 +167,10 @@ def run_batch(
     )
     if errors_path is not None:
         parsed = parse_records(
-            read_range(spark, source, records or BatchRange()), trust, source.schema
+            read_range(spark, source, records or BatchRange()),
+            trust,
+            source.schema,
+            value_schemas=value_schemas,
         )
         error_rows(parsed).write.mode("overwrite").parquet(errors_path)
     counts = RecordCounts.from_metrics(observation.get)
@@ -165,6 +184,7 @@ def run_batch(
         malformed_records=counts.malformed,
         max_event_time_ms=counts.max_event_time_ms,
         rejected_control_records=counts.rejected,
+        value_schemas=value_schemas,
     )
 
 

@@ -11,12 +11,15 @@ What a data record looks like (:class:`~progress_control.spark.input_schema.Inpu
 from the input-schema options (``--user-field``/``--user-from-key``, ``--time-field``/
 ``--time-from-record``, ``--page-field``/``--no-page-field``, ``--integer-field``/
 ``--no-integer-fields``), each winning over its variable
-(``PROGRESS_CONTROL_SPARK_INPUT_USER_FIELD`` and so on).
+(``PROGRESS_CONTROL_SPARK_INPUT_USER_FIELD`` and so on), and how values are encoded
+(``--value-format json|avro|json-schema``, ``--schema-registry-url``, ``--value-subject``,
+``--on-unknown-schema-id``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -28,7 +31,12 @@ from typing import TYPE_CHECKING
 from progress_control.argtypes import positive_int
 from progress_control.settings import ConfigurationError
 from progress_control.spark.durations import parse_duration_ms, parse_instant_ms
-from progress_control.spark.input_schema import InputSchema
+from progress_control.spark.input_schema import (
+    UNKNOWN_SCHEMA_ID_POLICIES,
+    VALUE_FORMATS,
+    InputSchema,
+)
+from progress_control.spark.registry import RegistryError
 from progress_control.spark.settings import load_job_settings
 
 if TYPE_CHECKING:
@@ -50,7 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python -m progress_control.spark: error: {exc}", file=sys.stderr)
         return 2
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except RegistryError as exc:  # the value schemas, fetched when the job starts
+        print(f"python -m progress_control.spark: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +146,14 @@ the event time (ts is checked, not used): what the runtime forwards to an events
 that does not fit goes to the errors output with the reason, e.g. "missing field 'user'". Each
 option wins over its variable (PROGRESS_CONTROL_SPARK_INPUT_USER_FIELD and so on)."""
 
+VALUE_FORMAT_HELP = """\
+How values are encoded. avro and json-schema values are Schema Registry-framed (magic byte 0, a
+4-byte schema id, the payload); an Avro value is decoded with the writer schema its id names,
+fetched with every version of the subject when the job starts, and read as the latest. Framing
+and decoding problems go to the errors output ("unknown schema id 7"). Each option wins over its
+variable (PROGRESS_CONTROL_SPARK_INPUT_VALUE_FORMAT, PROGRESS_CONTROL_SPARK_SCHEMA_REGISTRY_URL,
+PROGRESS_CONTROL_SPARK_INPUT_VALUE_SUBJECT, PROGRESS_CONTROL_SPARK_INPUT_ON_UNKNOWN_SCHEMA_ID)."""
+
 
 def _add_input_schema(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("input schema", INPUT_SCHEMA_HELP)
@@ -168,6 +188,27 @@ def _add_input_schema(parser: argparse.ArgumentParser) -> None:
         "--no-integer-fields",
         "no integer field required",
         repeatable=True,
+    )
+    values = parser.add_argument_group("value format", VALUE_FORMAT_HELP)
+    values.add_argument(
+        "--value-format",
+        choices=VALUE_FORMATS,
+        help="json (the default), avro or json-schema (both Schema Registry-framed)",
+    )
+    values.add_argument(
+        "--schema-registry-url",
+        metavar="URL",
+        help="the registry's Confluent-compatible API, required for avro; a URL holding "
+        "credentials belongs in PROGRESS_CONTROL_SPARK_SCHEMA_REGISTRY_URL, not here",
+    )
+    values.add_argument(
+        "--value-subject", metavar="SUBJECT", help="the value schemas' subject (<topic>-value)"
+    )
+    values.add_argument(
+        "--on-unknown-schema-id",
+        choices=UNKNOWN_SCHEMA_ID_POLICIES,
+        help="a schema id the job did not fetch at start: an error row (error, the default) or "
+        "a failed job (fail: restarted, it fetches the schemas again and reads the record)",
     )
 
 
@@ -218,7 +259,20 @@ def input_schema(args: argparse.Namespace, base: InputSchema | None = None) -> I
         integers = ()
     elif args.integer_field is not None:
         integers = tuple(args.integer_field)
-    return InputSchema(user, time, page, integers)
+    given = {
+        "value_format": args.value_format,
+        "schema_registry_url": args.schema_registry_url,
+        "value_subject": args.value_subject,
+        "on_unknown_schema_id": args.on_unknown_schema_id,
+    }
+    return dataclasses.replace(
+        schema,
+        user_field=user,
+        time_field=time,
+        page_field=page,
+        integer_fields=integers,
+        **{name: value for name, value in given.items() if value is not None},
+    )
 
 
 def _add_range(parser: argparse.ArgumentParser) -> None:
@@ -254,6 +308,8 @@ def _stream(args: argparse.Namespace) -> int:
     job = SessionizationStream(_spark(args, "sessionization-stream"), config).start()
     print(f"streaming: sessions to {config.sessions_location}, errors to {config.errors_location}")
     print(f"input: {config.source.schema.describe()}")
+    if job.value_schemas is not None:
+        print(f"value schemas: {job.value_schemas.describe()}")
     deadline = None if args.run_for is None else time.monotonic() + args.run_for / 1000
     try:
         with _stop_signals() as stop:
@@ -312,6 +368,8 @@ def _batch(args: argparse.Namespace) -> int:
         watermark_delay_ms=args.watermark_delay,
         trust=args.trust,
     )
+    if result.value_schemas is not None:
+        print(f"value schemas: {result.value_schemas.describe()}")
     print(
         f"sessions: {result.sessions} -> {result.sessions_path}; records: {result.data_records} "
         f"data, {result.control_records} control, {result.malformed_records} malformed "

@@ -18,7 +18,11 @@ the command line's ``--user-field``, ``--time-field``, ... win over these):
   ``PROGRESS_CONTROL_SPARK_INPUT_USER_FROM_KEY=true``;
 - ``PROGRESS_CONTROL_SPARK_INPUT_TIME_FIELD`` (default unset: the record timestamp);
 - ``PROGRESS_CONTROL_SPARK_INPUT_PAGE_FIELD`` (default ``page``; empty: none);
-- ``PROGRESS_CONTROL_SPARK_INPUT_INTEGER_FIELDS`` (default ``ts``; comma list, empty: none).
+- ``PROGRESS_CONTROL_SPARK_INPUT_INTEGER_FIELDS`` (default ``ts``; comma list, empty: none);
+- ``PROGRESS_CONTROL_SPARK_INPUT_VALUE_FORMAT`` (``json``, ``avro`` or ``json-schema``),
+  ``PROGRESS_CONTROL_SPARK_SCHEMA_REGISTRY_URL`` (the place for a URL holding credentials),
+  ``PROGRESS_CONTROL_SPARK_INPUT_VALUE_SUBJECT`` (default ``<topic>-value``) and
+  ``PROGRESS_CONTROL_SPARK_INPUT_ON_UNKNOWN_SCHEMA_ID`` (``error`` or ``fail``).
 
 Invalid values fail at start-up with the setting's name (:func:`load_job_settings`); a secret is
 never echoed in the message.
@@ -26,9 +30,9 @@ never echoed in the message.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from progress_control.settings import ControlTrustSettings, component_config, load_settings
 from progress_control.spark.input_schema import InputSchema
@@ -67,6 +71,26 @@ class SparkJobSettings(ControlTrustSettings):
         "otherwise unused; empty: none.",
     )
 
+    input_value_format: Literal["json", "avro", "json-schema"] = Field(
+        "json",
+        description="How values are encoded: JSON text; Schema Registry-framed Avro (decoded "
+        "with the writer schema their id names); Schema Registry-framed JSON text.",
+    )
+    schema_registry_url: SecretStr | None = Field(
+        None,
+        description="The Schema Registry (Confluent API) holding the value schemas; required for "
+        "avro. Credentials go in the URL (https://user:secret@host), so set it here, not on a "
+        "command line.",
+    )
+    input_value_subject: str | None = Field(
+        None, description="The subject of the value schemas; unset: <topic>-value."
+    )
+    input_on_unknown_schema_id: Literal["error", "fail"] = Field(
+        "error",
+        description="A registry-framed value whose schema id the job did not fetch at start: an "
+        "error row, or a failed query (restarted, the job fetches the schemas again).",
+    )
+
     @field_validator(
         "input_user_field", "input_time_field", "input_page_field", "input_integer_fields"
     )
@@ -83,6 +107,14 @@ class SparkJobSettings(ControlTrustSettings):
             time_field=self.input_time_field or None,
             page_field=self.input_page_field or None,
             integer_fields=_names(self.input_integer_fields),
+            value_format=self.input_value_format,
+            schema_registry_url=(
+                None
+                if self.schema_registry_url is None
+                else self.schema_registry_url.get_secret_value() or None
+            ),
+            value_subject=self.input_value_subject or None,
+            on_unknown_schema_id=self.input_on_unknown_schema_id,
         )
 
 

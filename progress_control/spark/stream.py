@@ -57,6 +57,7 @@ from pyspark.sql.types import (
 )
 
 from progress_control.spark.durations import format_interval
+from progress_control.spark.registry import ValueSchemas, fetch_value_schemas
 from progress_control.spark.sessionize import Session, collect_sessions, sessionize_events
 from progress_control.spark.source import (
     KafkaSource,
@@ -133,6 +134,7 @@ class SessionizationStream:
         self._rejections = RejectionLog(f"sessionization stream {self._id}")
         self._listener: ProgressListener | None = None
         self._queries: dict[str, StreamingQuery] = {}
+        self._value_schemas: ValueSchemas | None = None
 
     def __enter__(self) -> SessionizationStream:
         return self.start()
@@ -150,6 +152,8 @@ class SessionizationStream:
         if self._queries:
             raise RuntimeError("the stream is already started")
         config = self.config
+        # Once, before any query: the sessions and errors queries decode with the same schemas.
+        self._value_schemas = fetch_value_schemas(config.source.schema, config.source.topic)
         # Without no-data micro-batches, a watermark moved by control records alone would never
         # be acted on: sessions would wait for the next data record, the very problem we solve.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
@@ -170,7 +174,7 @@ class SessionizationStream:
                 .start()
             )
             self._queries["errors"] = (
-                error_rows(parse_records(self._read(), config.trust, config.source.schema))
+                error_rows(self._parse(self._read()))
                 .writeStream.format("parquet")
                 .outputMode("append")
                 .option("path", config.errors_location)
@@ -207,15 +211,20 @@ class SessionizationStream:
         """The sessions query's streaming DataFrame (columns :data:`SESSIONS_SCHEMA`), with the
         record counts observed for :meth:`metrics`."""
         config = self.config
-        counted = parse_records(self._read(), config.trust, config.source.schema).observe(
-            self._metrics_name, *record_counts()
-        )
+        counted = self._parse(self._read()).observe(self._metrics_name, *record_counts())
         # Skipped control records (and malformed data) never reach the watermark.
         timed = counted.where(moves_time()).withWatermark(
             "event_time", format_interval(config.watermark_delay_ms)
         )
         barrier = timed.observe(f"{self._metrics_name}_barrier", sf.count(sf.lit(1)).alias("rows"))
         return sessionize_events(barrier, config.gap_ms)
+
+    @property
+    def value_schemas(self) -> ValueSchemas | None:
+        """The registry's value schemas the job decodes with, fetched by :meth:`start` (None
+        for JSON values): a version registered later is not among them (see
+        :mod:`progress_control.spark.registry`)."""
+        return self._value_schemas
 
     @property
     def queries(self) -> dict[str, StreamingQuery]:
@@ -324,6 +333,14 @@ class SessionizationStream:
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
+
+    def _parse(self, raw: DataFrame) -> DataFrame:
+        source = self.config.source
+        if self._value_schemas is None:  # sessions_frame() before start()
+            self._value_schemas = fetch_value_schemas(source.schema, source.topic)
+        return parse_records(
+            raw, self.config.trust, source.schema, value_schemas=self._value_schemas
+        )
 
     def _read(self) -> DataFrame:
         return read_kafka(
