@@ -291,6 +291,7 @@ def _start_pipeline(
         from progress_control.spark.source import KafkaSource
         from progress_control.spark.stream import SessionizationStream, StreamConfig
 
+        wire.register_events_schema(names["events"])
         job = SessionizationStream(
             spark,
             StreamConfig(

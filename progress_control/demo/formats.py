@@ -110,6 +110,14 @@ class DemoFormat:
         context = SerializationContext(topic, MessageField.VALUE)
         return lambda value: deserialize(value, context)
 
+    def register_events_schema(self, events_topic: str) -> None:
+        """Avro: register the clicks' schema for the events topic now, as the runtime will on
+        its first write; the Spark job reads the subject's schemas when it starts."""
+        if self.avro:
+            from confluent_kafka.schema_registry import Schema
+
+            self._client().register_schema(f"{events_topic}-value", Schema(CLICK_SCHEMA, "AVRO"))
+
     def spark_input_schema(self) -> InputSchema:
         """What Spark's jobs read on the events topic: the clicks, in this format."""
         from progress_control.spark.input_schema import InputSchema
