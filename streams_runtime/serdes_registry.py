@@ -235,10 +235,13 @@ class _RegistrySerde(ContextualSerde[Any]):
             if deadline is None:
                 deadline = now + self.retry_timeout_ms / 1000
                 logger.warning(
-                    "schema registry %s out of reach (%s); trying again for up to %d ms",
-                    _url_of(self.client),
-                    failure,
-                    self.retry_timeout_ms,
+                    "schema registry %(url)s out of reach (%(error)s); "
+                    "trying again for up to %(timeout_ms)d ms",
+                    {
+                        "url": _url_of(self.client),
+                        "error": failure,
+                        "timeout_ms": self.retry_timeout_ms,
+                    },
                 )
             if now >= deadline:
                 raise SchemaRegistryUnavailableError(
