@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -27,7 +27,7 @@ from streams_runtime.settings import RuntimeSettings
 if TYPE_CHECKING:
     from streams_runtime.state import ChangelogWrites
 
-__all__ = ["ChangelogSink", "RecordCollector"]
+__all__ = ["ChangelogSink", "RecordCollector", "TaskOutput"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,43 @@ def _close(producer: Producer) -> None:
             producer.close()
     except KafkaException as exc:
         logger.info("producer closed after %(error)s", {"error": str(exc)})
+
+
+class TaskOutput(Protocol):
+    """What a task sends its records through: the broker's :class:`RecordCollector`, or the
+    test driver's in-memory one (:mod:`streams_runtime.testing`)."""
+
+    @property
+    def next_offsets(self) -> Mapping[TopicPartitionId, int]:
+        """The offset after the last record acknowledged per partition written."""
+        ...
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None,
+        *,
+        partition: int = -1,
+    ) -> None:
+        """Queue one record; ``partition`` -1: the key's (murmur2), ``timestamp`` 0: now."""
+        ...
+
+    def send_many(
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[tuple[bytes | None, bytes | None, Headers | None]],
+        timestamp: int,
+    ) -> None:
+        """:meth:`send` for each ``(key, value, headers)`` of ``records``."""
+        ...
+
+    def partition_for(self, topic: str, key: bytes) -> int:
+        """The partition murmur2 gives ``key`` in ``topic``."""
+        ...
 
 
 class RecordCollector:
@@ -357,7 +394,7 @@ class RecordCollector:
 class ChangelogSink:
     """Adapts the collector to the state layer's ``RecordSink``."""
 
-    def __init__(self, collector: RecordCollector) -> None:
+    def __init__(self, collector: TaskOutput) -> None:
         self._collector = collector
 
     def send(  # noqa: PLR0917 - the state layer's RecordSink signature

@@ -172,7 +172,7 @@ class PartitionGroup:
         *,
         max_task_idle_ms: int,
         lag: LagProvider,
-        clock: Clock = _monotonic_ms,
+        clock: Clock | None = None,
     ) -> None:
         if max_task_idle_ms < -1:
             raise ValueError(f"max_task_idle_ms must be >= -1, got {max_task_idle_ms}")
@@ -188,7 +188,7 @@ class PartitionGroup:
         self._single = self._queue_list[0] if len(self._queue_list) == 1 else None
         self._max_task_idle_ms = max_task_idle_ms
         self._lag = lag
-        self._clock = clock
+        self._clock = clock or _monotonic_ms
         self._deadlines: dict[TopicPartitionId, int] = {}
         self._stream_time = UNKNOWN
         self._buffered = 0

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, Message
 
-from progress_control.protocol import has_control_header
+from progress_control.protocol import HeaderList, has_control_header
 from progress_control.trust import ControlRecordValidator, Verdict
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.input_partitions import InputPartitions
@@ -31,12 +31,30 @@ class RecordRouter:
         settings: RuntimeSettings,
         internal_topics: frozenset[str],
         metrics: RuntimeMetrics,
+        *,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
-        self._trust = ControlRecordValidator(settings.trust_policy())
+        """``clock_ms``: the wall clock ticks' skew is checked against (default the system's)."""
+        self._trust = ControlRecordValidator(settings.trust_policy(), clock_ms=clock_ms)
         # The runtime's own topics carry its own ticks: they verify with its own key.
-        self._internal_trust = ControlRecordValidator(settings.internal_trust_policy())
+        self._internal_trust = ControlRecordValidator(
+            settings.internal_trust_policy(), clock_ms=clock_ms
+        )
         self._internal_topics = internal_topics
         self._metrics = metrics
+
+    def accepts_control(
+        self, topic: str, partition: int, timestamp: int, headers: HeaderList
+    ) -> bool:
+        """Whether a record with the control header moves time (else it is counted rejected).
+        A record with our header is never data; a forged or broken one is not time either:
+        skipped and counted, never fatal, never the bad-record policy."""
+        trust = self._internal_trust if topic in self._internal_topics else self._trust
+        verdict = trust.check(topic, partition, timestamp, headers)
+        if verdict is Verdict.ACCEPTED:
+            return True
+        self._metrics.control_records_rejected(verdict.value).inc()
+        return False
 
     def route(
         self,
@@ -67,14 +85,8 @@ class RecordRouter:
             timestamp = msg.timestamp()[1]
             control = rejected = False
             if headers and has_control_header(headers):
-                # A record with our header is never data; a forged or broken one is not time
-                # either: skipped and counted, never fatal, never the bad-record policy.
-                trust = self._internal_trust if topic in self._internal_topics else self._trust
-                verdict = trust.check(topic, partition, timestamp, headers)
-                control = verdict is Verdict.ACCEPTED
+                control = self.accepts_control(topic, partition, timestamp, headers)
                 rejected = not control
-                if rejected:
-                    self._metrics.control_records_rejected(verdict.value).inc()
             batches[topic, partition].append(
                 SourceRecord(
                     topic,

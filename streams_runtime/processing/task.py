@@ -16,8 +16,8 @@ from confluent_kafka import TopicPartition
 from streams_runtime.errors import BadRecordHandler, StreamsError
 from streams_runtime.fused.windowed_builtin import FusedWindowAggregate, fusable_window_aggregate
 from streams_runtime.metrics import RuntimeMetrics
-from streams_runtime.processing.collector import ChangelogSink, RecordCollector
-from streams_runtime.processing.partition_group import LagProvider, PartitionGroup
+from streams_runtime.processing.collector import ChangelogSink, TaskOutput
+from streams_runtime.processing.partition_group import Clock, LagProvider, PartitionGroup
 from streams_runtime.processors import NO_PROGRESS, Processor, SinkProcessor, SourceProcessor
 from streams_runtime.progress import TaskCommitMetadata, merged_bounds
 from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicPartitionId
@@ -55,12 +55,15 @@ class StreamTask:
         subtopology: Subtopology,
         *,
         settings: RuntimeSettings,
-        collector: RecordCollector,
+        collector: TaskOutput,
         metrics: RuntimeMetrics,
         bad_records: BadRecordHandler,
         lag: LagProvider,
         cache: ThreadCache | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        """``clock``: the monotonic milliseconds idling deadlines are measured on (the test
+        driver's wall clock; default the process's)."""
         self.id = task_id
         self.subtopology = subtopology
         self.inputs = tuple(
@@ -71,7 +74,7 @@ class StreamTask:
         self._metrics = metrics
         self._bad_records = bad_records
         self.group = PartitionGroup(
-            self.inputs, max_task_idle_ms=settings.max_task_idle_ms, lag=lag
+            self.inputs, max_task_idle_ms=settings.max_task_idle_ms, lag=lag, clock=clock
         )
         self.position = SourcePosition()
         self.state = TaskStateManager(

@@ -2,8 +2,9 @@
 into the jar cache (once per source change; nothing is committed) and drive it from Python.
 
 One JVM serves the whole test session: ``start(spec)`` runs a Kafka Streams application with the
-topologies the spec names, ``stop(app_id)`` closes it. The JVM's own log (Kafka's WARN and above)
-goes to a file, named in every error.
+topologies the spec names, ``stop(app_id)`` closes it; ``drive(spec, ...)`` runs them in Kafka
+Streams' ``TopologyTestDriver`` instead, without a broker. The JVM's own log (Kafka's WARN and
+above) goes to a file, named in every error.
 """
 
 from __future__ import annotations
@@ -98,13 +99,26 @@ class KafkaStreamsApps:
             if answer == f"{expected} {app_id}":
                 return
 
+    def _spec_file(self, spec: dict[str, str]) -> Path:
+        path = self._work_dir / f"{spec['application.id']}.properties"
+        path.write_text("".join(f"{key}={value}\n" for key, value in spec.items()))
+        return path
+
     def start(self, spec: dict[str, str], timeout_s: float = 120.0) -> None:
         """Start the application ``spec["application.id"]`` and wait until it is RUNNING."""
         app_id = spec["application.id"]
-        path = self._work_dir / f"{app_id}.properties"
-        path.write_text("".join(f"{key}={value}\n" for key, value in spec.items()))
-        self._command(f"start {path}")
+        self._command(f"start {self._spec_file(spec)}")
         self._await("started", app_id, timeout_s)
+
+    def drive(
+        self, spec: dict[str, str], inputs: Path, outputs: Path, timeout_s: float = 120.0
+    ) -> None:
+        """Run the spec's topologies in Kafka Streams' ``TopologyTestDriver`` on the records in
+        ``inputs``; their outputs are in ``outputs`` once this returns (formats: the Java
+        app's ``drive``)."""
+        app_id = spec["application.id"]
+        self._command(f"drive {self._spec_file(spec)} {inputs} {outputs}")
+        self._await("driven", app_id, timeout_s)
 
     def check(self, app_id: str) -> None:
         """Raise if the application stopped on an error."""

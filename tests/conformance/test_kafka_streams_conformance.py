@@ -29,13 +29,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("seed", range(1, count + 1))
 
 
-def _windows(seed: int) -> SessionWindows:
+def windows_of(seed: int) -> SessionWindows:
     rng = random.Random(seed)  # noqa: S311 - reproducible test data
     return SessionWindows(gap_ms=rng.choice((3_000, 5_000)), grace_ms=rng.choice((0, 2_000)))
 
 
 def test_runtime_matches_kafka_streams(seed: int, both_engines: RunBoth) -> None:
-    windows = _windows(seed)
+    windows = windows_of(seed)
     inputs = {
         name: generate(name, seed, INPUT_PARTITIONS, windows, RECORDS_PER_PARTITION)
         for name in CASES

@@ -4,8 +4,16 @@ import java.io.BufferedReader;
 import java.io.FileReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
@@ -13,6 +21,10 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
@@ -20,6 +32,9 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.TestInputTopic;
+import org.apache.kafka.streams.TestOutputTopic;
+import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
@@ -38,6 +53,7 @@ import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.test.TestRecord;
 
 /**
  * Runs named topologies in Kafka Streams for the conformance suite (tests/conformance).
@@ -46,6 +62,7 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * <pre>
  *   start SPEC_FILE   ->  started APP_ID   (once RUNNING)  or  failed APP_ID MESSAGE
  *   stop APP_ID       ->  stopped APP_ID
+ *   drive SPEC_FILE INPUT_FILE OUTPUT_FILE  ->  driven APP_ID  or  failed APP_ID MESSAGE
  * </pre>
  * End of stdin closes every app and exits. A spec file is a Java properties file:
  * {@code application.id}, {@code bootstrap.servers}, {@code state.dir}, {@code topologies}
@@ -53,6 +70,9 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * {@code NAME.in2}, {@code NAME.out}, {@code NAME.out2}, {@code NAME.out3}, {@code NAME.out4},
  * {@code NAME.gap.ms},
  * {@code NAME.grace.ms}; and {@code config.*} passed to StreamsConfig as they are.
+ *
+ * <p>{@code drive} runs each topology of the spec in Kafka Streams' {@code TopologyTestDriver}
+ * instead, one driver per topology and input partition (see {@link #drive}).
  *
  * <p>Every topology here has its twin in tests/conformance/topologies.py; keep them identical.
  * The one exception, {@code results-tumbling-sum}, is not a conformance case but a downstream
@@ -87,6 +107,8 @@ public final class ConformanceApp {
           start(parts[1]);
         } else if (parts[0].equals("stop")) {
           stop(parts[1]);
+        } else if (parts[0].equals("drive")) {
+          drive(parts[1]);
         }
       } catch (final Exception e) {
         answer("failed " + parts[1] + " " + oneLine(e));
@@ -156,6 +178,103 @@ public final class ConformanceApp {
       streams.close(Duration.ofSeconds(30));
     }
     answer("stopped " + id);
+  }
+
+  private static byte[] bytes(final String field) {
+    return field.equals("-") ? null : Base64.getDecoder().decode(field);
+  }
+
+  private static String field(final byte[] bytes) {
+    return bytes == null ? "-" : Base64.getEncoder().encodeToString(bytes);
+  }
+
+  /**
+   * Runs every topology of the spec in a {@code TopologyTestDriver} of its own per input
+   * partition (every topic of a driver has one partition), on the input records of that
+   * topology and partition in file order, and writes what each output topic received.
+   *
+   * <p>Input lines: {@code NAME PARTITION ROLE KEY VALUE TIMESTAMP HEADERS}, tab-separated;
+   * output lines: {@code NAME PARTITION ROLE KEY VALUE TIMESTAMP HEADERS}. Keys, values and
+   * header values are Base64 ({@code -} for null); headers are {@code name=value} joined by
+   * commas ({@code -} for none).
+   */
+  private static void drive(final String arguments) throws Exception {
+    final String[] files = arguments.split(" ");
+    final Properties spec = new Properties();
+    try (FileReader reader = new FileReader(files[0], StandardCharsets.UTF_8)) {
+      spec.load(reader);
+    }
+    final String id = spec.getProperty("application.id");
+    final Map<String, List<String[]>> inputs = new LinkedHashMap<>();
+    for (final String line : Files.readAllLines(Path.of(files[1]), StandardCharsets.UTF_8)) {
+      final String[] fields = line.split("\t", -1);
+      inputs.computeIfAbsent(fields[0] + "\t" + fields[1], k -> new ArrayList<>()).add(fields);
+    }
+    try (PrintWriter out = new PrintWriter(files[2], StandardCharsets.UTF_8)) {
+      for (final Map.Entry<String, List<String[]>> group : inputs.entrySet()) {
+        final String[] first = group.getValue().get(0);
+        final Instance t = new Instance(spec, first[0]);
+        final StreamsBuilder builder = new StreamsBuilder();
+        build(builder, t);
+        final Properties config = new Properties();
+        config.put(StreamsConfig.APPLICATION_ID_CONFIG, id + "-" + first[0]);
+        config.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "topology-test-driver:9092");
+        config.put(StreamsConfig.STATE_DIR_CONFIG, spec.getProperty("state.dir"));
+        config.put("__emit.interval.ms.kstreams.outer.join.spurious.results.fix__", "0");
+        for (final String key : spec.stringPropertyNames()) {
+          if (key.startsWith("config.")) {
+            config.put(key.substring("config.".length()), spec.getProperty(key));
+          }
+        }
+        try (TopologyTestDriver driver =
+            new TopologyTestDriver(builder.build(config), config, Instant.ofEpochMilli(0))) {
+          final Map<String, TestInputTopic<byte[], byte[]>> in = new LinkedHashMap<>();
+          for (final String[] f : group.getValue()) {
+            final String topic = spec.getProperty(f[0] + "." + f[2]);
+            final RecordHeaders headers = new RecordHeaders();
+            if (!f[6].equals("-")) {
+              for (final String header : f[6].split(",")) {
+                final String[] pair = header.split("=", 2);
+                headers.add(pair[0], bytes(pair[1]));
+              }
+            }
+            in.computeIfAbsent(
+                    topic,
+                    name ->
+                        driver.createInputTopic(
+                            name, new ByteArraySerializer(), new ByteArraySerializer()))
+                .pipeInput(
+                    new TestRecord<>(bytes(f[3]), bytes(f[4]), headers, Long.parseLong(f[5])));
+          }
+          for (final String role : new String[] {"out", "out2", "out3", "out4"}) {
+            final String topic = spec.getProperty(first[0] + "." + role);
+            if (topic == null) {
+              continue;
+            }
+            final TestOutputTopic<byte[], byte[]> reader =
+                driver.createOutputTopic(
+                    topic, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+            for (final TestRecord<byte[], byte[]> record : reader.readRecordsToList()) {
+              final List<String> headers = new ArrayList<>();
+              for (final Header header : record.headers()) {
+                headers.add(header.key() + "=" + field(header.value()));
+              }
+              out.println(
+                  String.join(
+                      "\t",
+                      first[0],
+                      first[1],
+                      role,
+                      field(record.key()),
+                      field(record.value()),
+                      Long.toString(record.timestamp()),
+                      headers.isEmpty() ? "-" : String.join(",", headers)));
+            }
+          }
+        }
+      }
+    }
+    answer("driven " + id);
   }
 
   /** One topology instance's part of a spec. */
