@@ -97,6 +97,7 @@ class _Output:
     def __init__(self, topics: _Topics, clock: _WallClock) -> None:
         self._topics = topics
         self._clock = clock
+        self.changelogs: set[str] = set()
         self.written: dict[TopicPartitionId, int] = {}
         self.next_offsets: dict[TopicPartitionId, int] = {}
         self.topics: dict[str, None] = {}  # written to, in order
@@ -112,8 +113,8 @@ class _Output:
         partition: int = -1,
     ) -> None:
         del partition  # one partition per topic
-        # 0: the producer stamps the record (changelogs), here with the driver's wall clock.
-        timestamp = timestamp or self._clock.now_ms()
+        if topic in self.changelogs and timestamp == 0:
+            timestamp = self._clock.now_ms()  # stamped by the producer (ChangelogSink)
         record = self._topics.append(topic, key, value, timestamp, list(headers or ()))
         tp = TopicPartitionId(topic, _PARTITION)
         self.topics[topic] = None
@@ -231,6 +232,7 @@ class TopologyTestDriver:
                     clock=self._clock.now_ms,
                 )
                 self._tasks.append(task)
+                self._output.changelogs.update(tp.topic for tp in task.state.changelog_partitions())
                 task.prepare({})
                 task.start_processing()
                 for topic in sub.source_topics:

@@ -72,7 +72,8 @@ import org.apache.kafka.streams.test.TestRecord;
  * {@code NAME.grace.ms}; and {@code config.*} passed to StreamsConfig as they are.
  *
  * <p>{@code drive} runs each topology of the spec in Kafka Streams' {@code TopologyTestDriver}
- * instead, one driver per topology and input partition (see {@link #drive}).
+ * instead, one driver per topology and input partition (see {@link #drive}); there
+ * {@code NAME.config.*} override {@code config.*} for one topology.
  *
  * <p>Every topology here has its twin in tests/conformance/topologies.py; keep them identical.
  * The one exception, {@code results-tumbling-sum}, is not a conformance case but a downstream
@@ -205,12 +206,24 @@ public final class ConformanceApp {
       spec.load(reader);
     }
     final String id = spec.getProperty("application.id");
+    try {
+      driveAll(spec, files[1], files[2]);
+    } catch (final Exception e) {
+      answer("failed " + id + " " + oneLine(e));
+      return;
+    }
+    answer("driven " + id);
+  }
+
+  private static void driveAll(final Properties spec, final String inputFile, final String outputFile)
+      throws IOException {
+    final String id = spec.getProperty("application.id");
     final Map<String, List<String[]>> inputs = new LinkedHashMap<>();
-    for (final String line : Files.readAllLines(Path.of(files[1]), StandardCharsets.UTF_8)) {
+    for (final String line : Files.readAllLines(Path.of(inputFile), StandardCharsets.UTF_8)) {
       final String[] fields = line.split("\t", -1);
       inputs.computeIfAbsent(fields[0] + "\t" + fields[1], k -> new ArrayList<>()).add(fields);
     }
-    try (PrintWriter out = new PrintWriter(files[2], StandardCharsets.UTF_8)) {
+    try (PrintWriter out = new PrintWriter(outputFile, StandardCharsets.UTF_8)) {
       for (final Map.Entry<String, List<String[]>> group : inputs.entrySet()) {
         final String[] first = group.getValue().get(0);
         final Instance t = new Instance(spec, first[0]);
@@ -221,9 +234,12 @@ public final class ConformanceApp {
         config.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "topology-test-driver:9092");
         config.put(StreamsConfig.STATE_DIR_CONFIG, spec.getProperty("state.dir"));
         config.put("__emit.interval.ms.kstreams.outer.join.spurious.results.fix__", "0");
+        final String own = first[0] + ".config.";
         for (final String key : spec.stringPropertyNames()) {
           if (key.startsWith("config.")) {
-            config.put(key.substring("config.".length()), spec.getProperty(key));
+            config.putIfAbsent(key.substring("config.".length()), spec.getProperty(key));
+          } else if (key.startsWith(own)) {
+            config.put(key.substring(own.length()), spec.getProperty(key));
           }
         }
         try (TopologyTestDriver driver =
@@ -274,7 +290,6 @@ public final class ConformanceApp {
         }
       }
     }
-    answer("driven " + id);
   }
 
   /** One topology instance's part of a spec. */
