@@ -170,6 +170,16 @@ PUBLIC: dict[str, list[str]] = {
         "SchemaRegistryUnavailableError",
         "schema_registry_client",
     ],
+    "streams_runtime.testing": [
+        "KeyValueStoreView",
+        "SessionStoreView",
+        "TestInputTopic",
+        "TestOutputTopic",
+        "TestRecord",
+        "Tick",
+        "TopologyTestDriver",
+        "WindowStoreView",
+    ],
     "streams_runtime.windows": [
         "JoinWindows",
         "SessionWindow",

@@ -26,13 +26,15 @@ __all__ = [
     "pages",
 ]
 
-KINDS = frozenset({"run", "fragment", "shell", "output", "illustrative"})
-"""``run``: executed as a user runs it; ``fragment``: part of a program (compiled, its imports
-run, executed with ``given`` names); ``shell``: its commands checked, not run; ``output``: the
+KINDS = frozenset({"run", "test", "fragment", "shell", "output", "illustrative"})
+"""``run``: executed as a user runs it; ``test``: a test module a user runs with pytest (its
+``test_*`` functions called); ``fragment``: part of a program (compiled, its imports run,
+executed with ``given`` names); ``shell``: its commands checked, not run; ``output``: the
 standard output of the page's previous ``run`` block; ``illustrative``: not checked."""
 
 OPTIONS: dict[str, frozenset[str]] = {
     "run": frozenset({"driver", "topics", "absent", "apps", "sequence", "requires"}),
+    "test": frozenset({"requires"}),
     "fragment": frozenset({"given", "requires"}),
     "shell": frozenset(),
     "output": frozenset(),

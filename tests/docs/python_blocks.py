@@ -46,7 +46,7 @@ from tests.docs.drivers import DRIVERS, Driver, RunEnv
 from tests.docs.examples import Example
 from tests.docs.givens import GIVENS
 
-__all__ = ["check_fragment", "free_names", "output_matches", "run_block"]
+__all__ = ["check_fragment", "free_names", "output_matches", "run_block", "run_tests"]
 
 DOCS_BOOTSTRAP = "localhost:9092"
 """What a block's bootstrap address is replaced with the suite's broker's."""
@@ -100,6 +100,18 @@ def check_fragment(block: Block) -> None:
         for value in namespace.values():  # clients it made (never used: nothing to flush)
             if isinstance(value, Producer | Consumer):
                 value.close()
+
+
+def run_tests(block: Block) -> None:
+    """Execute ``block`` as a test module and call each of its ``test_*`` functions, as pytest
+    would (without fixtures: a page's test module takes none)."""
+    _require(block)
+    namespace: dict[str, Any] = {"__name__": "docs_test_module"}
+    exec(compile(block.code, block.where, "exec"), namespace)  # noqa: S102
+    tests = [f for name, f in namespace.items() if name.startswith("test_") and callable(f)]
+    assert tests, f"{block.where}: a test block without a test_* function"
+    for test in tests:
+        test()
 
 
 _INTERNAL_SUFFIXES = ("-changelog", "-repartition", "-membership")

@@ -1,6 +1,7 @@
 """Examples are tests (docs/contributing.md#examples-are-tests): every code block of README.md
 and docs/, by its marker: ``run`` blocks are executed against the suite's broker (their output
-compared with the page's ``output`` block), ``fragment`` blocks compiled, their imports run and,
+compared with the page's ``output`` block), ``test`` blocks' test functions called, ``fragment``
+blocks compiled, their imports run and,
 with ``given`` names, executed; ``shell`` blocks' commands checked; Python and shell blocks
 without a marker fail."""
 
@@ -12,7 +13,7 @@ import pytest
 from _pytest.mark import ParameterSet
 
 from tests.docs.examples import Example, collect
-from tests.docs.python_blocks import check_fragment, run_block
+from tests.docs.python_blocks import check_fragment, run_block, run_tests
 from tests.docs.shell import check_shell
 from tests.paths import ROOT
 
@@ -53,10 +54,12 @@ def test_block(example: Example) -> None:
     if kind is None:
         pytest.fail(
             f"{block.where}: a {block.language} block without a marker: say what it is "
-            "(<!-- example: run | fragment | shell | illustrative -->, docs/contributing.md)"
+            "(<!-- example: run | test | fragment | shell | illustrative -->, docs/contributing.md)"
         )
     elif kind == "fragment":
         check_fragment(block)
+    elif kind == "test":
+        run_tests(block)
     elif kind == "shell":
         report = check_shell(block.code)
         assert not report.problems, f"{block.where}: " + "; ".join(report.problems)
