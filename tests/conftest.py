@@ -1,10 +1,11 @@
-"""Session-wide fixtures: one real Kafka broker per test session.
+"""Session-wide fixtures: one real Kafka broker per test run.
 
 Broker choice, in order:
 1. ``KAFKA_BOOTSTRAP_SERVERS`` set: that cluster.
 2. A Docker engine reachable, or ``PROGRESS_CONTROL_TEST_BROKER=testcontainers``: testcontainers'
-   Kafka module in KRaft mode (image ``PROGRESS_CONTROL_TEST_KAFKA_IMAGE``).
-3. Otherwise: the embedded broker from Maven Central jars.
+   Kafka module in KRaft mode (image ``PROGRESS_CONTROL_TEST_KAFKA_IMAGE``), one per worker.
+3. Otherwise: the embedded broker from Maven Central jars, one for all pytest-xdist workers
+   (:mod:`tests.shared_broker`).
 
 A broker that cannot start is an error (never a skip), so a CI run without one fails loudly.
 
@@ -29,6 +30,7 @@ from streams_runtime import App, StreamsBuilder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+from tests import shared_broker
 from tests.helpers import TopicReader, unique_name
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
@@ -39,6 +41,39 @@ DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 # default, so that settings built directly and runtime subprocesses get it too.
 CACHE_OFF_ENV = "PROGRESS_CONTROL_RUNTIME_STATESTORE_CACHE_MAX_BYTES"
 os.environ.setdefault(CACHE_OFF_ENV, "0")
+
+
+def _broker_choice() -> str:
+    choice = os.environ.get("PROGRESS_CONTROL_TEST_BROKER", "auto")
+    if choice not in {"auto", "jar", "testcontainers"}:
+        raise pytest.UsageError(
+            f"PROGRESS_CONTROL_TEST_BROKER must be auto, jar or testcontainers, not {choice!r}"
+        )
+    if choice == "testcontainers" or (choice == "auto" and _docker_engine_available()):
+        return "testcontainers"
+    return "jar"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the controller has its workers share one embedded broker
+    (:mod:`tests.shared_broker`), started by the first of them that needs it."""
+    workers = getattr(config.option, "numprocesses", None)
+    if (
+        workers
+        and not hasattr(config, "workerinput")  # the controller
+        and not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        and _broker_choice() == "jar"
+    ):
+        config.stash[_SHARED_BROKER] = shared_broker.prepare()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run_dir = config.stash.get(_SHARED_BROKER, None)
+    if run_dir is not None:
+        shared_broker.stop(run_dir)
+
+
+_SHARED_BROKER = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -98,12 +133,11 @@ def kafka_bootstrap() -> Iterator[str]:
     if external:
         yield external
         return
-    choice = os.environ.get("PROGRESS_CONTROL_TEST_BROKER", "auto")
-    if choice not in {"auto", "jar", "testcontainers"}:
-        raise pytest.UsageError(
-            f"PROGRESS_CONTROL_TEST_BROKER must be auto, jar or testcontainers, not {choice!r}"
-        )
-    if choice == "testcontainers" or (choice == "auto" and _docker_engine_available()):
+    shared = os.environ.get(shared_broker.ENV)
+    if shared:
+        yield shared_broker.bootstrap_servers(Path(shared))
+        return
+    if _broker_choice() == "testcontainers":
         from testcontainers.community.kafka import KafkaContainer
 
         image = os.environ.get("PROGRESS_CONTROL_TEST_KAFKA_IMAGE", DEFAULT_TESTCONTAINERS_IMAGE)

@@ -1,6 +1,6 @@
-"""Time windows against the real broker: a tumbling window's suppressed final result comes out on
-control records alone, and a windowed store and its suppression buffer survive a restart (both
-state engines, restored from their changelogs)."""
+"""Time windows against the real broker: a windowed store and its suppression buffer survive a
+restart (both state engines, restored from their changelogs). That a final result comes out on
+control records alone is tests/streams_runtime/topologies/test_time_windows.py (the driver)."""
 
 from __future__ import annotations
 
@@ -57,35 +57,6 @@ def _rows(messages: list[Message]) -> list[tuple[str, dict[str, int], int]]:
         for m in messages
         if not is_control_record(m)
     ]
-
-
-def test_a_tumbling_window_closes_on_ticks_alone(
-    create_topic: Callable[..., str],
-    reader_for: Callable[[str, int], TopicReader],
-    run_app: Callable[..., App],
-    kafka_bootstrap: str,
-) -> None:
-    source, updates, finals = (create_topic(n) for n in ("clicks", "updates", "finals"))
-    run_app(_topology(source, updates, finals))
-    _produce(kafka_bootstrap, source, [("a", 100), ("b", 1500), ("a", 900), ("a", 2100)])
-    output = reader_for(finals, 1)
-    wait_for(lambda: len(_rows(reader_for(updates, 1).read())) >= 4, message="updates")
-    # Stream time 2100, then ticks only: [0, 2000) closes at end + grace = 2500, not before.
-    _produce(kafka_bootstrap, source, [(None, 2300), (None, 2499)])
-    assert _rows(output.read(quiet_s=1.0, max_s=2.0)) == []
-    _produce(kafka_bootstrap, source, [(None, 2500)])
-    found = wait_for(
-        lambda: sorted(_rows(output.read())) if len(_rows(output.read())) >= 2 else None,
-        message="final results of [0, 2000)",
-    )
-    # One final result per key, stamped with the window's latest record; [2000, 4000) still open.
-    assert found == [
-        ("a", {"start": 0, "end": 2000, "n": 2}, 900),
-        ("b", {"start": 0, "end": 2000, "n": 1}, 1500),
-    ]
-    _produce(kafka_bootstrap, source, [(None, 4500)])
-    wait_for(lambda: len(_rows(output.read())) >= 3, message="final result of [2000, 4000)")
-    assert _rows(output.read())[2] == ("a", {"start": 2000, "end": 4000, "n": 1}, 2100)
 
 
 @pytest.mark.parametrize("engine", [StateEngine.MEMORY, StateEngine.SQLITE])

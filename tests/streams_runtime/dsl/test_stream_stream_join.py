@@ -1,7 +1,7 @@
-"""Windowed stream-stream joins against the real broker: unjoined results of left and outer joins
-come out on ticks alone (Kafka Streams would wait for a later data record), and the join buffers
-(each side's window store and the shared outer buffer) survive a restart, restored from their
-changelogs (memory) or reopened (SQLite)."""
+"""Windowed stream-stream joins against the real broker: the join buffers (each side's window store
+and the shared outer buffer) survive a restart, restored from their changelogs (memory) or
+reopened (SQLite). That unjoined results come out on ticks alone is
+tests/streams_runtime/topologies/test_joins.py (the driver)."""
 
 from __future__ import annotations
 
@@ -61,36 +61,6 @@ def data(reader: TopicReader) -> list[Out]:
         )
         for m in reader.read()
         if not is_control_record(m)
-    ]
-
-
-def test_unjoined_results_come_out_on_ticks_alone(
-    create_topic: Callable[..., str],
-    reader_for: Callable[[str, int], TopicReader],
-    run_app: Callable[..., App],
-    kafka_bootstrap: str,
-) -> None:
-    left, right, left_out, outer_out = (create_topic(n) for n in ("l", "r", "lo", "oo"))
-    run_app(joins(left, right, left_out, outer_out))
-    produce(kafka_bootstrap, left, [("k", "a", 10_000), ("j", "b", 10_100)])
-    produce(kafka_bootstrap, right, [("j", "x", 10_200), ("m", "y", 10_300)])
-    left_reader, outer_reader = reader_for(left_out, 1), reader_for(outer_out, 1)
-    wait_for(lambda: data(left_reader), message="the inner result")
-    time.sleep(1.0)
-    # Joined at once; the unjoined ones wait for their window to close: no data record follows.
-    assert data(left_reader) == [("j", "b|x", 10_200)]
-    assert data(outer_reader) == [("j", "b|x", 10_200)]
-    # k closes once 10000 + 1000 + 500 < stream time; m (right side) once 10300 + 1500 < it.
-    tick(kafka_bootstrap, right, 11_501)
-    wait_for(lambda: len(data(outer_reader)) == 2, message="k's unjoined result")
-    tick(kafka_bootstrap, left, 11_801)
-    wait_for(lambda: len(data(outer_reader)) == 3, message="m's unjoined result")
-    time.sleep(0.5)
-    assert data(left_reader) == [("j", "b|x", 10_200), ("k", "a|None", 10_000)]
-    assert data(outer_reader) == [
-        ("j", "b|x", 10_200),
-        ("k", "a|None", 10_000),
-        ("m", "None|y", 10_300),
     ]
 
 

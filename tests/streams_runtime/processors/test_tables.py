@@ -1,6 +1,6 @@
-"""Tables: table sources, grouped aggregations, filter/map_values/to_stream, stream-table joins
-over derived tables, and emit-on-change (KIP-557) with its crash safety (KAFKA-12508), against
-the real broker (and a few checks without one)."""
+"""Tables: emit-on-change (KIP-557) and its crash safety (KAFKA-12508) against the real broker,
+and the pieces of tables checked without one. What table topologies output is
+tests/streams_runtime/topologies/test_tables.py (the driver)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from streams_runtime.processors import (
     is_idempotent_update,
 )
 from streams_runtime.record import Record, TopicPartitionId
-from streams_runtime.serdes import Integer, Json, SerializationError, String, ValueAndTimestamp
+from streams_runtime.serdes import Json, SerializationError, String, ValueAndTimestamp
 from streams_runtime.state import (
     SOURCE_HEADER,
     changelog_topic,
@@ -210,176 +210,6 @@ def committed_offset(bootstrap: str, group: str, topic: str) -> int:
         return int(tp.offset)
     finally:
         consumer.close()
-
-
-@broker
-def test_table_source_emits_on_change(
-    create_topic: Callable[..., str],
-    reader_for: Callable[[str, int], TopicReader],
-    run_app: Callable[..., App],
-    kafka_bootstrap: str,
-) -> None:
-    source, sink = create_topic("prices"), create_topic("price-updates")
-    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
-    builder.table(source, store_name="prices").to_stream().to(sink)
-    app = run_app(builder)
-    produce(
-        kafka_bootstrap,
-        source,
-        [
-            ("k", "A", 1000),
-            ("k", "A", 2000),  # same value, newer: dropped
-            ("k", "B", 3000),  # changed
-            ("k", "B", 3000),  # same value, same time: forwarded
-            ("k", "B", 2500),  # same value, older: forwarded (and stored at 2500)
-            ("k", "B", 4000),  # same value, newer than 2500: dropped
-            (None, "X", 4500),  # null key: dropped and counted
-            ("k", None, 5000),  # delete
-            ("k", None, 6000),  # delete of an absent key: still forwarded
-            ("k", "B", 7000),  # after a delete: new
-        ],
-    )
-    found = read_updates(reader_for(sink, 1), 7)
-    assert found == [
-        ("k", "A", 1000),
-        ("k", "B", 3000),
-        ("k", "B", 3000),
-        ("k", "B", 2500),
-        ("k", None, 5000),
-        ("k", None, 6000),
-        ("k", "B", 7000),
-    ]
-    assert app.metrics.total(SKIPS, processor="prices") == 2
-    assert app.metrics.total("streams_dropped_records", store="prices", reason="null-key") == 1
-
-
-@broker
-@pytest.mark.parametrize("named", [True, False], ids=["queryable", "unnamed"])
-def test_table_filter_map_values_and_to_stream(
-    create_topic: Callable[..., str],
-    reader_for: Callable[[str, int], TopicReader],
-    run_app: Callable[..., App],
-    kafka_bootstrap: str,
-    named: bool,
-) -> None:
-    source = create_topic("levels")
-    high_out, low_out = create_topic("high"), create_topic("low")
-    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
-    table = builder.table(source, store_name=f"{source}-store" if named else None)
-    table.filter(lambda _k, v: v >= 10).map_values(lambda v: v * 2).to_stream().to(high_out)
-    table.filter_not(lambda _k, v: v >= 10).to_stream().to(low_out)
-    run_app(builder)
-    produce(
-        kafka_bootstrap,
-        source,
-        [("a", 5, 1000), ("a", 12, 2000), ("b", 20, 3000), ("a", 3, 4000), ("b", None, 5000)],
-    )
-    # A row that stops passing a filter is forwarded as a delete. Over a queryable table the
-    # filter sends old values (Kafka Streams' Materialized.as): an update (or delete) of a row
-    # that was not in the filtered table before and is not now forwards nothing. Over an
-    # unnamed one it does not know, and forwards a delete for every update it rejects.
-    high = [("a", 24, 2000), ("b", 40, 3000), ("a", None, 4000), ("b", None, 5000)]
-    low = [("a", 5, 1000), ("a", None, 2000), ("a", 3, 4000)]
-    if not named:
-        high.insert(0, ("a", None, 1000))
-        low.insert(2, ("b", None, 3000))
-        low.append(("b", None, 5000))
-    assert read_updates(reader_for(high_out, 1), len(high)) == high
-    assert read_updates(reader_for(low_out, 1), len(low)) == low
-
-
-@broker
-def test_grouped_count_reduce_aggregate(
-    create_topic: Callable[..., str],
-    reader_for: Callable[[str, int], TopicReader],
-    run_app: Callable[..., App],
-    kafka_bootstrap: str,
-) -> None:
-    source = create_topic("scores")
-    outs = {name: create_topic(name) for name in ("counts", "maxima", "lists", "totals")}
-    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
-    stream = builder.stream(source)
-    grouped = stream.group_by_key()
-    grouped.count(name="counts").to_stream().to(outs["counts"])
-    grouped.reduce(max, name="maxima").to_stream().to(outs["maxima"])
-    grouped.aggregate(list, lambda _k, v, agg: [*agg, v], name="lists").to_stream().to(
-        outs["lists"]
-    )
-    # A key change first: the count runs after a repartition topic.
-    stream.select_key(lambda _k, _v: "all").group_by_key().count(name="totals").to_stream().to(
-        outs["totals"]
-    )
-    app = run_app(builder)
-    produce(
-        kafka_bootstrap,
-        source,
-        [
-            ("a", 3, 1000),
-            ("b", 7, 1100),
-            ("a", 5, 1200),
-            ("a", 4, 1300),  # the maximum stays 5 at a newer time: dropped as idempotent
-            (None, 1, 1400),  # null key: dropped by the three grouped-by-key aggregations
-            ("a", None, 1500),  # null value: dropped by all four
-        ],
-    )
-    decode_long: Callable[[bytes], Any] = Integer().deserialize
-    assert read_updates(reader_for(outs["counts"], 1), 4, decode_long) == [
-        ("a", 1, 1000),
-        ("b", 1, 1100),
-        ("a", 2, 1200),
-        ("a", 3, 1300),
-    ]
-    assert read_updates(reader_for(outs["maxima"], 1), 3) == [
-        ("a", 3, 1000),
-        ("b", 7, 1100),
-        ("a", 5, 1200),
-    ]
-    assert read_updates(reader_for(outs["lists"], 1), 4) == [
-        ("a", [3], 1000),
-        ("b", [7], 1100),
-        ("a", [3, 5], 1200),
-        ("a", [3, 5, 4], 1300),
-    ]
-    assert read_updates(reader_for(outs["totals"], 1), 5, decode_long) == [
-        ("all", n, ts) for n, ts in enumerate([1000, 1100, 1200, 1300, 1400], start=1)
-    ]
-    assert app.metrics.total(SKIPS, processor="maxima") == 1
-    assert app.metrics.total(SKIPS) == 1
-    for store in ("counts", "maxima", "lists"):
-        dropped = "streams_dropped_records"
-        assert app.metrics.total(dropped, store=store, reason="null-key") == 1
-        assert app.metrics.total(dropped, store=store, reason="null-value") == 1
-    assert app.metrics.total("streams_dropped_records", store="totals", reason="null-value") == 1
-
-
-@broker
-def test_stream_joins_a_derived_table(
-    create_topic: Callable[..., str],
-    reader_for: Callable[[str, int], TopicReader],
-    run_app: Callable[..., App],
-    kafka_bootstrap: str,
-) -> None:
-    users, orders = create_topic("users"), create_topic("orders")
-    inner_out, left_out = create_topic("inner"), create_topic("left")
-    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
-    vip_names = builder.table(users).filter(lambda _k, u: u["vip"]).map_values(lambda u: u["name"])
-    stream = builder.stream(orders)
-    stream.join(vip_names, lambda o, name: [o, name]).to(inner_out)
-    stream.left_join(vip_names, lambda o, name: [o, name]).to(left_out)
-    produce(
-        kafka_bootstrap,
-        users,
-        [("u1", {"name": "ann", "vip": True}, 1000), ("u2", {"name": "bob", "vip": False}, 1000)],
-    )
-    produce(kafka_bootstrap, orders, [(u, f"o-{u}", 2000) for u in ("u1", "u2", "u3")])
-    run_app(builder)
-    left = read_updates(reader_for(left_out, 1), 3)
-    assert left == [
-        ("u1", ["o-u1", "ann"], 2000),
-        ("u2", ["o-u2", None], 2000),
-        ("u3", ["o-u3", None], 2000),
-    ]
-    assert read_updates(reader_for(inner_out, 1), 1) == [("u1", ["o-u1", "ann"], 2000)]
 
 
 def latest_value_table(kind: str, source: str, sink: str, store: str) -> StreamsBuilder:
