@@ -5,14 +5,35 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from harness.waiting import unique_name, wait_for
 from progress_control.protocol import is_control_record
 
-__all__ = ["TopicReader", "stop_child", "ticks_by_partition", "unique_name", "wait_for"]
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+__all__ = [
+    "TopicReader",
+    "registry_client",
+    "stop_child",
+    "ticks_by_partition",
+    "unique_name",
+    "wait_for",
+]
+
+REGISTRY_TIMEOUT_S = 10
+
+
+def registry_client(url: str) -> SchemaRegistryClient:
+    """A client of the tests' schema registry whose requests time out (and are tried again):
+    confluent-kafka's client waits forever by default, and one request the registry never
+    answered has held a whole test run."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({"url": url, "timeout": REGISTRY_TIMEOUT_S})
 
 
 class TopicReader:

@@ -27,13 +27,12 @@ from typing import Any
 import pytest
 from confluent_kafka import DeserializingConsumer, SerializingProducer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
 from interceptor import SerializingProducer as TickingSerializingProducer
 from progress_control.dev.jars import apicurio_avro_converter_jars, fetch_jars
 from progress_control.readers.kafka_connect import sink_drop_ticks
-from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
+from tests.helpers import TopicReader, registry_client, ticks_by_partition, unique_name, wait_for
 from tests.readers.apicurio import CLICK_SCHEMA, USER_SCHEMA, avro_converters
 from tests.readers.connect_worker import ConnectWorker, committed_offsets, end_offsets, file_sink
 
@@ -77,7 +76,7 @@ def _produce_ticked(
 ) -> None:
     """CLICKS through the ticking Avro producer, then ticks on both (idle) partitions: null-key
     ticks when the topic is in ``null.key.topics``, sentinel-key ticks otherwise."""
-    registry = SchemaRegistryClient({"url": registry_url})
+    registry = registry_client(registry_url)
     producer = TickingSerializingProducer(
         {
             "bootstrap.servers": bootstrap,
@@ -110,7 +109,7 @@ def test_the_avro_converter_and_confluent_kafkas_avro_serializers_read_each_othe
     create_topic: Callable[..., str],
     worker: ConnectWorker,
 ) -> None:
-    registry = SchemaRegistryClient({"url": schema_registry_url})
+    registry = registry_client(schema_registry_url)
     from_python, from_connect = create_topic("py-avro"), create_topic("connect-avro")
     producer = SerializingProducer(
         {

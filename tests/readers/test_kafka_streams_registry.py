@@ -35,7 +35,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from interceptor import SerializingProducer as TickingSerializingProducer
 from progress_control.protocol import has_control_header
 from streams_runtime.murmur2 import partition_for_key
-from tests.helpers import TopicReader, unique_name, wait_for
+from tests.helpers import TopicReader, registry_client, unique_name, wait_for
 from tests.readers.apicurio import CLICK_SCHEMA, USER_SCHEMA, serde_settings
 from tests.readers.clicks import session_clicks, session_windows, users_on_every_partition
 from tests.readers.connect_worker import committed_offsets, end_offsets
@@ -63,7 +63,7 @@ def companion_jars() -> Path:
 
 @pytest.fixture
 def registry(schema_registry_url: str) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": schema_registry_url})
+    return registry_client(schema_registry_url)
 
 
 def _spec(bootstrap: str, registry_url: str, state_dir: Path, **settings: str) -> dict[str, str]:

@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 from confluent_kafka import DeserializingConsumer, KafkaError
 from confluent_kafka.error import ConsumeError
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
 from interceptor import SerializingProducer as TickingSerializingProducer
 from progress_control.protocol import is_control_record
-from tests.helpers import unique_name
+from tests.helpers import registry_client, unique_name
 
 pytestmark = pytest.mark.broker
 
@@ -41,7 +40,7 @@ def _tick_and_read(
 ) -> list[tuple[Any, Any, bool]]:
     """Produce CLICKS through the ticking Avro producer and read the topic back with registry
     deserializers while the idle partitions get three ticks each: (key, value, is_tick)."""
-    registry = SchemaRegistryClient({"url": registry_url})
+    registry = registry_client(registry_url)
     producer = TickingSerializingProducer(
         {
             "bootstrap.servers": kafka_bootstrap,

@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import DeserializingConsumer
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 
 from progress_control.protocol import DEFAULT_SENTINEL_KEY, is_control_record
 from streams_runtime import App, StreamsBuilder
 from streams_runtime.serdes import Json, String
 from streams_runtime.serdes_registry import Avro
-from tests.helpers import TopicReader, unique_name, wait_for
+from tests.helpers import TopicReader, registry_client, unique_name, wait_for
 from tests.streams_runtime.test_progress import In, produce, tick
 
 pytestmark = pytest.mark.broker
@@ -50,7 +49,7 @@ def test_output_ticks_have_a_null_key_where_keys_are_registry_framed(
     plain_ticks = wait_for(lambda: [m for m in plain_reader.read(max_s=1) if is_control_record(m)])
     assert {m.key() for m in plain_ticks} == {DEFAULT_SENTINEL_KEY}
 
-    registry = SchemaRegistryClient({"url": schema_registry_url})
+    registry = registry_client(schema_registry_url)
     consumer = DeserializingConsumer(
         {
             "bootstrap.servers": kafka_bootstrap,

@@ -19,7 +19,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from progress_control.dev.jars import MissingToolError
 from progress_control.dev.schema_registry import find_registry_java
-from tests.helpers import unique_name
+from tests.helpers import registry_client, unique_name
 
 registry = pytest.mark.network  # the first run fetches Apicurio from Maven Central
 
@@ -36,7 +36,7 @@ def _click_schema(fields: list[dict[str, str]]) -> str:
 
 @pytest.fixture
 def client(schema_registry_url: str) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": schema_registry_url})
+    return registry_client(schema_registry_url)
 
 
 def _value_context(topic: str) -> SerializationContext:

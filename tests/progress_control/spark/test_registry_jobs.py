@@ -41,7 +41,7 @@ from progress_control.spark import (
     run_batch,
 )
 from progress_control.spark.cli import main
-from tests.helpers import unique_name, wait_for
+from tests.helpers import registry_client, unique_name, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.network]  # network: a cold jar or registry cache
 
@@ -109,7 +109,7 @@ def infra(kafka_bootstrap: str, schema_registry_url: str) -> Iterator[Infra]:
         registry_url=schema_registry_url,
         admin=AdminClient({"bootstrap.servers": kafka_bootstrap}),
         producer=producer,
-        registry=SchemaRegistryClient({"url": schema_registry_url}),
+        registry=registry_client(schema_registry_url),
     )
     producer.flush(30)
 
