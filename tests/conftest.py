@@ -85,20 +85,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-# Tests that use Spark: under pytest-xdist (``-n 2 --dist loadgroup``) they all run on one
-# worker, so the test session starts one Spark JVM, not one per worker.
-_SPARK_MODULES = ("tests/progress_control/demo/",)
+# Tests that run Spark, in a session of the ``spark`` fixture or in a process of their own (the
+# jobs' CLI, the demo, a downstream reader): under pytest-xdist (``--dist loadgroup``) each group
+# runs on one worker, so at most two Spark JVMs run at once, whatever the number of workers.
+_SPARK_GROUPS = {
+    "tests/progress_control/spark/": "spark-jobs",
+    "tests/progress_control/demo/": "spark",
+    "tests/streams_runtime/cluster/test_promise_readers.py": "spark",
+    "tests/streams_runtime/test_progress_downstream.py": "spark",
+    "tests/streams_runtime/test_signed_progress.py": "spark",
+}
+
+
+def _spark_group(item: pytest.Item) -> str | None:
+    for prefix, group in _SPARK_GROUPS.items():
+        if item.nodeid.startswith(prefix):
+            return group
+    return "spark" if "spark" in getattr(item, "fixturenames", ()) else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that gets the session's broker is marked ``broker``, so ``-m "not broker"``
     never starts one (tests that start a broker of their own are marked by hand); every test
-    that uses Spark is in the ``spark`` group of pytest-xdist, and every test that uses the
-    schema registry in its ``schema-registry`` group (one registry JVM per run)."""
+    that runs Spark is in one of two Spark groups of pytest-xdist (:data:`_SPARK_GROUPS`), and
+    every other test that uses the schema registry in its ``schema-registry`` group."""
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()) or item.nodeid.startswith(_SPARK_MODULES):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        spark_group = _spark_group(item)
+        if spark_group is not None:
+            item.add_marker(pytest.mark.xdist_group(spark_group))
         elif "schema_registry_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("schema-registry"))
     unmarked = [
