@@ -97,6 +97,11 @@ _SPARK_GROUPS = {
 }
 
 
+_DOCS_RUNS = "tests/docs/test_examples.py::test_run"
+"""The docs' programs use the names a reader would (``clicks``, ``sessions``) and start from
+nothing on them: on a broker the workers share, one worker runs them, one after another."""
+
+
 def _spark_group(item: pytest.Item) -> str | None:
     for prefix, group in _SPARK_GROUPS.items():
         if item.nodeid.startswith(prefix):
@@ -108,14 +113,19 @@ def _spark_group(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that gets the session's broker is marked ``broker``, so ``-m "not broker"``
     never starts one (tests that start a broker of their own are marked by hand); every test
-    that runs Spark is in one of two Spark groups of pytest-xdist (:data:`_SPARK_GROUPS`), and
-    every other test that uses the schema registry in its ``schema-registry`` group."""
+    that runs Spark is in one of two Spark groups of pytest-xdist (:data:`_SPARK_GROUPS`), the
+    docs' programs in the ``docs-runs`` group, and every other test that uses the schema
+    registry in its ``schema-registry`` group."""
     for item in items:
         spark_group = _spark_group(item)
         if spark_group is not None:
             item.add_marker(pytest.mark.xdist_group(spark_group))
+        elif item.nodeid.startswith(_DOCS_RUNS):
+            item.add_marker(pytest.mark.xdist_group("docs-runs"))
         elif "schema_registry_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("schema-registry"))
+    if config.getvalue("loadgroup"):
+        _check_groups_apply(items)
     unmarked = [
         item.nodeid
         for item in items
@@ -125,6 +135,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if unmarked:
         raise pytest.UsageError(
             "tests using the broker without @pytest.mark.broker: " + ", ".join(unmarked)
+        )
+
+
+def _check_groups_apply(items: list[pytest.Item]) -> None:
+    """On a worker under ``--dist loadgroup``: fail unless pytest-xdist can group the tests (it
+    renames each grouped item ``<nodeid>@<group>`` after this hook; a pytest that keeps node
+    ids elsewhere, like 9.2, silently ignores every group, and the Spark tests then run on every
+    worker at once)."""
+    grouped = next((i for i in items if i.get_closest_marker("xdist_group") is not None), None)
+    if grouped is None:
+        return
+    before = grouped.nodeid
+    grouped._nodeid = before + "@probe"  # what pytest-xdist does  # type: ignore[attr-defined]
+    applies = grouped.nodeid != before
+    grouped._nodeid = before  # type: ignore[attr-defined]
+    if not applies:
+        raise pytest.UsageError(
+            "pytest-xdist cannot group tests with this pytest (--dist loadgroup would ignore "
+            "every xdist_group): install the versions pyproject.toml's test extra allows"
         )
 
 
