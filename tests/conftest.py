@@ -114,17 +114,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every test that gets the session's broker is marked ``broker``, so ``-m "not broker"``
     never starts one (tests that start a broker of their own are marked by hand); every test
     that runs Spark is in one of two Spark groups of pytest-xdist (:data:`_SPARK_GROUPS`), the
-    docs' programs in the ``docs-runs`` group, and every other test that uses the schema
-    registry in its ``schema-registry`` group."""
+    docs' programs in the ``docs-runs`` group, the conformance suite in ``kafka-streams`` (one
+    Kafka Streams JVM), and every other test that uses the schema registry in its
+    ``schema-registry`` group."""
     for item in items:
         spark_group = _spark_group(item)
         if spark_group is not None:
             item.add_marker(pytest.mark.xdist_group(spark_group))
         elif item.nodeid.startswith(_DOCS_RUNS):
             item.add_marker(pytest.mark.xdist_group("docs-runs"))
+        elif item.nodeid.startswith("tests/conformance/"):
+            item.add_marker(pytest.mark.xdist_group("kafka-streams"))  # one JVM of it per run
         elif "schema_registry_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("schema-registry"))
-    if config.getvalue("loadgroup"):
+    if getattr(config.option, "loadgroup", False):  # a worker under --dist loadgroup
         _check_groups_apply(items)
     unmarked = [
         item.nodeid
