@@ -274,6 +274,14 @@ class ControlRecord:
     def headers(self) -> list[tuple[str, str | bytes | None]]:
         return [(CONTROL_HEADER, self.marker.encode()), *self.extra_headers]
 
+    @property
+    def byte_headers(self) -> list[tuple[str, bytes | None]]:
+        """:attr:`headers` with every value as bytes, as a consumer reads them back."""
+        return [
+            (name, value.encode() if isinstance(value, str) else value)
+            for name, value in self.headers
+        ]
+
     def produce_kwargs(self) -> dict[str, object]:
         """Keyword arguments for ``confluent_kafka.Producer.produce``."""
         return {

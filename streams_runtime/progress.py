@@ -332,11 +332,7 @@ class TickWriter:
                 if written.get(tp, -1) >= at or ticked >= at or now - when < self._interval_s:
                     continue
                 record = self._source.record(topic, partition, at)
-                headers: Headers = [
-                    (name, value.encode() if isinstance(value, str) else value)
-                    for name, value in record.headers
-                ]
-                self._send(topic, partition, record.key, at, headers)
+                self._send(topic, partition, record.key, at, record.byte_headers)
                 self._ticked[tp] = (at, now)
                 sent += 1
         if sent:

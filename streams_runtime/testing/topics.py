@@ -127,11 +127,7 @@ class TestInputTopic(Generic[K, V]):
         says."""
         source = source or self._driver.tick_source
         record = source.record(self.topic, 0, timestamp)
-        headers: Headers = [
-            (name, value.encode() if isinstance(value, str) else value)
-            for name, value in record.headers
-        ]
-        self._driver.pipe_raw(self.topic, record.key, None, timestamp, headers)
+        self._driver.pipe_raw(self.topic, record.key, None, timestamp, record.byte_headers)
 
 
 class TestOutputTopic(Generic[K, V]):

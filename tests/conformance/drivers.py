@@ -50,10 +50,6 @@ def _bytes(field: str) -> bytes | None:
     return None if field == "-" else base64.b64decode(field)
 
 
-def _headers(record: InputRecord, sequence: int) -> list[tuple[str, bytes | None]]:
-    return [(name, value) for name, value in record.headers(sequence)]
-
-
 def run_kafka_streams_driver(
     inputs: dict[str, list[InputRecord]],
     windows: SessionWindows,
@@ -82,7 +78,7 @@ def run_kafka_streams_driver(
         for role, topic in _topics(name).items():
             spec[f"{name}.{role}"] = topic
         for sequence, record in enumerate(records):
-            headers = ",".join(f"{n}={_field(v)}" for n, v in _headers(record, sequence)) or "-"
+            headers = ",".join(f"{n}={_field(v)}" for n, v in record.headers(sequence)) or "-"
             fields = [name, str(record.partition), record.role, _field(record.key)]
             fields += [_field(record.value), str(record.timestamp), headers]
             lines.append("\t".join(fields))
@@ -138,7 +134,7 @@ def run_runtime_driver(
                         record.key,
                         record.value,
                         record.timestamp,
-                        _headers(record, sequence),
+                        record.headers(sequence),
                     )
                 for role in CASES[name].outputs:
                     topic = driver.create_output_topic(topics[role], Bytes(), Bytes())
