@@ -277,9 +277,10 @@ def test_sigterm_mid_transaction_under_exactly_once(
 
 RESTORED_RECORDS = 120_000
 """The changelog partition one task restores, in batches of ``RESTORE_BATCH`` records that the
-instances fetch one per ``fetch.wait.max.ms`` (10 ms): about 12 s, long enough for a second
-instance to join however fast the machine applies them."""
-RESTORE_BATCH = 100
+instances fetch one per ``fetch.wait.max.ms`` (10 ms): about 30 s, long enough for a second
+instance to start and join however fast the machine applies them (12 s was not, with four
+test workers on two cores)."""
+RESTORE_BATCH = 40
 
 
 def test_a_restore_runs_beside_the_poll_loop(

@@ -97,9 +97,22 @@ def _context(result: RunResult) -> str:
     return f"\nsteps:\n  {events}\nlogs:\n  {logs}"
 
 
+def _run_on_sound_input(case: Case, bootstrap: str, workdir: Path) -> RunResult:
+    """``run_scenario`` with ticks, once more on a fresh application if the scenario broke its
+    own input: on a starved machine the writer's interceptor can tick a partition between a
+    click's timestamp and its send (seen 6-49 ms apart), which puts data behind a tick before
+    the runtime reads any of it."""
+    for attempt in ("first", "again"):
+        (workdir / attempt).mkdir()
+        result = run_scenario(case[0], bootstrap, workdir / attempt, _plan(case, ticks=True))
+        if not result.behind_input:
+            break
+    return result
+
+
 @pytest.mark.parametrize("case", _cases_with_ticks(), ids=_id)
 def test_ticks_promise_for_every_writer(case: Case, kafka_bootstrap: str, tmp_path: Path) -> None:
-    result = run_scenario(case[0], kafka_bootstrap, tmp_path, _plan(case, ticks=True))
+    result = _run_on_sound_input(case, kafka_bootstrap, tmp_path)
     context = _context(result)
     assert result.behind_input == [], f"the scenario broke its input: {result.behind_input[0]}"
     assert result.progress_ticks > 0, "the runtime sent no ticks" + context
