@@ -42,6 +42,13 @@ DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 CACHE_OFF_ENV = "PROGRESS_CONTROL_RUNTIME_STATESTORE_CACHE_MAX_BYTES"
 os.environ.setdefault(CACHE_OFF_ENV, "0")
 
+# Spark's JVMs in tests (the session fixture's and those of the jobs and readers the tests start):
+# C1 only and the serial collector, read by spark-submit's launcher. Short jobs on small data
+# spend most of their CPU compiling and collecting: the Spark tests take about 40% less CPU, and
+# they are most of the suite's. Neither changes what Spark computes.
+SPARK_JVM_ENV = "SPARK_SUBMIT_OPTS"
+os.environ.setdefault(SPARK_JVM_ENV, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 def _broker_choice() -> str:
     choice = os.environ.get("PROGRESS_CONTROL_TEST_BROKER", "auto")
@@ -87,10 +94,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 # Tests that run Spark, in a session of the ``spark`` fixture or in a process of their own (the
 # jobs' CLI, the demo, a downstream reader): under pytest-xdist (``--dist loadgroup``) each group
-# runs on one worker, so at most two Spark JVMs run at once, whatever the number of workers.
+# runs on one worker, so at most three Spark JVMs run at once, whatever the number of workers.
+# Three groups of some five minutes each, not two of eight: the last group to finish is the end
+# of the run.
 _SPARK_GROUPS = {
     "tests/progress_control/spark/": "spark-jobs",
-    "tests/progress_control/demo/": "spark",
+    "tests/progress_control/demo/": "spark-demo",
     "tests/streams_runtime/cluster/test_promise_readers.py": "spark",
     "tests/streams_runtime/test_progress_downstream.py": "spark",
     "tests/streams_runtime/test_signed_progress.py": "spark",
@@ -100,6 +109,11 @@ _SPARK_GROUPS = {
 _DOCS_RUNS = "tests/docs/test_examples.py::test_run"
 """The docs' programs use the names a reader would (``clicks``, ``sessions``) and start from
 nothing on them: on a broker the workers share, one worker runs them, one after another."""
+
+
+_DRIVER_CONFORMANCE = "tests/conformance/test_driver_conformance.py"
+"""The conformance suites run in two groups, each on one worker with one Kafka Streams JVM: the
+broker's (with the focused and idling cases) and the test drivers' (some four minutes each)."""
 
 
 def _spark_group(item: pytest.Item) -> str | None:
@@ -113,9 +127,9 @@ def _spark_group(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that gets the session's broker is marked ``broker``, so ``-m "not broker"``
     never starts one (tests that start a broker of their own are marked by hand); every test
-    that runs Spark is in one of two Spark groups of pytest-xdist (:data:`_SPARK_GROUPS`), the
-    docs' programs in the ``docs-runs`` group, the conformance suite in ``kafka-streams`` (one
-    Kafka Streams JVM), and every other test that uses the schema registry in its
+    that runs Spark is in one of three Spark groups of pytest-xdist (:data:`_SPARK_GROUPS`), the
+    docs' programs in the ``docs-runs`` group, the conformance suites in two groups (see
+    :data:`_DRIVER_CONFORMANCE`), and every other test that uses the schema registry in its
     ``schema-registry`` group."""
     for item in items:
         spark_group = _spark_group(item)
@@ -123,8 +137,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(spark_group))
         elif item.nodeid.startswith(_DOCS_RUNS):
             item.add_marker(pytest.mark.xdist_group("docs-runs"))
+        elif item.nodeid.startswith(_DRIVER_CONFORMANCE):
+            item.add_marker(pytest.mark.xdist_group("kafka-streams-driver"))
         elif item.nodeid.startswith("tests/conformance/"):
-            item.add_marker(pytest.mark.xdist_group("kafka-streams"))  # one JVM of it per run
+            item.add_marker(pytest.mark.xdist_group("kafka-streams"))
         elif "schema_registry_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("schema-registry"))
     if getattr(config.option, "loadgroup", False):  # a worker under --dist loadgroup
