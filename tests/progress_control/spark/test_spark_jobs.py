@@ -46,10 +46,12 @@ from progress_control.spark import (
     run_batch,
     sessionize,
 )
+from progress_control.spark.batch import read_range
 from progress_control.spark.cli import build_parser, main
 from progress_control.spark.output import committed_files
 from progress_control.spark.reconcile import parse_runtime_session
 from progress_control.spark.sessionize import collect_sessions
+from progress_control.spark.source import moves_time, parse_records
 from progress_control.spark.stream import SESSIONS_SCHEMA
 from progress_control.spark.trust import RejectionLog, RejectionSample, with_control_verdict
 from progress_control.trust import (
@@ -698,6 +700,14 @@ def test_with_a_key_only_signed_ticks_move_the_watermark(signed_run: TrustRun) -
     }
 
 
+def _latest_rows_moving_time(spark: SparkSession, source: KafkaSource) -> str:
+    """The rows that set a batch's event time, latest first (a failure's context: once in a
+    few runs on four test workers, an unverified batch's event time was the wall clock)."""
+    parsed = parse_records(read_range(spark, source, BatchRange()), None, source.schema)
+    rows = parsed.where(moves_time()).orderBy(sf.desc("event_time")).limit(5).collect()
+    return "\n".join(str(row.asDict()) for row in rows)
+
+
 @pytest.mark.broker
 def test_batch_applies_the_same_rules(
     spark: SparkSession,
@@ -729,7 +739,7 @@ def test_batch_applies_the_same_rules(
     # Without the key, the same topic's unsigned and tampered ticks are plain v1-style ticks
     # (a v2 reader without keys does not verify): they count, a minute later.
     unverified = run_batch(spark, source, GAP_MS, str(tmp_path / "unverified"))
-    assert unverified.max_event_time_ms == TICK_MS + 60_000
+    assert unverified.max_event_time_ms == TICK_MS + 60_000, _latest_rows_moving_time(spark, source)
     assert unverified.rejected_control_records == {"malformed": 1}
 
 
