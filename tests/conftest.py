@@ -46,8 +46,7 @@ os.environ.setdefault(CACHE_OFF_ENV, "0")
 # C1 only and the serial collector, read by spark-submit's launcher. Short jobs on small data
 # spend most of their CPU compiling and collecting: the Spark tests take about 40% less CPU, and
 # they are most of the suite's. Neither changes what Spark computes.
-SPARK_JVM_ENV = "SPARK_SUBMIT_OPTS"
-os.environ.setdefault(SPARK_JVM_ENV, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 def _broker_choice() -> str:
