@@ -11,12 +11,15 @@ left out, as the broker comparison leaves them out.
 from __future__ import annotations
 
 import base64
+import shutil
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 from streams_runtime import SessionWindows, StreamsBuilder
 from streams_runtime.serdes import Bytes, String
 from streams_runtime.testing import TopologyTestDriver
+from streams_runtime.testing.driver import MEMORY_DIR
 from tests.conformance.compare import OutputRecord
 from tests.conformance.harness import Outputs
 from tests.conformance.inputs import InputRecord
@@ -58,9 +61,10 @@ def run_kafka_streams_driver(
     app_id: str,
 ) -> Outputs:
     """Kafka Streams' driver's outputs of the cases in ``inputs``."""
+    state_dir = tempfile.mkdtemp(prefix="kafka-streams-driver-", dir=MEMORY_DIR)
     spec = {
         "application.id": app_id,
-        "state.dir": str(work_dir / "state"),
+        "state.dir": state_dir,  # synced after every record, as the runtime's driver's
         "topologies": ",".join(inputs),
         "config.statestore.cache.max.bytes": "0",
         "config.max.task.idle.ms": "0",
@@ -84,7 +88,10 @@ def run_kafka_streams_driver(
             lines.append("\t".join(fields))
     input_path, output_path = work_dir / f"{app_id}.in", work_dir / f"{app_id}.out"
     input_path.write_text("\n".join(lines) + "\n")
-    kafka_streams.drive(spec, input_path, output_path)
+    try:
+        kafka_streams.drive(spec, input_path, output_path)
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
     outputs: Outputs = {name: {role: [] for role in CASES[name].outputs} for name in inputs}
     for line in output_path.read_text().splitlines():
         name, partition, role, key, value, timestamp, headers = line.split("\t")
