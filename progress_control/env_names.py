@@ -71,8 +71,8 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
     ),
     # embedded dev broker (BrokerSettings)
     "PROGRESS_CONTROL_BROKER_": _words(
-        """cache_dir controller_port data_dir heap host kafka_version port server_properties
-        startup_timeout_s"""
+        """cache_dir controller_port data_dir heap host jvm_options kafka_version port
+        server_properties startup_timeout_s"""
     ),
     # embedded dev schema registry (SchemaRegistrySettings)
     "PROGRESS_CONTROL_SCHEMA_REGISTRY_": _words(

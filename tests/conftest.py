@@ -31,7 +31,7 @@ from streams_runtime import App, StreamsBuilder
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 from tests import shared_broker
-from tests.helpers import TopicReader, unique_name
+from tests.helpers import TEST_JVM_OPTIONS, TopicReader, unique_name
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 
@@ -46,7 +46,10 @@ os.environ.setdefault(CACHE_OFF_ENV, "0")
 # C1 only and the serial collector, read by spark-submit's launcher. Short jobs on small data
 # spend most of their CPU compiling and collecting: the Spark tests take about 40% less CPU, and
 # they are most of the suite's. Neither changes what Spark computes.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+os.environ.setdefault("SPARK_SUBMIT_OPTS", " ".join(TEST_JVM_OPTIONS))
+# The brokers the tests start: C1 only as well (a third less CPU over a short life; the broker
+# chooses its own collector).
+os.environ.setdefault("PROGRESS_CONTROL_BROKER_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
 def _broker_choice() -> str:

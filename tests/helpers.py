@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
 __all__ = [
+    "TEST_JVM_OPTIONS",
     "TopicReader",
     "delete_topics",
     "registry_client",
@@ -28,6 +29,11 @@ __all__ = [
 ]
 
 REGISTRY_TIMEOUT_S = 10
+
+TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+"""The JVMs tests start (Kafka Streams, Connect, Flink): C1 only and the serial collector, as
+Spark's in tests/conftest.py. Short lives on small data spend most of their CPU compiling and
+collecting; neither flag changes what the program computes."""
 
 
 def registry_client(url: str) -> SchemaRegistryClient:

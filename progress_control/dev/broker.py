@@ -63,6 +63,10 @@ class BrokerSettings(BaseSettings):
     )
     cache_dir: Path | None = Field(None, description="Jar cache; unset means the default one.")
     heap: str = Field("1g", pattern=r"^\d+[kmgKMG]?$", description="JVM -Xmx value.")
+    jvm_options: str = Field(
+        "",
+        description="More JVM options, space-separated (tests: C1 only, for short-lived brokers).",
+    )
     startup_timeout_s: float = Field(120.0, gt=0, description="Readiness deadline.")
     server_properties: KafkaProperties = Field(
         default_factory=dict, description="Extra or overriding server.properties entries."
@@ -224,6 +228,7 @@ class EmbeddedKafkaBroker:
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
+            *self.settings.jvm_options.split(),
             f"-Dlog4j2.configurationFile={log4j}",
             "-cp",
             jar_classpath,

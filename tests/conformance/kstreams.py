@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from progress_control.dev.jars import build_maven_project, find_java
-from tests.helpers import stop_child
+from tests.helpers import TEST_JVM_OPTIONS, stop_child
 
 __all__ = ["KafkaStreamsApps", "build_conformance_app"]
 
@@ -42,6 +42,7 @@ class KafkaStreamsApps:
         self._process = subprocess.Popen(
             [
                 str(find_java()),
+                *TEST_JVM_OPTIONS,
                 "-Xmx512m",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                 "-cp",

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from progress_control.dev.jars import classpath, fetch_jars, find_java, kafka_connect_jars
 from progress_control.dev.ports import free_port
-from tests.helpers import wait_for
+from tests.helpers import TEST_JVM_OPTIONS, wait_for
 
 __all__ = ["STRING_CONVERTERS", "ConnectWorker", "committed_offsets", "end_offsets", "file_sink"]
 
@@ -79,7 +79,7 @@ class ConnectWorker:
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 [
-                    *(str(find_java()), "-cp", classpath(jars)),
+                    *(str(find_java()), *TEST_JVM_OPTIONS, "-cp", classpath(jars)),
                     *("org.apache.kafka.connect.cli.ConnectStandalone", str(worker), *configs),
                 ],
                 stdout=out,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from progress_control.dev.jars import build_maven_project, find_java
-from tests.helpers import stop_child
+from tests.helpers import TEST_JVM_OPTIONS, stop_child
 
 __all__ = ["FLINK_DIR", "TickedSessionsJob", "build_flink_companion"]
 
@@ -53,6 +53,7 @@ class TickedSessionsJob:
         self._process = subprocess.Popen(
             [
                 str(find_java()),
+                *TEST_JVM_OPTIONS,
                 "-Xmx768m",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                 "-cp",

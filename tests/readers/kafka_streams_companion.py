@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from progress_control.dev.jars import build_maven_project, find_java
-from tests.helpers import stop_child
+from tests.helpers import TEST_JVM_OPTIONS, stop_child
 
 __all__ = ["COMPANION_DIR", "CompanionApps", "build_companion"]
 
@@ -49,6 +49,7 @@ class CompanionApps:
         self._process = subprocess.Popen(
             [
                 str(find_java()),
+                *TEST_JVM_OPTIONS,
                 "-Xmx384m",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                 "-cp",

@@ -45,7 +45,7 @@ def test_main_job_report_on_a_quiet_terminal(kafka_bootstrap: str, tmp_path: Pat
             "--bootstrap-servers",
             kafka_bootstrap,
             "--duration",
-            "24",
+            "12",
             "--users",
             "6",
             "--partitions",
@@ -81,7 +81,7 @@ def test_main_job_report_on_a_quiet_terminal(kafka_bootstrap: str, tmp_path: Pat
     assert (logs / "native-stderr.log").is_file()
 
     rows = report_rows(text)
-    expected = len(plan_clicks(6, 24, 3).sessions)
+    expected = len(plan_clicks(6, 12, 3).sessions)
     assert rows["sessions (ground truth)"] == (str(expected), str(expected))
     # With progress control every session closes, in the runtime and in Spark; without it
     # the last ones stay open.
@@ -135,7 +135,7 @@ def test_main_job_in_avro_through_the_registry(
             *("--format", "avro", "--schema-registry-url", schema_registry_url),
             *(() if LONG else ("--no-spark",)),
             *("--bootstrap-servers", kafka_bootstrap),
-            *("--duration", "18", "--users", "6", "--partitions", "2", "--gap", "3"),
+            *("--duration", "12", "--users", "6", "--partitions", "2", "--gap", "3"),
             *("--output-dir", str(out_dir)),
         ],
         capture_output=True,
@@ -146,7 +146,7 @@ def test_main_job_in_avro_through_the_registry(
     )
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     rows = report_rows(result.stdout)
-    expected = str(len(plan_clicks(6, 18, 3).sessions))
+    expected = str(len(plan_clicks(6, 12, 3).sessions))
     assert rows["sessions closed by the runtime"][0] == expected
     if LONG:
         assert rows["sessions closed by Spark"][0] == expected
