@@ -67,10 +67,19 @@ class _WallClock:
         return self.ms / 1000
 
 
-MEMORY_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # noqa: S108
-"""Where a driver keeps its stores: in memory where the machine has a tmpfs. A driver commits
-after every record, as Kafka Streams' does, and each commit syncs the stores and checkpoints
-to disk: there that sync is free (what a driver holds dies with it anyway)."""
+def _memory_dir(path: str = "/dev/shm", min_free_bytes: int = 1 << 30) -> str | None:  # noqa: S108
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    roomy = stat.f_bavail * stat.f_frsize >= min_free_bytes  # not a container's 64 MiB
+    return path if roomy and os.access(path, os.W_OK) else None
+
+
+MEMORY_DIR = _memory_dir()
+"""Where a driver keeps its stores: in memory where the machine has a roomy tmpfs. A driver
+commits after every record, as Kafka Streams' does, and each commit syncs the stores and
+checkpoints to disk: there that sync is free (what a driver holds dies with it anyway)."""
 
 
 class _Topics:
