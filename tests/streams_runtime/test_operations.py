@@ -275,11 +275,11 @@ def test_sigterm_mid_transaction_under_exactly_once(
     assert_clean_exit(app, code, took_s)
 
 
-RESTORED_RECORDS = 120_000
+RESTORED_RECORDS = 200_000
 """The changelog partition one task restores, in batches of ``RESTORE_BATCH`` records that the
-instances fetch one per ``fetch.wait.max.ms`` (10 ms): about 30 s, long enough for a second
+instances fetch one per ``fetch.wait.max.ms`` (10 ms): about 50 s, long enough for a second
 instance to start and join however fast the machine applies them (12 s was not, with four
-test workers on two cores)."""
+test workers on two cores, nor once 30 s with three)."""
 RESTORE_BATCH = 40
 
 
