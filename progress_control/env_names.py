@@ -103,7 +103,7 @@ PROCESS_NAMES = frozenset(
         "PROGRESS_CONTROL_TEST_BROKER",  # tests/conftest.py
         "PROGRESS_CONTROL_TEST_WORKERS",  # ./dev test
         "PROGRESS_CONTROL_TEST_KAFKA_IMAGE",  # tests/conftest.py
-        "PROGRESS_CONTROL_TEST_SHARED_BROKER_DIR",  # tests/shared_broker.py
+        "PROGRESS_CONTROL_TEST_SHARED_DIR",  # tests/shared_services.py
         "PROGRESS_CONTROL_LONG_TESTS",  # tests/streams_runtime/cluster
     }
 )

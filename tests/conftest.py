@@ -5,13 +5,13 @@ Broker choice, in order:
 2. A Docker engine reachable, or ``PROGRESS_CONTROL_TEST_BROKER=testcontainers``: testcontainers'
    Kafka module in KRaft mode (image ``PROGRESS_CONTROL_TEST_KAFKA_IMAGE``), one per worker.
 3. Otherwise: the embedded broker from Maven Central jars, one for all pytest-xdist workers
-   (:mod:`tests.shared_broker`).
+   (:mod:`tests.shared_services`).
 
 A broker that cannot start is an error (never a skip), so a CI run without one fails loudly.
 
 A Confluent-compatible schema registry (``schema_registry_url``), for the tests that ask for one:
-``SCHEMA_REGISTRY_URL`` when set, else the embedded Apicurio Registry (Java 21+), one per session
-and on one pytest-xdist worker.
+``SCHEMA_REGISTRY_URL`` when set, else the embedded Apicurio Registry (Java 21+), one for all
+pytest-xdist workers as the broker.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from streams_runtime import App, StreamsBuilder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-from tests import shared_broker
+from tests import shared_services
 from tests.helpers import TEST_JVM_OPTIONS, TopicReader, unique_name, wait_for
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
@@ -64,25 +64,21 @@ def _broker_choice() -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist, the controller has its workers share one embedded broker
-    (:mod:`tests.shared_broker`), started by the first of them that needs it."""
+    """Under pytest-xdist, the controller has its workers share one embedded broker and one
+    schema registry (:mod:`tests.shared_services`), each started by the first of them that
+    needs it."""
     workers = getattr(config.option, "numprocesses", None)
-    if (
-        workers
-        and not hasattr(config, "workerinput")  # the controller
-        and not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-        and _broker_choice() == "jar"
-    ):
-        config.stash[_SHARED_BROKER] = shared_broker.prepare()
+    if workers and not hasattr(config, "workerinput"):  # the controller
+        config.stash[_SHARED_SERVICES] = shared_services.prepare()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    run_dir = config.stash.get(_SHARED_BROKER, None)
+    run_dir = config.stash.get(_SHARED_SERVICES, None)
     if run_dir is not None:
-        shared_broker.stop(run_dir)
+        shared_services.stop(run_dir)
 
 
-_SHARED_BROKER = pytest.StashKey[Path]()
+_SHARED_SERVICES = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -130,9 +126,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every test that gets the session's broker is marked ``broker``, so ``-m "not broker"``
     never starts one (tests that start a broker of their own are marked by hand); every test
     that runs Spark is in one of three Spark groups of pytest-xdist (:data:`_SPARK_GROUPS`), the
-    docs' programs in the ``docs-runs`` group, the conformance suites in two groups (see
-    :data:`_DRIVER_CONFORMANCE`), and every other test that uses the schema registry in its
-    ``schema-registry`` group."""
+    docs' programs in the ``docs-runs`` group, and the conformance suites in two groups (see
+    :data:`_DRIVER_CONFORMANCE`)."""
     for item in items:
         spark_group = _spark_group(item)
         if spark_group is not None:
@@ -143,8 +138,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("kafka-streams-driver"))
         elif item.nodeid.startswith("tests/conformance/"):
             item.add_marker(pytest.mark.xdist_group("kafka-streams"))
-        elif "schema_registry_url" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("schema-registry"))
     if getattr(config.option, "loadgroup", False):  # a worker under --dist loadgroup
         _check_groups_apply(items)
     unmarked = [
@@ -198,11 +191,12 @@ def kafka_bootstrap() -> Iterator[str]:
     if external:
         yield external
         return
-    shared = os.environ.get(shared_broker.ENV)
-    if shared:
-        yield shared_broker.bootstrap_servers(Path(shared))
+    choice = _broker_choice()
+    shared = os.environ.get(shared_services.ENV)
+    if shared and choice == "jar":
+        yield shared_services.address(Path(shared), shared_services.BROKER)
         return
-    if _broker_choice() == "testcontainers":
+    if choice == "testcontainers":
         from testcontainers.community.kafka import KafkaContainer
 
         image = os.environ.get("PROGRESS_CONTROL_TEST_KAFKA_IMAGE", DEFAULT_TESTCONTAINERS_IMAGE)
@@ -220,6 +214,10 @@ def schema_registry_url() -> Iterator[str]:
     external = os.environ.get("SCHEMA_REGISTRY_URL")
     if external:
         yield external
+        return
+    shared = os.environ.get(shared_services.ENV)
+    if shared:
+        yield shared_services.address(Path(shared), shared_services.SCHEMA_REGISTRY)
         return
     with EmbeddedSchemaRegistry() as registry:
         yield registry.url

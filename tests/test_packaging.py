@@ -26,7 +26,9 @@ from packaging.requirements import Requirement
 from progress_control import __version__
 from tests.paths import ROOT
 
-pytestmark = pytest.mark.network
+# One worker builds the wheel (a module fixture) and runs every test that installs it: on several,
+# each would build it again.
+pytestmark = [pytest.mark.network, pytest.mark.xdist_group("packaging")]
 
 PACKAGES = (
     "progress_control",
