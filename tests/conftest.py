@@ -114,6 +114,28 @@ _DRIVER_CONFORMANCE = "tests/conformance/test_driver_conformance.py"
 broker's (with the focused and idling cases) and the test drivers' (some four minutes each)."""
 
 
+_START_FIRST = (
+    "tests/streams_runtime/cluster/",
+    "tests/streams_runtime/test_operations.py",
+    "tests/streams_runtime/test_restart.py",
+    "tests/sidecar/test_sidecar.py",
+    "tests/readers/",
+    "tests/streams_runtime/test_serdes_registry_broker.py",
+    "tests/streams_runtime/queries/",
+    "tests/progress_control/dev/test_broker.py",
+    "tests/interceptor/test_producer.py",
+)
+"""Test files whose tests take the longest (tens of seconds each, mostly waiting on clocks and
+other processes), the longest first: they start first."""
+
+
+def _start_rank(item: pytest.Item) -> int:
+    return next(
+        (i for i, prefix in enumerate(_START_FIRST) if item.nodeid.startswith(prefix)),
+        len(_START_FIRST),
+    )
+
+
 def _spark_group(item: pytest.Item) -> str | None:
     for prefix, group in _SPARK_GROUPS.items():
         if item.nodeid.startswith(prefix):
@@ -138,6 +160,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("kafka-streams-driver"))
         elif item.nodeid.startswith("tests/conformance/"):
             item.add_marker(pytest.mark.xdist_group("kafka-streams"))
+    # Long tests first (a stable sort: the order within each prefix stays): pytest-xdist hands
+    # out the groups, largest first, then single tests in this order, so the run does not end
+    # on a worker that drew a minute-long test last while the others are idle.
+    items.sort(key=_start_rank)
     if getattr(config.option, "loadgroup", False):  # a worker under --dist loadgroup
         _check_groups_apply(items)
     unmarked = [
