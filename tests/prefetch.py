@@ -1,11 +1,12 @@
 """Fetch and build, before the tests, what their fixtures otherwise fetch or build on first use:
 the broker's, Connect's and Spark's connector jars, the schema registry, the Quix Streams
 virtualenv, Helm, and the Maven projects the tests run (the Kafka Streams conformance app, the
-Kafka Streams and Flink companions). ``./dev prefetch``; CI runs it beside lint.
+Kafka Streams and Flink companions). ``./dev prefetch``; CI runs it beside the suite.
 
-Inside the suite each of these is fetched by the first worker that needs it while the others
-that need it wait on its lock: minutes of a worker's time, the Helm build alone about two on a
-cold Go cache. Here the downloads overlap each other and lint. Everything lands in the project's
+Inside the suite each of these is fetched by the first test that needs it while that test's
+worker waits (and any other worker whose test needs it too, on its lock): minutes of workers'
+time, the Helm build alone about two on a cold Go cache. Here the downloads overlap each other
+and the suite's first tests, which need none of them. Everything lands in the project's
 cache (:func:`progress_control.settings.default_cache_dir`) exactly as the fixtures would put
 it, so a later run finds it there; nothing here is required, only earlier.
 """
@@ -42,57 +43,42 @@ def _maven_projects() -> None:
     build_flink_companion()
 
 
-STEPS: dict[str, tuple[str, Callable[[], Any]]] = {
-    "broker": ("Kafka broker jars", lambda: fetch_jars(kafka_broker_jars(), quiet=True)),
-    "spark": (
-        "Spark's Kafka connector jars",
-        lambda: fetch_jars(spark_kafka_connector_jars(), quiet=True),
+STEPS: dict[str, Callable[[], Any]] = {
+    "Kafka broker jars": lambda: fetch_jars(kafka_broker_jars(), quiet=True),
+    "Spark's Kafka connector jars": lambda: fetch_jars(spark_kafka_connector_jars(), quiet=True),
+    "Kafka Connect jars": lambda: fetch_jars(kafka_connect_jars(), quiet=True),
+    "Apicurio's Avro converter jars": lambda: fetch_jars(
+        apicurio_avro_converter_jars(), quiet=True
     ),
-    "connect": ("Kafka Connect jars", lambda: fetch_jars(kafka_connect_jars(), quiet=True)),
-    "converter": (
-        "Apicurio's Avro converter jars",
-        lambda: fetch_jars(apicurio_avro_converter_jars(), quiet=True),
-    ),
-    "registry": ("the schema registry", lambda: fetch_registry(quiet=True)),
-    "quix": ("the Quix Streams virtualenv", quix_python),
-    "helm": ("Helm", lambda: helm_binary(out=sys.stdout)),
-    "maven": (
-        "the Maven projects (conformance app, Kafka Streams and Flink companions)",
-        _maven_projects,
-    ),
+    "the schema registry": lambda: fetch_registry(quiet=True),
+    "the Quix Streams virtualenv": quix_python,
+    "Helm": lambda: helm_binary(out=sys.stdout),
+    "the Maven projects (conformance app, Kafka Streams and Flink companions)": _maven_projects,
 }
-"""What :func:`main` can fetch, by the name that selects it on the command line."""
 
 
-def main(argv: list[str]) -> int:
-    """Run the steps named in ``argv`` (all when none, ``-NAME`` leaves one out) at once; print
-    each one's outcome and time; exit 1 if one failed, 2 on an unknown name."""
-    unknown = [name for name in argv if name.removeprefix("-") not in STEPS]
-    if unknown:
-        print(f"prefetch: unknown steps {unknown}; known: {', '.join(STEPS)}", file=sys.stderr)
-        return 2
-    chosen = [name for name in argv if not name.startswith("-")] or list(STEPS)
-    names = [name for name in chosen if f"-{name}" not in argv]
+def main() -> int:
+    """Run every step at once; print each one's outcome and time; exit 1 if one failed."""
     started = time.monotonic()
 
     def timed(step: Callable[[], Any]) -> float:
         step()
         return time.monotonic() - started
 
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+    with ThreadPoolExecutor(max_workers=len(STEPS)) as pool:
         futures: dict[str, Future[float]] = {
-            STEPS[name][0]: pool.submit(timed, STEPS[name][1]) for name in names
+            name: pool.submit(timed, step) for name, step in STEPS.items()
         }
     failed = 0
-    for what, future in futures.items():
+    for name, future in futures.items():
         error = future.exception()
         if error is None:
-            print(f"prefetch: {what}: ready at {future.result():.0f}s")
+            print(f"prefetch: {name}: ready at {future.result():.0f}s")
         else:
             failed += 1
-            print(f"prefetch: {what}: FAILED: {error}", file=sys.stderr)
+            print(f"prefetch: {name}: FAILED: {error}", file=sys.stderr)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
