@@ -18,7 +18,8 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, YamlConfigSettingsSource
 
-from progress_control.settings import KafkaProperties, read_secret_file
+from progress_control.client_properties import ClientProperties, client_property_problems
+from progress_control.settings import read_secret_file
 from progress_control.ticks.activity_report import UdpAddress, UnixAddress, parse_report_address
 from progress_control.ticks.settings import TickSettings
 from progress_control.trust import DEFAULT_MAX_SKEW_MS
@@ -40,7 +41,7 @@ class LogFormat(enum.StrEnum):
 class SidecarSettings(TickSettings):
     """Settings of ``progress-control sidecar`` (schedule and tick settings as the interceptor)."""
 
-    kafka: KafkaProperties = Field(
+    kafka: ClientProperties = Field(
         default_factory=dict, description="Kafka client properties; bootstrap.servers required."
     )
     kafka_secrets_dir: Path = Field(
@@ -163,12 +164,17 @@ class SidecarSettings(TickSettings):
 
     @model_validator(mode="after")
     def _kafka_connection(self) -> Self:
+        mounted = {}
         if self.kafka_secrets_dir.is_dir():
             for path in sorted(self.kafka_secrets_dir.iterdir()):
                 if path.name == SIGNING_SECRET_FILE:
                     continue  # ours (see _signing_secret), not a Kafka property
                 if path.is_file() and not path.name.startswith("."):
-                    self.kafka[path.name] = path.read_text().strip()
+                    mounted[path.name] = path.read_text().strip()
+        problems = client_property_problems(mounted)
+        if problems:
+            raise ValueError(f"kafka.secrets.dir {self.kafka_secrets_dir}: " + "; ".join(problems))
+        self.kafka.update(mounted)
         if not self.kafka.get("bootstrap.servers"):
             raise ValueError(
                 "kafka.bootstrap.servers is required "

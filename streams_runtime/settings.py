@@ -22,9 +22,9 @@ from typing import Self
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from progress_control.client_properties import ClientProperties
 from progress_control.settings import (
     ControlTrustSettings,
-    KafkaProperties,
     SigningSettings,
     component_config,
 )
@@ -96,13 +96,13 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         description="Consumer group id and prefix of internal topics and state directories.",
     )
     bootstrap_servers: str = Field(min_length=1, description="Kafka bootstrap servers.")
-    kafka: KafkaProperties = Field(
+    kafka: ClientProperties = Field(
         default_factory=dict, description="Kafka client properties, passed through untouched."
     )
-    consumer: KafkaProperties = Field(
+    consumer: ClientProperties = Field(
         default_factory=dict, description="Properties for the consumers only (over kafka)."
     )
-    producer: KafkaProperties = Field(
+    producer: ClientProperties = Field(
         default_factory=dict, description="Properties for the producer only (over kafka)."
     )
     processing_guarantee: ProcessingGuarantee = Field(
