@@ -23,15 +23,25 @@ from typing import Annotated, Any
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-__all__ = ["MASK", "KafkaProperties", "MaskedProperties", "is_secret_property", "masked"]
+__all__ = [
+    "MASK",
+    "SECRET_NAME_PATTERN",
+    "KafkaProperties",
+    "MaskedProperties",
+    "is_secret_property",
+    "masked",
+]
 
 MASK = "**********"
 """What a secret value shows as (as pydantic's ``SecretStr``)."""
 
-_SECRET_NAME = re.compile(
-    r"(password|passwd|passphrase|secret|token|credentials|key|\.pem)$"
+SECRET_NAME_PATTERN = (
+    r"(password|passwd|passphrase|secret|token|credentials|key|\.pem)$"  # noqa: S105 - names
     r"|jaas|user\.?info|^sasl\..+\.config$"
 )
+"""The rule of :func:`is_secret_property`, on the name lower-cased with ``_`` and ``-`` read as
+``.`` (the Helm chart's credential check uses it as it is)."""
+_SECRET_NAME = re.compile(SECRET_NAME_PATTERN)
 
 
 def is_secret_property(name: str) -> bool:

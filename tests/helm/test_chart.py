@@ -22,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from progress_control.kafka_properties import SECRET_NAME_PATTERN, is_secret_property
 from progress_control.tools.helm import HELM_VERSION, helm_binary, helm_needs_build
 from tests.paths import ROOT
 
@@ -502,6 +503,9 @@ def test_rendered_env_loads_as_sidecar_and_interceptor_settings(
         assert settings.log_level == "DEBUG"
         assert settings.jitter_ms == 500
         assert settings.shutdown_timeout_s == 20
+        assert settings.signing_key is not None
+        assert settings.signing_key.key_id == "shop-2026"
+        assert settings.signing_key.secret == b"secret:signing-secret"
 
     [app] = [c for c in spec["containers"] if c["name"] != "progress-control"]
     for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
@@ -817,6 +821,8 @@ def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
         (["--set", "kafka.mountSecret=true"], "needs kafka.existingSecret"),
         (["--set", "kafka.config.sasl\\.password=hunter2"], "looks like a credential"),
         (["--set", "kafka.config.bootstrap\\.servers=x:9092"], "set kafka.bootstrapServers"),
+        (["--set", "signing.keyId=k1"], "signing.keyId needs signing.secret.name"),
+        (["--set", "signing.secret.name=sig"], "signing.secret.name needs signing.keyId"),
         (
             ["--set", "schedule.maxRecords=null,schedule.endMs=null"],
             "set schedule.maxRecords or schedule.endMs",
@@ -830,6 +836,8 @@ def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
         "mount-without-secret",
         "password-in-config-map",
         "duplicate-bootstrap",
+        "signing-key-id-without-secret",
+        "signing-secret-without-key-id",
         "unbounded-schedule",
         "end-before-start",
         "port-clash",
@@ -838,6 +846,32 @@ def test_schema_rejects(helm: Helm, args: list[str], message: str) -> None:
 )
 def test_template_checks_reject(helm: Helm, args: list[str], message: str) -> None:
     assert message in helm.rejected(*args)
+
+
+def test_the_credential_check_is_the_masking_rule(helm: Helm) -> None:
+    """kafka.config refuses exactly the properties the settings mask: a value the sidecar would
+    show as ``*****`` never lands in a ConfigMap."""
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert f"regexMatch `{SECRET_NAME_PATTERN}`" in helpers
+    names = [
+        "sasl.password",
+        "ssl.key.pem",
+        "ssl.certificate.pem",
+        "sasl.oauthbearer.config",
+        "sasl.oauthbearer.client.secret",
+        "sasl.jaas.config",
+        "basic.auth.user.info",
+        "SSL_KEYSTORE_PASSWORD",
+        "ssl.key.location",
+        "sasl.oauthbearer.token.endpoint.url",
+        "sasl.mechanism",
+        "client.id",
+    ]
+    for name in names:
+        result = helm.template("--set", f"kafka.config.{name.replace('.', chr(92) + '.')}=x")
+        refused = "looks like a credential" in result.stderr
+        assert refused == is_secret_property(name), name
+        assert refused or result.returncode == 0, result.stderr
 
 
 def test_values_file_and_schema_agree() -> None:
@@ -1836,6 +1870,8 @@ def test_rendered_env_loads_as_runtime_settings(
         assert settings.kafka["security.protocol"] == "SASL_SSL"
         assert settings.kafka["sasl.password"] == "secret:sasl.password"
         assert settings.trust_policy().verification_keys.keys() == {"k1"}
+        assert settings.signing_key is not None
+        assert settings.signing_key.key_id == "shop-2026"
         assert settings.query_tls_cert_file == tmp_path / "tls" / "tls.crt"
         assert settings.query_tls_ca_file == tmp_path / "tls" / "ca.crt"
 

@@ -121,11 +121,21 @@ values to change.
 {{- if eq $suffix "BOOTSTRAP_SERVERS" -}}
 {{- fail "progress-control: set kafka.bootstrapServers, not kafka.config.bootstrap.servers" -}}
 {{- end -}}
-{{- if regexMatch "(?i)(password|secret)" $key -}}
+{{- /* The masking rule of progress_control/kafka_properties.py (a test keeps them equal): on
+the name lower-cased, "_" and "-" read as ".". */ -}}
+{{- if regexMatch `(password|passwd|passphrase|secret|token|credentials|key|\.pem)$|jaas|user\.?info|^sasl\..+\.config$` (regexReplaceAll "[_-]" (lower $key) ".") -}}
 {{- fail (printf "progress-control: kafka.config.%s looks like a credential; ConfigMaps are not secret: put it in kafka.existingSecret and map it in kafka.secretEnv" $key) -}}
 {{- end -}}
 {{- if hasKey $kafka.secretEnv $suffix -}}
 {{- fail (printf "progress-control: %s is set in both kafka.config and kafka.secretEnv" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.signing -}}
+{{- if and .keyId (not .secret.name) -}}
+{{- fail "progress-control: signing.keyId needs signing.secret.name (the Secret holding the signing secret)" -}}
+{{- end -}}
+{{- if and .secret.name (not .keyId) -}}
+{{- fail "progress-control: signing.secret.name needs signing.keyId (the key id readers verify with)" -}}
 {{- end -}}
 {{- end -}}
 {{- $schedule := .Values.schedule -}}
@@ -260,4 +270,22 @@ true
     - port: 53
       protocol: TCP
 {{ toYaml .Values.networkPolicy.egress }}
+{{- end -}}
+
+{{/*
+Env of the signing key (list items): (dict "signing" .Values.signing "prefix"
+"PROGRESS_CONTROL_" or "PROGRESS_CONTROL_RUNTIME_"). Nothing without signing.keyId.
+*/}}
+{{- define "progress-control.signingEnv" -}}
+{{- with .signing -}}
+{{- if .keyId -}}
+- name: {{ $.prefix }}SIGNING_KEY_ID
+  value: {{ .keyId | quote }}
+- name: {{ $.prefix }}SIGNING_KEY_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secret.name | quote }}
+      key: {{ .secret.key | quote }}
+{{- end }}
+{{- end }}
 {{- end -}}

@@ -28,7 +28,7 @@ when neither runtime.image.repository nor runtime.image.tag is set). */}}
 
 {{/* Runtime settings the chart sets itself (runtime.settings may not). */}}
 {{- define "progress-control.runtime.ownSettings" -}}
-application_id bootstrap_servers state_dir application_server query_bind_host query_token metrics_port metrics_host kafka
+application_id bootstrap_servers state_dir application_server query_bind_host query_token metrics_port metrics_host kafka signing_key_id signing_key_secret signing_key_file
 {{- end -}}
 
 {{/* Checks the schema cannot express. */}}
@@ -105,6 +105,9 @@ application_id bootstrap_servers state_dir application_server query_bind_host qu
       name: {{ . | quote }}
       key: {{ $runtime.queries.tokenSecret.key | quote }}
 {{- end }}
+{{- end }}
+{{- with include "progress-control.signingEnv" (dict "signing" .Values.signing "prefix" "PROGRESS_CONTROL_RUNTIME_") }}
+{{ . }}
 {{- end }}
 {{- range $name, $value := $runtime.settings }}
 {{- if not (kindIs "invalid" $value) }}

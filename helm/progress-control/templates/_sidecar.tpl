@@ -88,6 +88,9 @@ env:
         name: {{ $root.Values.kafka.existingSecret | quote }}
         key: {{ $key | quote }}
   {{- end }}
+  {{- with include "progress-control.signingEnv" (dict "signing" $root.Values.signing "prefix" "PROGRESS_CONTROL_") }}
+  {{- nindent 2 . }}
+  {{- end }}
   {{- with $sidecar.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
