@@ -28,7 +28,7 @@ from pydantic import AfterValidator
 
 from progress_control.kafka_properties import KafkaProperties, is_secret_property
 
-__all__ = ["ClientProperties", "client_property_problems"]
+__all__ = ["ClientProperties", "checked_client_properties", "client_property_problems"]
 
 _CONF_OK, _CONF_INVALID, _CONF_UNKNOWN = 0, -1, -2
 _ERRSTR_SIZE = 512
@@ -157,13 +157,16 @@ def client_property_problems(properties: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _checked(properties: dict[str, str]) -> dict[str, str]:
+def checked_client_properties(properties: dict[str, str]) -> dict[str, str]:
+    """``properties`` when librdkafka takes them all, else ``ValueError`` with every problem
+    (:func:`client_property_problems`): the validator of :data:`ClientProperties`, for types
+    that check something of their own first."""
     problems = client_property_problems(properties)
     if problems:
         raise ValueError("; ".join(problems))
     return properties
 
 
-ClientProperties = Annotated[KafkaProperties, AfterValidator(_checked)]
+ClientProperties = Annotated[KafkaProperties, AfterValidator(checked_client_properties)]
 """The settings type of librdkafka client properties: :data:`KafkaProperties` whose names and
 values librdkafka takes (:func:`client_property_problems`), checked when settings load."""

@@ -18,11 +18,12 @@ from __future__ import annotations
 import enum
 import tempfile
 from pathlib import Path
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 
-from progress_control.client_properties import ClientProperties
+from progress_control.client_properties import checked_client_properties
+from progress_control.kafka_properties import KafkaProperties
 from progress_control.settings import (
     ControlTrustSettings,
     SigningSettings,
@@ -83,6 +84,41 @@ _RUNTIME_CONSUMER_KEYS = frozenset(
 )
 
 
+def _no_interceptor_keys(value: dict[str, str]) -> dict[str, str]:
+    found = sorted(k for k in value if k.startswith("progress.control."))
+    if found:
+        signing = any(k.startswith("progress.control.signing.") for k in found)
+        raise ValueError(
+            f"{', '.join(found)}: the runtime ticks its outputs itself "
+            "(progress_propagation, progress_interval_ms); the interceptor is not attached "
+            "to its producer"
+            + ("; it signs them with signing_key_id and signing_key_secret" if signing else "")
+        )
+    return value
+
+
+def _no_assignment_keys(value: dict[str, str]) -> dict[str, str]:
+    found = sorted(_RUNTIME_CONSUMER_KEYS.intersection(value))
+    if found:
+        raise ValueError(
+            f"{', '.join(found)}: set by the runtime (group_protocol chooses the protocol "
+            "and the range assignor)"
+        )
+    return value
+
+
+# The runtime's own refusals first, then librdkafka's check: they say more.
+_Checked = AfterValidator(checked_client_properties)
+_KafkaProperties = Annotated[
+    KafkaProperties,
+    AfterValidator(_no_interceptor_keys),
+    AfterValidator(_no_assignment_keys),
+    _Checked,
+]
+_ConsumerProperties = Annotated[KafkaProperties, AfterValidator(_no_assignment_keys), _Checked]
+_ProducerProperties = Annotated[KafkaProperties, AfterValidator(_no_interceptor_keys), _Checked]
+
+
 class RuntimeSettings(ControlTrustSettings, SigningSettings):
     """Settings of a streams runtime :class:`~streams_runtime.App`: which control records move
     its time (:class:`~progress_control.settings.ControlTrustSettings`) and the key its own ticks
@@ -96,13 +132,13 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         description="Consumer group id and prefix of internal topics and state directories.",
     )
     bootstrap_servers: str = Field(min_length=1, description="Kafka bootstrap servers.")
-    kafka: ClientProperties = Field(
+    kafka: _KafkaProperties = Field(
         default_factory=dict, description="Kafka client properties, passed through untouched."
     )
-    consumer: ClientProperties = Field(
+    consumer: _ConsumerProperties = Field(
         default_factory=dict, description="Properties for the consumers only (over kafka)."
     )
-    producer: ClientProperties = Field(
+    producer: _ProducerProperties = Field(
         default_factory=dict, description="Properties for the producer only (over kafka)."
     )
     processing_guarantee: ProcessingGuarantee = Field(
@@ -278,31 +314,6 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         if isinstance(value, str):
             return {"exactly_once_v2": "exactly_once", "exactly_once_beta": "exactly_once"}.get(
                 value, value
-            )
-        return value
-
-    @field_validator("consumer", "kafka")
-    @classmethod
-    def _no_assignment_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        found = sorted(_RUNTIME_CONSUMER_KEYS.intersection(value))
-        if found:
-            raise ValueError(
-                f"{', '.join(found)}: set by the runtime (group_protocol chooses the protocol "
-                "and the range assignor)"
-            )
-        return value
-
-    @field_validator("kafka", "producer")
-    @classmethod
-    def _no_interceptor_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        found = sorted(k for k in value if k.startswith("progress.control."))
-        if found:
-            signing = any(k.startswith("progress.control.signing.") for k in found)
-            raise ValueError(
-                f"{', '.join(found)}: the runtime ticks its outputs itself "
-                "(progress_propagation, progress_interval_ms); the interceptor is not attached "
-                "to its producer"
-                + ("; it signs them with signing_key_id and signing_key_secret" if signing else "")
             )
         return value
 
