@@ -26,6 +26,7 @@ from streams_runtime.queries.results import KeyQueryMetadata, NotAvailableError,
 from streams_runtime.queries.router import InteractiveQueries
 from streams_runtime.queries.security import query_address
 from streams_runtime.settings import RuntimeSettings
+from streams_runtime.state.directory import application_directory
 from streams_runtime.topology import Topology
 
 if TYPE_CHECKING:  # imported where used: most apps run neither (start-up time, issue 37)
@@ -94,8 +95,9 @@ class App:
         """This instance's id, kept in the state directory across restarts (it names the
         transactional id, so a restarted instance fences and aborts its predecessor's open
         transaction at once)."""
-        directory = Path(self.settings.state_dir) / self.settings.application_id
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = application_directory(
+            Path(self.settings.state_dir), self.settings.application_id
+        )
         path = directory / "instance.id"
         if not path.exists():
             path.write_text(uuid.uuid4().hex[:12])

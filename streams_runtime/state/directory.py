@@ -19,10 +19,17 @@ from typing import IO
 from streams_runtime.record import TopicPartitionId
 from streams_runtime.state.engines import engine_files
 
+STATE_DIRECTORY_MODE = 0o750
+"""``rwxr-x---``, Kafka Streams' ``StateDirectory``'s: the state is the application's data, and
+with these two directories closed to others, what is created inside them needs no mode of its
+own."""
+
 __all__ = [
     "CHECKPOINT_FILE",
+    "STATE_DIRECTORY_MODE",
     "Checkpoint",
     "StateDirectoryLockedError",
+    "application_directory",
     "checkpoint_path",
     "lock_directory",
     "read_checkpoint",
@@ -101,6 +108,23 @@ class Checkpoint:
             )
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a checkpoint: {exc}") from exc
+
+
+def application_directory(state_dir: Path, application_id: str) -> Path:
+    """``state_dir / application_id``, created if missing; both made :data:`STATE_DIRECTORY_MODE`
+    whether they were there or not, as Kafka Streams' ``StateDirectory`` does. A directory this
+    user cannot change (a ``state_dir`` another user created) is logged and used as it is."""
+    directory = state_dir / application_id
+    directory.mkdir(mode=STATE_DIRECTORY_MODE, parents=True, exist_ok=True)
+    for path in (state_dir, directory):
+        try:
+            path.chmod(STATE_DIRECTORY_MODE)
+        except OSError as exc:
+            logger.warning(
+                "could not make the state directory %(path)s rwxr-x---: %(error)s",
+                {"path": str(path), "error": str(exc)},
+            )
+    return directory
 
 
 def checkpoint_path(directory: Path, engine: str) -> Path:
