@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -287,9 +288,8 @@ def _sidecar(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     sidecar = ProgressControlSidecar(settings).start()
-    print(
-        f"progress-control sidecar: http on port {sidecar.http.port}", file=sys.stderr, flush=True
-    )
+    # A log line, so a JSON log stream holds nothing else.
+    logging.getLogger("sidecar").info("serving HTTP on port %(port)d", {"port": sidecar.http.port})
     stop.wait()
     # A hard bound on the whole exit, librdkafka's teardown included: the clean stop below
     # takes at most 80% of shutdown_timeout_s; should anything hang, SIGALRM ends the process.

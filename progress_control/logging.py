@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Hashable, Mapping, MutableMapping
+import time
+from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from typing import Any, TextIO
 
 import structlog
@@ -36,6 +37,7 @@ import structlog
 __all__ = [
     "LOG_LEVELS",
     "OncePerKey",
+    "RateLimitedKeys",
     "client_logger",
     "configure_logging",
     "log_formatter",
@@ -169,6 +171,43 @@ class OncePerKey:
     def __len__(self) -> int:
         with self._lock:
             return len(self._seen)
+
+
+class RateLimitedKeys:
+    """Lets each key through at most once per ``interval_s`` and counts what it held back, so a
+    line repeated by a retry loop (a client failing to connect every backoff) is logged once
+    per interval with how many it stands for; thread-safe. At most ``limit`` keys are
+    remembered: past that, unknown keys are held back (counted under none)."""
+
+    def __init__(
+        self,
+        interval_s: float,
+        limit: int = 1_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._interval_s = interval_s
+        self._limit = limit
+        self._clock = clock
+        self._last: dict[Hashable, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, key: Hashable) -> int | None:
+        """``None`` to hold the line back; else how many lines of ``key`` were held back since
+        the last one let through (0 the first time)."""
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is None:
+                if len(self._last) >= self._limit:
+                    return None
+                self._last[key] = (now, 0)
+                return 0
+            at, held = last
+            if now - at < self._interval_s:
+                self._last[key] = (at, held + 1)
+                return None
+            self._last[key] = (now, 0)
+            return held
 
 
 # librdkafka's log facilities whose warning-or-worse lines are the same events it hands to

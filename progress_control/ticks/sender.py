@@ -13,6 +13,7 @@ errors are logged and counted.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 from confluent_kafka.cimpl import Producer as KafkaProducer  # the C type, never a rebound name
 
-from progress_control.logging import client_logger
+from progress_control.logging import RateLimitedKeys, client_logger
 from progress_control.protocol import ControlRecord, TimestampMode, extrapolated_timestamp_ms
 from progress_control.ticks.activity import DueTick
 from progress_control.ticks.metrics import ProgressControlMetrics
@@ -82,10 +83,26 @@ def tick_producer_config(host_config: Mapping[str, Any], settings: TickSettings)
     return config
 
 
+_CLIENT_ERROR_INTERVAL_S = 30.0
+_client_errors = RateLimitedKeys(_CLIENT_ERROR_INTERVAL_S)
+"""While the broker is down librdkafka reports each failed connection attempt, every backoff:
+each kind of error (its code and message, numbers aside) is logged once per 30 s."""
+
+
 def _log_client_error(error: KafkaError) -> None:
+    fields = {"error": error.str(), "code": error.name(), "fatal": error.fatal()}
+    if error.fatal():
+        logger.error("progress-control producer: %(error)s", fields)
+        return
+    held = _client_errors.admit((error.code(), re.sub(r"\d+", "#", error.str())))
+    if held is None:
+        return
+    if not held:
+        logger.warning("progress-control producer: %(error)s", fields)
+        return
     logger.warning(
-        "progress-control producer: %(error)s",
-        {"error": error.str(), "code": error.name(), "fatal": error.fatal()},
+        "progress-control producer: %(error)s (and %(repeated)d more like it since)",
+        {**fields, "repeated": held},
     )
 
 

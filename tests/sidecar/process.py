@@ -40,8 +40,8 @@ def sidecar_process(bootstrap: str, **env: str) -> Iterator[tuple[subprocess.Pop
         while not port:
             line = process.stderr.readline()
             assert line, "sidecar exited before serving HTTP"
-            if "http on port" in line:
-                port = int(line.rsplit(" ", 1)[1])
+            if '"serving HTTP on port' in line:
+                port = int(json.loads(line)["port"])
         stderr = process.stderr
         threading.Thread(target=lambda: [None for _ in stderr], daemon=True).start()
         yield process, port
