@@ -184,7 +184,11 @@ class ProgressControl:
         return self._metrics.snapshot()
 
     def collector(self) -> PrometheusCollector:
-        return PrometheusCollector(self._metrics, self.settings.source_id)
+        return PrometheusCollector(
+            self._metrics,
+            self.settings.source_id,
+            per_partition=self.settings.metrics_per_partition,
+        )
 
     def flush(self, timeout_s: float = 10.0) -> int:
         """Wait for outstanding ticks; scheduling goes on (apps flush in loops)."""

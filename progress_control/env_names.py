@@ -39,7 +39,7 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
         enabled end_ms http_host http_max_connections http_port http_request_timeout_ms
         jitter_ms kafka
         kafka_secrets_dir key log_format log_level max_records max_skew_ms null_key_topics
-        max_tracked_partitions metadata_refresh_ms mode queue_max_messages
+        max_tracked_partitions metadata_refresh_ms metrics_per_partition mode queue_max_messages
         report_address report_allowed_uids report_interval_ms report_listen
         report_listen_allow_network
         report_socket_mode shutdown_timeout_s signing_key_file signing_key_id

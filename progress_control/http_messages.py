@@ -15,7 +15,7 @@ import json
 import logging
 import socket
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.message import Message
 from http.server import BaseHTTPRequestHandler
@@ -23,8 +23,17 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.metrics_core import Metric
 
-__all__ = ["HttpRequest", "HttpResponse", "Respond", "answer", "peer", "prometheus_metrics"]
+__all__ = [
+    "HttpRequest",
+    "HttpResponse",
+    "Respond",
+    "WithoutCreated",
+    "answer",
+    "peer",
+    "prometheus_metrics",
+]
 
 # The server's logger: one name for everything a bounded server logs.
 logger = logging.getLogger("progress_control.http_server")
@@ -62,13 +71,28 @@ Respond = Callable[[HttpRequest], HttpResponse]
 """Answers one request; may raise (the client then gets a 500 and the server carries on)."""
 
 
+class WithoutCreated:
+    """A registry's metrics without their ``_created`` samples: a series per counter and
+    histogram holding its creation time, which no dashboard or rule of ours reads and which
+    doubles what an operator stores (``prometheus_client`` adds it unless the whole process
+    turns it off, which a library must not do to its host)."""
+
+    def __init__(self, registry: Any) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield metric
+
+
 def prometheus_metrics(registry: CollectorRegistry, request: HttpRequest) -> HttpResponse:
     """``registry`` as ``prometheus_client``'s own server answers a scrape: the text or
     OpenMetrics format the ``Accept`` header asks for, only the ``name[]`` metrics when given,
-    gzipped when accepted."""
+    gzipped when accepted; no ``_created`` samples."""
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     names = urllib.parse.parse_qs(urllib.parse.urlsplit(request.path).query).get("name[]")
-    body = encoder(registry.restricted_registry(names) if names else registry)
+    body = encoder(WithoutCreated(registry.restricted_registry(names) if names else registry))
     if gzip_accepted(request.headers.get("Accept-Encoding", "")):
         return HttpResponse(200, gzip.compress(body), content_type, (("Content-Encoding", "gzip"),))
     return HttpResponse(200, body, content_type)

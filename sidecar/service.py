@@ -73,7 +73,13 @@ class ProgressControlSidecar:
         self.activity = PartitionActivity(schedule, include_topic=include_topic)
         self.registry = CollectorRegistry()
         self._tick_metrics = ProgressControlMetrics(self.activity.idle_partitions)
-        self.registry.register(PrometheusCollector(self._tick_metrics, settings.source_id))
+        self.registry.register(
+            PrometheusCollector(
+                self._tick_metrics,
+                settings.metrics_source,
+                per_partition=settings.metrics_per_partition,
+            )
+        )
         self._superseded = Counter(
             "progress_control_ticks_superseded",
             "Ticks skipped because the broker showed the partition already advanced.",

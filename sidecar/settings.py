@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import os
+import socket
 from pathlib import Path
 from typing import Self
 
@@ -154,6 +155,13 @@ class SidecarSettings(TickSettings):
                 "who sent a report"
             )
         return self
+
+    @property
+    def metrics_source(self) -> str:
+        """The ``source`` label of the sidecar's metrics: ``source_id`` when it is configured,
+        else the host's name (the pod's in Kubernetes). Not the default ``source_id``
+        (host:pid:random, new at every start), so a restarted sidecar continues its series."""
+        return self.source_id if "source_id" in self.model_fields_set else socket.gethostname()
 
     def _signing_secret(self) -> bytes | None:
         secret = super()._signing_secret()

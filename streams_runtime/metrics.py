@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from progress_control.http_messages import WithoutCreated
 from streams_runtime.state.cache_metrics import RecordCacheCollector
 
 __all__ = ["RuntimeMetrics", "SecurityMetrics", "security_metrics"]
@@ -199,8 +200,8 @@ class RuntimeMetrics:
         )
 
     def exposition(self) -> bytes:
-        """The metrics in Prometheus text format."""
-        return generate_latest(self.registry)
+        """The metrics in Prometheus text format, as ``/metrics`` serves them."""
+        return generate_latest(WithoutCreated(self.registry))
 
 
 class SecurityMetrics:

@@ -74,11 +74,17 @@ class ProgressControlMetrics:
 
 
 class PrometheusCollector(Collector):
-    """A producer's progress-control metrics for ``REGISTRY.register(collector)``."""
+    """A producer's progress-control metrics for ``REGISTRY.register(collector)``, labelled
+    ``source``. The last-tick timestamp is one series per topic (its latest partition's), or
+    per partition with ``per_partition``: a writer to ten thousand partitions would otherwise
+    keep ten thousand series."""
 
-    def __init__(self, metrics: ProgressControlMetrics, source_id: str) -> None:
+    def __init__(
+        self, metrics: ProgressControlMetrics, source: str, *, per_partition: bool = False
+    ) -> None:
         self._metrics = metrics
-        self._source_id = source_id
+        self._source = source
+        self._per_partition = per_partition
 
     def collect(self) -> Iterator[Metric]:
         snap = self._metrics.snapshot()
@@ -90,18 +96,32 @@ class PrometheusCollector(Collector):
             ("progress_control_reports_sent", "Activity reports sent.", snap.reports_sent),
         ):
             counter = CounterMetricFamily(name, doc, labels=labels)
-            counter.add_metric([self._source_id], value)
+            counter.add_metric([self._source], value)
             yield counter
         idle = GaugeMetricFamily(
             "progress_control_partitions_idle", "Partitions ticked since data.", labels=labels
         )
-        idle.add_metric([self._source_id], snap.partitions_idle)
+        idle.add_metric([self._source], snap.partitions_idle)
         yield idle
+        doc = "Timestamp of the last acknowledged control record"
+        if self._per_partition:
+            last = GaugeMetricFamily(
+                "progress_control_last_tick_timestamp_seconds",
+                f"{doc}, per partition.",
+                labels=[*labels, "topic", "partition"],
+            )
+            for (topic, partition), ms in sorted(snap.last_tick_ms.items()):
+                last.add_metric([self._source, topic, str(partition)], ms / 1000)
+            yield last
+            return
+        latest: dict[str, int] = {}
+        for (topic, _partition), ms in snap.last_tick_ms.items():
+            latest[topic] = max(ms, latest.get(topic, ms))
         last = GaugeMetricFamily(
             "progress_control_last_tick_timestamp_seconds",
-            "Timestamp of the last acknowledged control record.",
-            labels=[*labels, "topic", "partition"],
+            f"{doc}, per topic (its latest partition's).",
+            labels=[*labels, "topic"],
         )
-        for (topic, partition), ms in sorted(snap.last_tick_ms.items()):
-            last.add_metric([self._source_id, topic, str(partition)], ms / 1000)
+        for topic, ms in sorted(latest.items()):
+            last.add_metric([self._source, topic], ms / 1000)
         yield last

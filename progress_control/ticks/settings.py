@@ -89,6 +89,11 @@ class TickSettings(SigningSettings):
         max_length=255,
         description="This writer's id in its control records (default: host:pid:random).",
     )
+    metrics_per_partition: bool = Field(
+        False,
+        description="Label the last-tick timestamp metric by partition too (one series per "
+        "partition ticked); off: one per topic, its latest partition's.",
+    )
     queue_max_messages: int = Field(
         10_000, ge=1, description="Local queue bound of the tick producer; full means skip."
     )

@@ -490,7 +490,12 @@ def test_prometheus_collector_exposes_the_counters(
 ) -> None:
     topic = create_topic("prometheus")
     producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "progress.control.source.id": "prom", **FAST}
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "progress.control.source.id": "prom",
+            "progress.control.metrics.per.partition": True,
+            **FAST,
+        }
     )
     try:
         producer.produce(topic, b"v", b"k", partition=0)

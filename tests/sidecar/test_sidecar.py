@@ -222,7 +222,10 @@ def test_readiness_is_the_sidecars_own_and_sigterm_after_the_broker_went_away(
         status, metrics = get(port, "/metrics")
         assert status == 200
         assert "progress_control_broker_connected 0.0" in metrics
-        assert "progress_control_ticks_sent_total" in metrics
+        # Series a restart continues: the host's name, not the default source id's pid and
+        # random part; and no _created series beside the counters.
+        assert f'progress_control_ticks_sent_total{{source="{socket.gethostname()}"}}' in metrics
+        assert "_created" not in metrics
         assert process.poll() is None  # retrying, not crash-looping
         # The broker comes up on that port: the sidecar connects.
         with EmbeddedKafkaBroker(BrokerSettings(port=broker_port)) as broker:
