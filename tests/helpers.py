@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -24,6 +26,7 @@ __all__ = [
     "registry_client",
     "stop_child",
     "ticks_by_partition",
+    "undocumented_metrics",
     "unique_name",
     "wait_for",
 ]
@@ -117,3 +120,14 @@ def stop_child(process: subprocess.Popen[Any], log: IO[Any]) -> None:
         process.wait()
     finally:
         log.close()
+
+
+def undocumented_metrics(exposition: str) -> list[str]:
+    """The metrics (``progress_control_*``, ``streams_*``) of a Prometheus text exposition that
+    docs/operations/metrics.md does not name, as a table or a list writes them: in backticks,
+    counters with ``_total``, followed by their labels or the closing backtick."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "operations" / "metrics.md").read_text()
+    names = re.findall(r"^# TYPE ((?:progress_control|streams)_\w+) ", exposition, re.MULTILINE)
+    return sorted(
+        name for name in names if not re.search(rf"`{re.escape(name)}(_total)?[{{`]", page)
+    )

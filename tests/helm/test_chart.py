@@ -108,6 +108,13 @@ def one(manifests: list[Manifest], kind: str) -> Manifest:
     return found[0]
 
 
+def settings_config_map(manifests: list[Manifest]) -> Manifest:
+    """The sidecar's settings ConfigMap (not the dashboard's)."""
+    return one(
+        [m for m in manifests if not m["metadata"]["name"].endswith("-dashboard")], "ConfigMap"
+    )
+
+
 def metrics_service(manifests: list[Manifest]) -> Manifest:
     [service] = [
         m for m in manifests if m["kind"] == "Service" and "-metrics" in m["metadata"]["name"]
@@ -306,7 +313,8 @@ def test_example_render_validates_strictly(example_manifests: list[Manifest]) ->
 def test_full_render_validates_strictly(full_manifests: list[Manifest]) -> None:
     kinds = validate_strictly(full_manifests, KUBE_VERSION)
     assert sorted(kinds) == [
-        "ConfigMap",
+        "ConfigMap",  # the settings
+        "ConfigMap",  # the dashboard
         "Deployment",  # the example
         "Deployment",  # the ticker
         "NetworkPolicy",  # the runtime's
@@ -389,7 +397,7 @@ def test_config_map_carries_kafka_and_schedule_settings(
     assert default["PROGRESS_CONTROL_LOG_FORMAT"] == "json"
     assert all(isinstance(v, str) for v in default.values())
 
-    full = one(full_manifests, "ConfigMap")["data"]
+    full = settings_config_map(full_manifests)["data"]
     assert full["PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS"] == (
         "broker-0.kafka:9093,broker-1.kafka:9093"
     )
@@ -413,7 +421,7 @@ def test_sidecar_env_wiring(
 ) -> None:
     manifests = example_manifests if variant == "default" else full_manifests
     sidecar = sidecar_of(pod_spec(manifests))
-    config_map = one(manifests, "ConfigMap")["metadata"]["name"]
+    config_map = settings_config_map(manifests)["metadata"]["name"]
     assert sidecar["envFrom"] == [{"configMapRef": {"name": config_map}}]
     env = env_of(sidecar)
     assert env["PROGRESS_CONTROL_HTTP_HOST"]["value"] == "0.0.0.0"  # noqa: S104
@@ -872,6 +880,54 @@ def test_the_credential_check_is_the_masking_rule(helm: Helm) -> None:
         refused = "looks like a credential" in result.stderr
         assert refused == is_secret_property(name), name
         assert refused or result.returncode == 0, result.stderr
+
+
+_METRIC_NAME = re.compile(r"\b((?:progress_control|streams)_[a-z_]+)")
+
+
+def _documented_metric(name: str) -> bool:
+    """Whether ``name`` (a sample's: ``_total``, ``_bucket`` may end it) is in the metrics page."""
+    page = (ROOT / "docs" / "operations" / "metrics.md").read_text()
+    base = re.sub(r"_(total|bucket|sum|count)$", "", name)
+    return base in page
+
+
+def test_the_alerts_and_the_dashboard_render_and_use_documented_metrics(
+    full_manifests: list[Manifest],
+) -> None:
+    [rule] = [m for m in full_manifests if m["kind"] == "PrometheusRule"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    [group] = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {
+        "ProgressControlTicksFailing",
+        "ProgressControlBrokerUnreachable",
+        "ProgressControlPromiseStalled",
+        "ProgressControlUnreportedTasks",
+        "ProgressControlConsumerLag",
+        "ProgressControlRestoreStuck",
+    }
+    assert "> 300" in alerts["ProgressControlPromiseStalled"]["expr"]  # the value given
+    # Prometheus' templates reach Prometheus as written, not eaten by Helm's.
+    assert (
+        "{{ $labels.pod }}"
+        in alerts["ProgressControlUnreportedTasks"]["annotations"]["description"]
+    )
+    [dashboard_map] = [
+        m
+        for m in full_manifests
+        if m["kind"] == "ConfigMap" and m["metadata"]["name"].endswith("-dashboard")
+    ]
+    assert dashboard_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(dashboard_map["data"]["progress-control.json"])
+    assert dashboard == json.loads((CHART / "files" / "dashboard.json").read_text())
+    exprs = [r["expr"] for r in group["rules"]] + [
+        t["expr"] for panel in dashboard["panels"] for t in panel["targets"]
+    ]
+    names = {name for expr in exprs for name in _METRIC_NAME.findall(expr)}
+    assert len(names) >= 10
+    assert [n for n in sorted(names) if not _documented_metric(n)] == []
 
 
 def test_values_file_and_schema_agree() -> None:

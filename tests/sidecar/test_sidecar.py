@@ -35,7 +35,13 @@ from progress_control.ticks.activity_report import (
 from progress_control.trust import ControlRecordValidator, SigningKey, TrustPolicy, Verdict
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
-from tests.helpers import TopicReader, ticks_by_partition, unique_name, wait_for
+from tests.helpers import (
+    TopicReader,
+    ticks_by_partition,
+    undocumented_metrics,
+    unique_name,
+    wait_for,
+)
 from tests.interceptor.test_producer import APP, CLI
 from tests.sidecar.process import dead_port, report_flood, sidecar_process
 
@@ -226,6 +232,7 @@ def test_readiness_is_the_sidecars_own_and_sigterm_after_the_broker_went_away(
         # random part; and no _created series beside the counters.
         assert f'progress_control_ticks_sent_total{{source="{socket.gethostname()}"}}' in metrics
         assert "_created" not in metrics
+        assert undocumented_metrics(metrics) == []  # docs/operations/metrics.md names them all
         assert process.poll() is None  # retrying, not crash-looping
         # The broker comes up on that port: the sidecar connects.
         with EmbeddedKafkaBroker(BrokerSettings(port=broker_port)) as broker:
