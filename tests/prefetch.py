@@ -1,12 +1,13 @@
 """Fetch and build, before the tests, what their fixtures otherwise fetch or build on first use:
 the broker's, Connect's and Spark's connector jars, the schema registry, the Quix Streams
 virtualenv, Helm, and the Maven projects the tests run (the Kafka Streams conformance app, the
-Kafka Streams and Flink companions). ``./dev prefetch``; CI runs it beside the suite.
+Kafka Streams and Flink companions). ``./dev prefetch``; CI runs it beside lint and the docs,
+before the suite.
 
 Inside the suite each of these is fetched by the first test that needs it while that test's
 worker waits (and any other worker whose test needs it too, on its lock): minutes of workers'
 time, the Helm build alone about two on a cold Go cache. Here the downloads overlap each other
-and the suite's first tests, which need none of them. Everything lands in the project's
+and lint. Everything lands in the project's
 cache (:func:`progress_control.settings.default_cache_dir`) exactly as the fixtures would put
 it, so a later run finds it there; nothing here is required, only earlier.
 """
