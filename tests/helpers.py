@@ -122,12 +122,21 @@ def stop_child(process: subprocess.Popen[Any], log: IO[Any]) -> None:
         log.close()
 
 
-def undocumented_metrics(exposition: str) -> list[str]:
-    """The metrics (``progress_control_*``, ``streams_*``) of a Prometheus text exposition that
-    docs/operations/metrics.md does not name, as a table or a list writes them: in backticks,
-    counters with ``_total``, followed by their labels or the closing backtick."""
+def exposed_metrics(exposition: str) -> list[str]:
+    """The names of our metrics (``progress_control_*``, ``streams_*``) in a Prometheus text
+    exposition."""
+    return re.findall(r"^# TYPE ((?:progress_control|streams)_\w+) ", exposition, re.MULTILINE)
+
+
+def undocumented_metrics(names: Iterable[str]) -> list[str]:
+    """Those of ``names`` (metrics', or samples': a histogram's end in ``_bucket``, ``_sum``,
+    ``_count``) that docs/operations/metrics.md does not name as its tables and lists write
+    them: in backticks, counters with ``_total``, followed by their labels or the backtick."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "operations" / "metrics.md").read_text()
-    names = re.findall(r"^# TYPE ((?:progress_control|streams)_\w+) ", exposition, re.MULTILINE)
     return sorted(
-        name for name in names if not re.search(rf"`{re.escape(name)}(_total)?[{{`]", page)
+        name
+        for name in set(names)
+        if not re.search(
+            rf"`{re.escape(re.sub(r'_(bucket|sum|count)$', '', name))}(_total)?[{{`]", page
+        )
     )

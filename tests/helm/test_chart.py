@@ -24,6 +24,7 @@ import yaml
 
 from progress_control.kafka_properties import SECRET_NAME_PATTERN, is_secret_property
 from progress_control.tools.helm import HELM_VERSION, helm_binary, helm_needs_build
+from tests.helpers import undocumented_metrics
 from tests.paths import ROOT
 
 CHART = ROOT / "helm" / "progress-control"
@@ -885,13 +886,6 @@ def test_the_credential_check_is_the_masking_rule(helm: Helm) -> None:
 _METRIC_NAME = re.compile(r"\b((?:progress_control|streams)_[a-z_]+)")
 
 
-def _documented_metric(name: str) -> bool:
-    """Whether ``name`` (a sample's: ``_total``, ``_bucket`` may end it) is in the metrics page."""
-    page = (ROOT / "docs" / "operations" / "metrics.md").read_text()
-    base = re.sub(r"_(total|bucket|sum|count)$", "", name)
-    return base in page
-
-
 def test_the_alerts_and_the_dashboard_render_and_use_documented_metrics(
     full_manifests: list[Manifest],
 ) -> None:
@@ -927,7 +921,7 @@ def test_the_alerts_and_the_dashboard_render_and_use_documented_metrics(
     ]
     names = {name for expr in exprs for name in _METRIC_NAME.findall(expr)}
     assert len(names) >= 10
-    assert [n for n in sorted(names) if not _documented_metric(n)] == []
+    assert undocumented_metrics(names) == []
 
 
 def test_values_file_and_schema_agree() -> None:
