@@ -353,6 +353,53 @@ def test_unmodified_app_gets_ticks_under_progress_control_run(
     )
 
 
+_AIO_APP = """
+import asyncio, json, sys
+import confluent_kafka
+from confluent_kafka.aio import AIOProducer
+
+async def main(bootstrap, topic):
+    producer = AIOProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    delivered = await asyncio.gather(
+        *[await producer.produce(topic, value=b"v", key=b"k", partition=0) for _ in range(10)]
+    )
+    await producer.flush()
+    inner = producer._producer  # the client AIOProducer made with confluent_kafka.Producer(...)
+    while inner.progress_metrics().ticks_sent < 2:  # idle now: ticks follow
+        await asyncio.sleep(0.1)
+    await producer.close()
+    print(json.dumps({"delivered": len(delivered), "inner": type(inner).__module__}))
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_an_asyncio_app_on_aio_producer_gets_ticks_under_progress_control_run(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    """confluent-kafka's ``AIOProducer`` makes its client with ``confluent_kafka.Producer(...)``
+    when it is created, so under ``progress-control run`` (or the autoload) that client is the
+    instrumented one: its acks are recorded (``produce_batch``, as the AIOProducer sends) and
+    its idle partitions ticked."""
+    topic = create_topic("aio")
+    reader = reader_for(topic, 1)
+    result = subprocess.run(
+        [*CLI, "run", "--", sys.executable, "-c", _AIO_APP, kafka_bootstrap, topic],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_app_env(),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary == {"delivered": 10, "inner": "interceptor.producer"}
+    wait_for(lambda: len(reader.ticks()) == 2, message="the AIOProducer's ticks")
+    assert len([m for m in reader.records if not is_control_record(m)]) == 10
+
+
 def test_transactional_app_keeps_committing_with_ticks_on(
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
