@@ -31,7 +31,7 @@ from streams_runtime import App, StreamsBuilder
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 from tests import shared_services
-from tests.helpers import TEST_JVM_OPTIONS, TopicReader, unique_name, wait_for
+from tests.helpers import TEST_JVM_OPTIONS, TopicReader, unique_name, wait_for_leaders
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 
@@ -266,26 +266,12 @@ def create_topic(kafka_admin: AdminClient) -> Callable[..., str]:
         topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)
         for future in kafka_admin.create_topics([topic]).values():
             future.result(timeout=30)
-        # The controller answered; the broker serves the topic in its metadata a little later
-        # (seconds on a loaded machine). A client that looks in between (a sidecar's first
-        # metadata request) would not see it until its next periodic refresh.
-        wait_for(
-            lambda: _served(kafka_admin, name, partitions),
-            timeout_s=30,
-            message=f"topic {name} in the broker's metadata",
-        )
+        # A client that looks before the broker serves it (a sidecar's first metadata request)
+        # would not see it until its next periodic refresh.
+        wait_for_leaders(kafka_admin, [name])
         return name
 
     return create
-
-
-def _served(admin: AdminClient, topic: str, partitions: int) -> bool:
-    metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
-    if metadata is None or metadata.error is not None:
-        return False
-    return len(metadata.partitions) == partitions and all(
-        p.leader >= 0 for p in metadata.partitions.values()
-    )
 
 
 @pytest.fixture

@@ -23,12 +23,14 @@ __all__ = [
     "TEST_JVM_OPTIONS",
     "TopicReader",
     "delete_topics",
+    "exposed_metrics",
     "registry_client",
     "stop_child",
     "ticks_by_partition",
     "undocumented_metrics",
     "unique_name",
     "wait_for",
+    "wait_for_leaders",
 ]
 
 REGISTRY_TIMEOUT_S = 10
@@ -139,4 +141,27 @@ def undocumented_metrics(names: Iterable[str]) -> list[str]:
         if not re.search(
             rf"`{re.escape(re.sub(r'_(bucket|sum|count)$', '', name))}(_total)?[{{`]", page
         )
+    )
+
+
+def wait_for_leaders(admin: AdminClient, topics: Iterable[str], timeout_s: float = 30) -> None:
+    """Wait until the broker serves each of ``topics`` in its metadata with a leader for every
+    partition: a topic's creation is acknowledged by the controller, and the broker serves it
+    a little later (seconds on a loaded machine), so a client looking in between misses it."""
+    wanted = list(topics)
+
+    def served(topic: str) -> bool:
+        # One topic's metadata: the shared test broker holds thousands of topics.
+        metadata = admin.list_topics(topic, timeout=5).topics.get(topic)
+        return (
+            metadata is not None
+            and metadata.error is None
+            and bool(metadata.partitions)
+            and all(p.leader >= 0 for p in metadata.partitions.values())
+        )
+
+    wait_for(
+        lambda: all(served(topic) for topic in wanted),
+        timeout_s=timeout_s,
+        message=f"the broker serving {wanted}",
     )

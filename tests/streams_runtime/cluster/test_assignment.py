@@ -23,7 +23,7 @@ from streams_runtime.cluster.assignment import (
 from streams_runtime.cluster.membership import MemberInfo, StorePartition
 from streams_runtime.cluster.placement import standby_placement
 from streams_runtime.record import TaskId
-from tests.helpers import unique_name, wait_for
+from tests.helpers import unique_name, wait_for, wait_for_leaders
 
 TASKS = {0: 6, 1: 6}
 
@@ -117,22 +117,6 @@ def test_no_owner_keeps_what_is_there() -> None:
 # -- against the real assignors ------------------------------------------------------------------
 
 
-def _wait_for_leaders(bootstrap: str, topics: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-
-    def served() -> bool:
-        metadata = admin.list_topics(timeout=5).topics
-        return all(
-            topic in metadata
-            and metadata[topic].error is None
-            and metadata[topic].partitions
-            and all(p.leader >= 0 for p in metadata[topic].partitions.values())
-            for topic in topics
-        )
-
-    wait_for(served, timeout_s=30, message=f"the broker serving {topics}")
-
-
 def _assignments(
     bootstrap: str, topics: list[str], count: int, config: dict[str, str]
 ) -> dict[str, set[TopicPartition]]:
@@ -142,7 +126,7 @@ def _assignments(
     # A classic member subscribes only to the topics its metadata already shows: one that joined
     # before the broker served a new topic gets none of it until a later rebalance, a stable but
     # transient assignment this test would otherwise take for the assignor's.
-    _wait_for_leaders(bootstrap, topics)
+    wait_for_leaders(AdminClient({"bootstrap.servers": bootstrap}), topics)
     owned: dict[int, set[tuple[str, int]]] = {}
     consumers = []
     for n in range(count):
