@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import sys
@@ -90,11 +91,11 @@ class App:
         """The advertised ``host:port`` of the query server (set once running, with
         ``application_server`` set; port 0 there becomes the bound port here)."""
 
-    @property
+    @functools.cached_property
     def instance_id(self) -> str:
         """This instance's id, kept in the state directory across restarts (it names the
         transactional id, so a restarted instance fences and aborts its predecessor's open
-        transaction at once)."""
+        transaction at once). Read, and the directories made private, once."""
         directory = application_directory(
             Path(self.settings.state_dir), self.settings.application_id
         )
