@@ -30,7 +30,7 @@ from progress_control.kafka_properties import KafkaProperties, is_secret_propert
 
 __all__ = ["ClientProperties", "checked_client_properties", "client_property_problems"]
 
-_CONF_OK, _CONF_INVALID, _CONF_UNKNOWN = 0, -1, -2
+_CONF_OK, _CONF_UNKNOWN = 0, -2  # rd_kafka_conf_res_t; -1 is an invalid value
 _ERRSTR_SIZE = 512
 
 _PYTHON_ONLY = frozenset(
@@ -82,7 +82,7 @@ class _Librdkafka:
             found = []
             errstr = ctypes.create_string_buffer(_ERRSTR_SIZE)
             for name, value in properties.items():
-                result = self._set(conf, name.encode(), str(value).encode(), errstr, _ERRSTR_SIZE)
+                result = self._set(conf, name.encode(), value.encode(), errstr, _ERRSTR_SIZE)
                 if result != _CONF_OK:
                     found.append((name, result, errstr.value.decode(errors="replace")))
             return found
