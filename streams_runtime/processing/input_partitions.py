@@ -5,7 +5,14 @@ Every call here may name a partition a rebalance has just taken away, or one who
 not started yet (librdkafka answers a seek then with ``_STATE``, "Erroneous state"): neither is
 an error of the application. A partition no longer assigned is left alone; a seek the consumer
 cannot take yet is kept, with the partition paused, and tried again every loop turn
-(:meth:`InputPartitions.retry_seeks`), so its records are never read from anywhere else."""
+(:meth:`InputPartitions.retry_seeks`), so its records are never read from anywhere else.
+
+librdkafka can lose a seek to an absolute offset taken while it looks up a logical one (the
+beginning or end, for ``auto.offset.reset``): the lookup's answer comes back outdated by the seek,
+and librdkafka then looks the logical offset up again and fetches from there, behind the seek
+(rdkafka_partition.c, ``rd_kafka_toppar_handle_Offset``: an outdated reply restarts the offset
+query). :meth:`InputPartitions.fetched` catches the first such move back after each seek: the
+records behind the position are dropped and the partition is sought again."""
 
 from __future__ import annotations
 
@@ -32,12 +39,40 @@ class InputPartitions:
         self._eof: dict[TopicPartitionId, int] = {}
         # Seeks the consumer could not take yet: offset, and whether to resume after it.
         self._pending_seeks: dict[TopicPartitionId, tuple[int, bool]] = {}
+        # Partitions sought to an absolute offset whose first move back is still to be caught.
+        self._sought: set[TopicPartitionId] = set()
 
     # -- fetch positions ----------------------------------------------------------------------
 
-    def fetched(self, tp: TopicPartitionId, next_offset: int) -> None:
-        """Records of ``tp`` were fetched up to ``next_offset`` (exclusive)."""
+    def fetched(self, tp: TopicPartitionId, first_offset: int, next_offset: int) -> int:
+        """Records of ``tp`` were fetched from ``first_offset`` up to ``next_offset``
+        (exclusive). Returns the offset from which they are new: ``first_offset``, unless
+        librdkafka moved the partition back behind a seek of ours (see the module's docstring);
+        then the records before the position are not to be processed again, and the partition
+        is sought back to it if none of the batch is new."""
+        if tp in self._sought:
+            position = self._fetched.get(tp, first_offset)
+            if first_offset < position:
+                logger.warning(
+                    "librdkafka moved %(topic)s[%(partition)d] back behind a seek; dropping "
+                    "the records before the position",
+                    {
+                        "topic": tp.topic,
+                        "partition": tp.partition,
+                        "offset": first_offset,
+                        "position": position,
+                    },
+                )
+                # Caught once per seek of ours: after a fetch out of range, librdkafka's reset
+                # to auto.offset.reset is a real move back and goes through the next time.
+                if next_offset <= position:
+                    self._seek(tp, position, resume=False)
+                    self._sought.discard(tp)
+                    return next_offset
+                self._sought.discard(tp)
+                first_offset = position
         self._fetched[tp] = next_offset
+        return first_offset
 
     def reached_end(self, tp: TopicPartitionId, offset: int) -> None:
         """A partition-EOF event of ``tp`` at ``offset``."""
@@ -95,6 +130,7 @@ class InputPartitions:
         """A new task owns ``tp``: forget its fetch position; with ``seek``, or when it was held
         back, read it from the ``committed`` offset (the beginning when none)."""
         self._fetched.pop(tp, None)
+        self._sought.discard(tp)
         self._eof.pop(tp, None)
         if tp not in self.assigned:
             return  # revoked or lost meanwhile
@@ -134,6 +170,13 @@ class InputPartitions:
             return
         if resuming:
             self.paused.discard(tp)
+        # The fetch position is the seek's (for the lag, and to catch a move back behind it).
+        if offset >= 0:
+            self._fetched[tp] = offset
+            self._sought.add(tp)
+        else:
+            self._fetched.pop(tp, None)
+            self._sought.discard(tp)
 
     def forget(self, partitions: Iterable[TopicPartitionId]) -> None:
         """Revoked or lost."""
@@ -144,3 +187,4 @@ class InputPartitions:
             self._fetched.pop(tp, None)
             self._eof.pop(tp, None)
             self._pending_seeks.pop(tp, None)
+        self._sought.difference_update(partitions)

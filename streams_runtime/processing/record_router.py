@@ -100,9 +100,14 @@ class RecordRouter:
                     rejected,
                 )
             )
-        for (topic, partition), records in batches.items():
+        for (topic, partition), fetched in batches.items():
             tp = TopicPartitionId(topic, partition)
-            partitions.fetched(tp, records[-1].offset + 1)
+            new_from = partitions.fetched(tp, fetched[0].offset, fetched[-1].offset + 1)
+            records = fetched
+            if new_from != fetched[0].offset:  # behind a seek of ours (librdkafka's lost seek)
+                records = [record for record in fetched if record.offset >= new_from]
+                if not records:
+                    continue
             task = task_of(tp)
             if task is None:
                 # Assigned without the rest of its task's inputs; never skip its records.
