@@ -186,7 +186,9 @@ class _ProgressControlled:
         if self._progress is not None:
             self._progress.commit_acks()  # report mode's last report includes them
             self._progress.close()
-        return super().close(*args, **kwargs)  # type: ignore[misc]
+        # confluent-kafka's own close() came in 2.13.0; before it, the close is ours alone.
+        kafka_close = getattr(super(), "close", None)
+        return None if kafka_close is None else kafka_close(*args, **kwargs)
 
     @property
     def progress_control(self) -> ProgressControl | None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+import confluent_kafka
+
 from progress_control.settings import ConfigurationError, load_settings
 from streams_runtime.app_state import AppState
 from streams_runtime.cluster.membership import LagInfo
@@ -38,6 +40,21 @@ __all__ = ["App"]
 
 logger = logging.getLogger(__name__)
 
+# consume() moves the position past partition-EOF events only from 2.13.2 on; the runtime's
+# consumers run with enable.partition.eof. The core installs older releases (beside Quix
+# Streams), so the runtime's extra carries the floor and the app checks it.
+_CONFLUENT_KAFKA_FLOOR = (2, 13, 2)
+
+
+def _require_confluent_kafka() -> None:
+    installed = confluent_kafka.version()[0]
+    release = tuple(int(part) for part in installed.split(".")[:3] if part.isdigit())
+    if release < _CONFLUENT_KAFKA_FLOOR:
+        raise ConfigurationError(
+            f"the streams runtime needs confluent-kafka>=2.13.2 (installed: {installed}); "
+            "install kafka-progress-control[runtime]"
+        )
+
 
 class App:
     """Runs the topology of ``builder`` with ``settings`` (or settings given as keywords, which
@@ -59,6 +76,7 @@ class App:
         before_offset_commit: OffsetCommitHook | None = None,
         **overrides: Any,
     ) -> None:
+        _require_confluent_kafka()
         self._before_offset_commit = before_offset_commit
         self.settings = settings or load_settings(RuntimeSettings, **overrides)
         self.topology: Topology = builder.build(self.settings.application_id)

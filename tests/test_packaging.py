@@ -109,9 +109,12 @@ def test_core_requirements_are_small_and_extras_hold_the_rest(wheel: Path) -> No
             if r.marker is not None and r.marker.evaluate({"extra": name})
         }
 
-    assert set(meta.get_all("Provides-Extra")) >= {"runtime", "spark", "demo", "all", "dev"}  # type: ignore[attr-defined]
-    # orjson only speeds up the runtime's JSON serde; rocksdict is the optional RocksDB engine.
-    assert {name for name, _, _ in extra("runtime")} == {"orjson", "rocksdict"}
+    assert set(meta.get_all("Provides-Extra")) >= {"runtime", "spark", "demo", "all", "dev", "quix"}  # type: ignore[attr-defined]
+    # The runtime's own confluent-kafka floor (the core's is lower, for Quix Streams beside it);
+    # orjson speeds up its JSON serde; rocksdict is the optional RocksDB engine.
+    assert {name for name, _, _ in extra("runtime")} == {"confluent-kafka", "orjson", "rocksdict"}
+    assert ("confluent-kafka", frozenset(), "<3,>=2.13.2") in extra("runtime")
+    assert {name for name, _, _ in extra("quix")} == {"quixstreams"}
     # The connector jars are fetched at the installed pyspark version: one exact pin.
     assert extra("spark") == {("pyspark", frozenset(), f"=={metadata.version('pyspark')}")}
     itself = "kafka-progress-control"
@@ -313,3 +316,18 @@ def test_the_sdist_installs_without_a_rust_toolchain_and_runs_on_the_python_path
     )
     assert result.returncode == 0, result.stderr
     assert "native core is not built" in result.stderr
+
+
+def test_the_runtime_refuses_a_confluent_kafka_below_its_own_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The core allows confluent-kafka 2.12 (Quix Streams beside it pins <2.13); the runtime
+    needs 2.13.2 and says which extra brings it, before it connects anywhere."""
+    import confluent_kafka
+
+    from progress_control.settings import ConfigurationError
+    from streams_runtime import App, StreamsBuilder
+
+    monkeypatch.setattr(confluent_kafka, "version", lambda: ("2.12.2", 0x020C0200))
+    with pytest.raises(ConfigurationError, match=r"installed: 2\.12\.2.*\[runtime\]"):
+        App(StreamsBuilder(), application_id="a", bootstrap_servers="127.0.0.1:1")

@@ -1,37 +1,54 @@
 """A virtualenv with Quix Streams, for the Quix reader's tests and the engines benchmark, under
-the project cache (``<cache>/quix/quixstreams-<version>``; installed from PyPI on first use,
-never committed).
+the project cache (``<cache>/quix/quixstreams-<version>-<requirements hash>``; installed from
+PyPI on first use, never committed).
 
 Quix Streams 3.28 pins ``confluent-kafka<2.13``, ``pydantic<2.14`` and
-``pydantic-settings<2.16``, below this project's own pins, so it cannot share the test
-virtualenv. The helper needs nothing of ours but the protocol and trust modules (stdlib plus
-structlog), so the apps run there with this repository on ``PYTHONPATH``. The benchmark's app
-imports nothing of ours.
+``pydantic-settings<2.16``: it cannot share the test virtualenv (the runtime needs
+confluent-kafka 2.13.2), but it installs beside the core. The virtualenv is what
+``pip install kafka-progress-control[quix]`` resolves: the core's requirements and the ``quix``
+extra's, resolved together with Quix Streams at :data:`QUIX_VERSION` (so building it proves
+that they resolve). The apps run there with this repository on ``PYTHONPATH``. The benchmark's
+app imports nothing of ours.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from progress_control.dev.cache import fill_once
 from progress_control.settings import default_cache_dir
 
-__all__ = ["QUIX_VERSION", "quix_python"]
+__all__ = ["QUIX_VERSION", "quix_python", "quix_requirements"]
 
 QUIX_VERSION = "3.28.1"
 """The Quix Streams release the reader helper is tested and the benchmark run against (the
 current 3.x)."""
 
-_PACKAGES = (f"quixstreams=={QUIX_VERSION}", "structlog>=26.1")
 _COMPLETE = "COMPLETE"
 _PIP_TIMEOUT_S = 900
 
 
+def quix_requirements() -> list[str]:
+    """What ``kafka-progress-control[quix]`` installs (the core's requirements and the extra's),
+    with Quix Streams pinned to :data:`QUIX_VERSION`."""
+    requirements = [f"quixstreams=={QUIX_VERSION}"]
+    for requirement in metadata.requires("kafka-progress-control") or []:
+        spec, _, marker = requirement.partition(";")
+        if not marker or marker.replace(" ", "") == 'extra=="quix"':
+            requirements.append(spec.strip())
+    return requirements
+
+
 def quix_python(cache_dir: Path | None = None) -> Path:
     """The Python of the Quix Streams virtualenv, creating it first if needed."""
-    target = (cache_dir or default_cache_dir()) / "quix" / f"quixstreams-{QUIX_VERSION}"
+    packages = quix_requirements()
+    digest = hashlib.sha256("\n".join(packages).encode()).hexdigest()[:8]
+    name = f"quixstreams-{QUIX_VERSION}-{digest}"
+    target = (cache_dir or default_cache_dir()) / "quix" / name
 
     def build(staging: Path) -> None:
         venv = staging / "venv"
@@ -40,7 +57,7 @@ def quix_python(cache_dir: Path | None = None) -> Path:
             [
                 str(venv / "bin" / "python"),
                 *("-m", "pip", "install", "--quiet", "--disable-pip-version-check"),
-                *_PACKAGES,
+                *packages,
             ],
             capture_output=True,
             text=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -374,6 +375,10 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("confluent_kafka.aio") is None,
+    reason="confluent_kafka.aio came in confluent-kafka 2.13.0 (the core allows 2.12)",
+)
 def test_an_asyncio_app_on_aio_producer_gets_ticks_under_progress_control_run(
     kafka_bootstrap: str,
     create_topic: Callable[..., str],
