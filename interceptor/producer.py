@@ -50,7 +50,11 @@ Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] |
 class _ProgressControlled:
     """Mixin placed before a confluent-kafka producer class in the MRO."""
 
-    _progress: ProgressControl | None
+    # A class-level default for instances whose __init__ never ran: OpenTelemetry's
+    # ProxiedProducer subclasses the bound Producer (ours, under the autoload) but only wraps
+    # another producer, and its close() must still work as on confluent-kafka's. (Only this
+    # attribute: it is never read per record.)
+    _progress: ProgressControl | None = None
     _pending: dict[Any, Any] | None
     """The acks recorded since the last commit (empty or ``None`` means nothing to do)."""
     _wrap: Callable[[DeliveryCallback | None], DeliveryCallback] | None

@@ -305,6 +305,15 @@ def _run(args: argparse.Namespace) -> int:
     if not command:
         print("progress-control run: give a command, e.g. `-- python app.py`", file=sys.stderr)
         return 2
+    if Path(command[0]).name == "opentelemetry-instrument":
+        # Its sitecustomize would go in front of ours and not run the ones after it: the app
+        # would run without progress control, and nothing would say so.
+        print(
+            "progress-control run: put opentelemetry-instrument outside, "
+            "`opentelemetry-instrument progress-control run -- python app.py`",
+            file=sys.stderr,
+        )
+        return 2
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir()), env.get("PYTHONPATH")]))
     env["PROGRESS_CONTROL_AUTOLOAD"] = "1"

@@ -110,6 +110,7 @@ def test_run_a_missing_command_exits_127_like_a_shell(tmp_path: Path) -> None:
     )
     assert result.returncode == 127
     assert result.stderr == "progress-control run: no-such-command-pc17: command not found\n"
+
     # A file that is not executable: 126, as a shell says it.
     script = tmp_path / "app.sh"
     script.write_text("#!/bin/sh\necho hi\n")
@@ -124,6 +125,20 @@ def test_run_a_missing_command_exits_127_like_a_shell(tmp_path: Path) -> None:
         [*CLI, "run", "--", str(script)], capture_output=True, text=True, timeout=60, check=False
     )
     assert (result.returncode, result.stdout) == (0, "hi\n"), result.stderr
+
+
+def test_run_refuses_opentelemetry_instrument_inside_it() -> None:
+    """Nested so, OpenTelemetry's start-up hook would hide ours: the app would run without
+    progress control and nothing would say so (docs/producers.md, "With OpenTelemetry")."""
+    result = subprocess.run(
+        [*CLI, "run", "--", "opentelemetry-instrument", "python", "app.py"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "opentelemetry-instrument progress-control run -- python app.py" in result.stderr
 
 
 def test_json_logs_carry_structured_fields() -> None:
