@@ -8,6 +8,7 @@ into a fresh virtualenv (dependencies from PyPI).
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -253,6 +254,26 @@ def test_core_installs_small_and_works_without_extras(wheel: Path, tmp_path: Pat
         assert result.returncode == 2, result.stderr
         assert f"pip install 'kafka-progress-control[{extra}]'" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_the_release_wheel_is_manylinux_with_both_extensions_and_passes_its_smoke_test(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """What ``./dev dist`` checks, on the wheel built here: cp311-abi3 with both native
+    extensions, made manylinux by ``auditwheel repair``, ``twine check --strict``, then
+    installed with the runtime extra in a fresh virtualenv where the smoke test passes
+    (native paths, a topology on the test driver, the command)."""
+    from progress_control.tools import dist
+
+    copy = Path(shutil.copy(wheel, tmp_path / wheel.name))
+    dist.check_extensions(copy)
+    repaired = dist.repair(copy, tmp_path)
+    tag = rf"-cp311-abi3-manylinux_2_\d+_{platform.machine()}\.whl$"
+    assert re.search(tag, repaired.name), repaired.name
+    subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(repaired)], check=True, timeout=120
+    )
+    dist.smoke_test(repaired, __version__)
 
 
 def test_the_sdist_installs_without_a_rust_toolchain_and_runs_on_the_python_path(
