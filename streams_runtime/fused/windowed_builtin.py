@@ -106,7 +106,7 @@ class FusedWindowAggregate(Processor):
     suppression's children."""
 
     name = "fused_window_aggregate"
-    reorders = True  # windows are stamped behind their input
+    keeps_order = False  # windows are stamped behind their input
 
     def __init__(
         self,
@@ -341,7 +341,7 @@ class FusedWindowAggregate(Processor):
 
     def control_progress(self) -> int:
         # As the windowed aggregation's (WindowedAggregateProcessor.control_progress).
-        seen = max(self.core.accepted_time, super().control_progress())
+        seen = max(self.core.accepted_time, self.parents_progress())
         held = seen - self._windows.output_lag_ms
         return held if seen >= 0 and held >= 0 else NO_PROGRESS
 

@@ -11,6 +11,8 @@ It flows through the graph like data (docs/concepts/promise.md), not from the ta
 
 - only forwarded data and input control records move it. A record a filter drops, or an
   aggregation drops as late or keyless, promises nothing downstream;
+- each processor class declares how it moves progress (:attr:`Processor.keeps_order`), and one
+  that declares nothing holds it: nothing after it is promised (fails closed);
 - stateless and table processors keep their input's order, so the data a sink sends moves its
   progress, and control time passes through them (:meth:`Processor.control_progress`);
 - a session aggregation stamps its output with session ends, which trail its input by up to
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde
@@ -160,12 +162,23 @@ def reduce_builtin(reducer: Callable[[Any, Any], Any]) -> Builtin | None:
 
 
 class Processor:
-    """Base processor: forwards records and time to its children."""
+    """Base processor: forwards records and time to its children.
+
+    Every processor class says how it moves progress (:attr:`keeps_order`); one that does not
+    holds it: nothing downstream of it is promised until it says (fails closed)."""
 
     name = "processor"
-    reorders = False
-    """Whether the timestamps of what this processor forwards may run backwards while its input's
-    run forwards (so data after it promises nothing, see :meth:`SinkProcessor.progress`)."""
+    keeps_order: ClassVar[bool | None] = None
+    """How this processor moves progress, declared by the class that implements its behaviour:
+
+    - ``True``: it forwards what it takes in the order it took it, and passes control time on
+      (stateless, table and suppression processors);
+    - ``False``: what it forwards may run behind its input (windows stamped behind it, joined
+      and unjoined records), so data after it promises nothing and it says itself how far it
+      holds control time back, by overriding :meth:`control_progress` from
+      :meth:`parents_progress`;
+    - ``None``, undeclared (bases meant for subclassing, and any processor that forgets): as
+      ``False`` with nothing passed on: progress stops here."""
 
     def __init__(self) -> None:
         self.children: list[Processor] = []
@@ -187,10 +200,16 @@ class Processor:
             child.advance(timestamp)
 
     def control_progress(self) -> int:
-        """The progress this processor passes on without data: the control time that reached it,
-        held back by every aggregation on the way (:data:`NO_PROGRESS` when none). Several
-        parents are one time-ordered stream (the task takes records in timestamp order), so the
-        largest counts, as for Kafka Streams' stream time."""
+        """The progress this processor passes on without data (:data:`NO_PROGRESS` when none):
+        what its parents pass on when it keeps their order (:attr:`keeps_order`), else nothing
+        unless its class says how far it holds it back."""
+        return self.parents_progress() if self.keeps_order else NO_PROGRESS
+
+    def parents_progress(self) -> int:
+        """The control time that reached this processor, held back by every aggregation on the
+        way (:data:`NO_PROGRESS` when none). Several parents are one time-ordered stream (the
+        task takes records in timestamp order), so the largest counts, as for Kafka Streams'
+        stream time."""
         return max((parent.control_progress() for parent in self.parents), default=NO_PROGRESS)
 
     def flush(self) -> None:

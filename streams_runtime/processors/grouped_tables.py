@@ -31,6 +31,7 @@ class TableRepartitionMapProcessor(Processor):
     its own, so an aggregation subtracts before it adds."""
 
     name = "table_repartition_map"
+    keeps_order = True
 
     def __init__(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         super().__init__()

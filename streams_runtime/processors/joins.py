@@ -203,7 +203,7 @@ class StreamStreamJoinProcessor(Processor):
     """
 
     name = "stream_stream_join"
-    reorders = True
+    keeps_order = False
 
     def __init__(
         self,
@@ -350,7 +350,7 @@ class StreamStreamJoinProcessor(Processor):
         # least s - max(before, after) - grace (its window is open), and is emitted later
         # stamped so; until the next scan, s stays the bound (however far time moves on). An
         # inner join buffers nothing unjoined and holds nothing back.
-        seen = max(super().control_progress(), self.state.scanned)
+        seen = max(self.parents_progress(), self.state.scanned)
         if self._outer_store_name is None or seen < 0:
             return seen
         windows = self._windows

@@ -178,6 +178,7 @@ class SuppressProcessor(Processor):
     emitted, and an update's timestamp is never before its window's start."""
 
     name = "suppress"
+    keeps_order = True
 
     def __init__(
         self,

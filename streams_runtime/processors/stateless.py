@@ -31,6 +31,7 @@ __all__ = [
 
 class PassThroughProcessor(Processor):
     name = "merge"
+    keeps_order = True
 
 
 class SourceProcessor(Processor):
@@ -39,6 +40,7 @@ class SourceProcessor(Processor):
     (:mod:`streams_runtime.serde_context`) are given the record's topic and headers."""
 
     name = "source"
+    keeps_order = True
 
     def __init__(self, key_serde: Serde[Any], value_serde: Serde[Any]) -> None:
         super().__init__()
@@ -80,6 +82,7 @@ class SourceProcessor(Processor):
 
 class FilterProcessor(Processor):
     name = "filter"
+    keeps_order = True
 
     def __init__(self, predicate: Callable[[Any, Any], bool]) -> None:
         super().__init__()
@@ -92,6 +95,7 @@ class FilterProcessor(Processor):
 
 class MapProcessor(Processor):
     name = "map"
+    keeps_order = True
 
     def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         super().__init__()
@@ -104,6 +108,7 @@ class MapProcessor(Processor):
 
 class MapValuesProcessor(Processor):
     name = "map_values"
+    keeps_order = True
 
     def __init__(self, mapper: Callable[[Any], Any]) -> None:
         super().__init__()
@@ -117,6 +122,7 @@ class MapValuesProcessor(Processor):
 
 class PeekProcessor(Processor):
     name = "peek"
+    keeps_order = True
 
     def __init__(self, action: Callable[[Any, Any], None]) -> None:
         super().__init__()
@@ -133,6 +139,7 @@ class SinkProcessor(Processor):
     and a copy of the record's headers, which is sent with what they added to it."""
 
     name = "sink"
+    keeps_order = True
 
     def __init__(
         self, topic: str, key_serde: Serde[Any], value_serde: Serde[Any], *, internal: bool = False
@@ -150,7 +157,7 @@ class SinkProcessor(Processor):
         self._context = context
         if self._internal:
             self.topic = f"{context.application_id}-{self.topic}"
-        self._in_order = not any(p.reorders for p in _ancestors(self))
+        self._in_order = all(p.keeps_order for p in _ancestors(self))
         if is_contextual(self._key_serde) or is_contextual(self._value_serde):
             self.process = self._process_in_context  # type: ignore[method-assign]
 

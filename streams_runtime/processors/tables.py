@@ -155,6 +155,7 @@ class TableSourceProcessor(KeyedStoreProcessor):
     are written, and forwarded unless idempotent (:func:`is_idempotent_update`)."""
 
     name = "table_source"
+    keeps_order = True
 
     def __init__(self, store_name: str, key_serde: Serde[Any], value_serde: Serde[Any]) -> None:
         super().__init__(store_name, key_serde)
@@ -189,6 +190,7 @@ class TableAggregateProcessor(AggregateProcessor):
     """
 
     name = "table_aggregate"
+    keeps_order = True
     _table: TimestampedTableStore | None = None
 
     def init(self, context: ProcessorContext) -> None:
@@ -235,6 +237,7 @@ class TableFilterProcessor(Processor):
     :func:`is_idempotent_update`), and the old value, when sent, is read from it."""
 
     name = "table_filter"
+    keeps_order = True
 
     def __init__(
         self,
@@ -292,6 +295,7 @@ class TableMapValuesProcessor(Processor):
     (decided when the topology is built); every update is forwarded."""
 
     name = "table_map_values"
+    keeps_order = True
 
     def __init__(self, mapper: Callable[[Any], Any], *, send_old_values: bool = False) -> None:
         super().__init__()
@@ -315,6 +319,7 @@ class StreamTableJoinProcessor(KeyedStoreProcessor):
     applies the table's own filters and value mappers on the way (``None``: no row)."""
 
     name = "stream_table_join"
+    keeps_order = True
 
     def __init__(
         self,

@@ -61,7 +61,7 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
     """Base of the windowed aggregations over a store of windows ``S`` (a session or window
     store) shaped by ``W``."""
 
-    reorders = True
+    keeps_order = False
 
     def __init__(
         self,
@@ -209,7 +209,7 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
         # time and sliding windows: an update is stamped no earlier than its window's start,
         # and windows take records until end + grace). Suppressed final results are among those
         # updates, so a suppression needs no hold of its own.
-        seen = max(self._accepted, super().control_progress())
+        seen = max(self._accepted, self.parents_progress())
         held = seen - self._windows.output_lag_ms
         return held if seen >= 0 and held >= 0 else NO_PROGRESS
 
