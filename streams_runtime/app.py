@@ -8,11 +8,10 @@ import signal
 import sys
 import threading
 import uuid
+from importlib import metadata
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
-
-import confluent_kafka
 
 from progress_control.settings import ConfigurationError, load_settings
 from streams_runtime.app_state import AppState
@@ -47,7 +46,7 @@ _CONFLUENT_KAFKA_FLOOR = (2, 13, 2)
 
 
 def _require_confluent_kafka() -> None:
-    installed = confluent_kafka.version()[0]
+    installed = metadata.version("confluent-kafka")
     release = tuple(int(part) for part in installed.split(".")[:3] if part.isdigit())
     if release < _CONFLUENT_KAFKA_FLOOR:
         raise ConfigurationError(

@@ -344,11 +344,12 @@ def test_the_runtime_refuses_a_confluent_kafka_below_its_own_floor(
 ) -> None:
     """The core allows confluent-kafka 2.12 (Quix Streams beside it pins <2.13); the runtime
     needs 2.13.2 and says which extra brings it, before it connects anywhere."""
-    import confluent_kafka
-
     from progress_control.settings import ConfigurationError
     from streams_runtime import App, StreamsBuilder
 
-    monkeypatch.setattr(confluent_kafka, "version", lambda: ("2.12.2", 0x020C0200))
+    real = metadata.version
+    monkeypatch.setattr(
+        metadata, "version", lambda name: "2.12.2" if name == "confluent-kafka" else real(name)
+    )
     with pytest.raises(ConfigurationError, match=r"installed: 2\.12\.2.*\[runtime\]"):
         App(StreamsBuilder(), application_id="a", bootstrap_servers="127.0.0.1:1")
