@@ -18,8 +18,8 @@ from streams_runtime.fused.windowed_builtin import FusedWindowAggregate, fusable
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import ChangelogSink, TaskOutput
 from streams_runtime.processing.partition_group import Clock, LagProvider, PartitionGroup
-from streams_runtime.processors import NO_PROGRESS, Processor, SinkProcessor, SourceProcessor
-from streams_runtime.progress import TaskCommitMetadata, merged_bounds
+from streams_runtime.processors import Processor, SinkProcessor, SourceProcessor
+from streams_runtime.progress import TaskBounds, TaskCommitMetadata
 from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.serdes import SerializationError
 from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
@@ -103,11 +103,9 @@ class StreamTask:
         self._taken_to: dict[TopicPartitionId, int] = {}  # after the last record taken
         self._poisoned: dict[TopicPartitionId, SourceRecord] = {}
         self._mark_processing = True
-        # Bounds (see :mod:`streams_runtime.progress`): the floor restored from the last commit,
-        # and those in this task's own last commit.
-        self._bound_floor: dict[str, int] = {}
+        self.bounds = TaskBounds()
+        """Its bounds per output topic (:mod:`streams_runtime.progress`)."""
         self._warm: Mapping[str, WarmStore] | None = None
-        self.committed_bounds: dict[str, int] = {}
         self.last_data_at = time.monotonic()
         self.took_control = False
         """Whether the task took a control record since the stream thread last cleared this."""
@@ -202,8 +200,7 @@ class StreamTask:
             restored.append(TaskCommitMetadata.decode(metadata))
             if restored[-1].partition_time >= 0:
                 self.group.set_partition_time(tp, restored[-1].partition_time)
-        # Whoever committed last promised these; resuming from that commit keeps the promise.
-        self._bound_floor = self.committed_bounds = merged_bounds(m.bounds for m in restored)
+        self.bounds.restore(m.bounds for m in restored)
         self._warm = warm_stores(self.id, self.committed) if warm_stores is not None else None
 
     def restore(
@@ -241,6 +238,7 @@ class StreamTask:
         }
         for processor in self._processors:
             processor.init(self)
+        self.bounds.attach([p for p in self._processors if isinstance(p, SinkProcessor)])
 
     def _record_metrics(
         self, done: int, controls: int, started: float, record: SourceRecord | None
@@ -429,28 +427,12 @@ class StreamTask:
         consumed[tp] = batch[-1].offset + 1
         return controls
 
-    def bounds(self) -> dict[str, int]:
-        """Per output topic, the bound this task promises: records its sinks still send are at
-        least this (the least over its sinks to the topic, and never below the bound restored
-        from the last commit; missing: none yet). See :mod:`streams_runtime.progress`."""
-        live: dict[str, int] = {}
-        for processor in self._processors:
-            if isinstance(processor, SinkProcessor):
-                bound = processor.progress()
-                live[processor.topic] = min(live.get(processor.topic, bound), bound)
-        bounds = dict(self._bound_floor)
-        for topic, bound in live.items():
-            if bound > bounds.get(topic, NO_PROGRESS):
-                bounds[topic] = bound
-        return bounds
-
     def progress_uncommitted(self, quiet_s: float) -> bool:
         """Whether the task took no data record for ``quiet_s`` while its bounds moved past the
         committed ones: committing now lets ticks move on (they wait for committed bounds)."""
         if time.monotonic() - self.last_data_at < quiet_s:
             return False
-        committed = self.committed_bounds
-        return any(b > committed.get(t, NO_PROGRESS) for t, b in self.bounds().items())
+        return self.bounds.uncommitted()
 
     def flush(self) -> None:
         """Before a commit: flush the record cache (writes and forwards what it absorbed), let
@@ -465,7 +447,7 @@ class StreamTask:
         """Next offsets to commit, for inputs that moved, with the partition time and the task's
         bounds in the metadata (:class:`~streams_runtime.progress.TaskCommitMetadata`)."""
         offsets = []
-        bounds = self.bounds()
+        bounds = self.bounds.current()
         for tp in self.inputs:
             offset = self._consumed.get(tp, -1)
             if self.group.buffered(tp) == 0:
@@ -481,16 +463,14 @@ class StreamTask:
         state; whether the committed bounds moved."""
         for tp in offsets:
             self.committed[TopicPartitionId(tp.topic, tp.partition)] = tp.offset
-        before = self.committed_bounds
-        committed = (TaskCommitMetadata.decode(tp.metadata).bounds for tp in offsets)
-        self.committed_bounds = merged_bounds([before, *committed])
+        moved = self.bounds.commit(TaskCommitMetadata.decode(tp.metadata).bounds for tp in offsets)
         written = self._collector.next_offsets
         self.state.commit(
             self.committed,
             {tp: written[tp] for tp in self.state.changelog_partitions() if tp in written},
         )
         self._mark_processing = True
-        return self.committed_bounds != before
+        return moved
 
     def close(self) -> None:
         with contextlib.suppress(KeyError):  # never restored here

@@ -418,7 +418,7 @@ class TopologyTestDriver:
         task.flush()
         offsets = task.offsets_to_commit()
         task.committed_offsets(offsets)
-        self._committed_bounds[task.id] = dict(task.committed_bounds)
+        self._committed_bounds[task.id] = dict(task.bounds.committed)
         self._tick()
 
     def _tick(self) -> None:

@@ -353,7 +353,7 @@ def _brokerless(cluster: _Cluster) -> Iterator[None]:
         mock.patch(
             "streams_runtime.state.changelog_readers.changelog_consumer", changelog_consumer
         ),
-        mock.patch("streams_runtime.progress.Consumer", offsets_consumer),
+        mock.patch("streams_runtime.progress.committed.Consumer", offsets_consumer),
     ):
         yield
 
@@ -468,7 +468,8 @@ class _Application:
         committed = self.cluster.committed(self._tp(i))
         task.initialize({self._tp(i): committed})
         owner = self.owners[i] = _Owner(task, producer, max(committed[0], 0))
-        self.trace.append(f"open {producer.writer} at {committed[0]}, floor {task.bounds()}")
+        floor = task.bounds.current()
+        self.trace.append(f"open {producer.writer} at {committed[0]}, floor {floor}")
         return owner
 
     def process(self, i: int) -> None:
@@ -501,7 +502,7 @@ class _Application:
         owner.task.committed_offsets(offsets)
         committed = [tp.offset for tp in offsets]
         self.trace.append(
-            f"{owner.producer.writer} commits {committed}: {owner.task.committed_bounds}"
+            f"{owner.producer.writer} commits {committed}: {owner.task.bounds.committed}"
         )
         self._check_committed_bound_never_goes_down(i)
 
