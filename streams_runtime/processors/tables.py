@@ -22,7 +22,7 @@ from streams_runtime.processors.base import (
 )
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde, ValueAndTimestamp
-from streams_runtime.state import CachingKeyValueStore, KeyValueStore
+from streams_runtime.state import KeyValueStore
 
 __all__ = [
     "StreamTableJoinProcessor",
@@ -88,9 +88,6 @@ class TimestampedTableStore:
         ``TimestampedCacheFlushListener``); the old value is what the store held before the
         first cached write. Emit-on-change applies to what is flushed."""
         store = self.store
-        if not isinstance(store, CachingKeyValueStore):
-            return
-        self.cached = True
 
         def flushed(
             key: bytes, new: bytes | None, old: bytes | None, ts: int, headers: Headers | None
@@ -108,7 +105,7 @@ class TimestampedTableStore:
                 headers,
             )
 
-        store.set_flush_listener(flushed)
+        self.cached = store.set_flush_listener(flushed)
 
     def update(
         self,
@@ -124,7 +121,6 @@ class TimestampedTableStore:
         cached (:meth:`forward_flushed` forwards it, with ``headers``)."""
         encoded = None if value is None else ValueAndTimestamp(value, timestamp).to_bytes()
         if self.cached:
-            assert isinstance(self.store, CachingKeyValueStore)
             self.store.put(key, encoded, timestamp, headers)
             return False
         self.store.put(key, encoded, timestamp)

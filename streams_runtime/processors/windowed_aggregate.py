@@ -29,7 +29,7 @@ from streams_runtime.processors.base import NO_PROGRESS, AggregateProcessor, Pro
 from streams_runtime.processors.retention import RetentionPurge
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde
-from streams_runtime.state import CachingSessionStore, SessionStore
+from streams_runtime.state import SessionStore
 from streams_runtime.windows import WindowSpec
 
 __all__ = ["FinalResults", "WindowedAggregateProcessor"]
@@ -118,9 +118,8 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
         super().init(context)
         self._store = store = self._open_store(context)
         self.observed_stream_time = max(self.observed_stream_time, context.stream_time)
-        self._cached = isinstance(store, CachingSessionStore)
-        if isinstance(store, CachingSessionStore):
-            store.set_flush_listener(self._forward_flushed)
+        self._cached = store.set_flush_listener(self._forward_flushed)
+        if self._cached:
             self._finals = [child for child in self.children if isinstance(child, FinalResults)]
 
     def process(self, record: Record[Any, Any]) -> None:
@@ -148,7 +147,7 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
             else:
                 return
         store = self._store
-        assert isinstance(store, CachingSessionStore)
+        assert store is not None
         store.flush_cache()
         self._dirty_end = None
         for final in self._finals:
@@ -181,12 +180,9 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
         """Write the window; a cached store keeps ``headers`` for when it forwards the update."""
         store = self._store
         assert store is not None
-        if isinstance(store, CachingSessionStore):
-            store.put(key, start, end, value, timestamp, headers)
-            if self._dirty_end is None or end < self._dirty_end:
-                self._dirty_end = end
-        else:
-            store.put(key, start, end, value, timestamp)
+        store.put(key, start, end, value, timestamp, headers)
+        if self._cached and (self._dirty_end is None or end < self._dirty_end):
+            self._dirty_end = end
 
     def _late(self) -> None:
         assert self._context is not None
@@ -194,7 +190,8 @@ class WindowedAggregateProcessor(AggregateProcessor, Generic[S, W]):
 
     def advance(self, timestamp: int) -> None:
         store = self._store
-        if timestamp > self.observed_stream_time and isinstance(store, CachingSessionStore):
+        if timestamp > self.observed_stream_time and self._cached:
+            assert store is not None
             # Time-driven children (suppression) must see every update before the time that
             # may close its window, or a final result would miss the cached update. Kafka
             # Streams has no control records, so this flush never changes what it would emit.

@@ -30,13 +30,12 @@ from typing import Any, Protocol, TypeVar
 
 from streams_runtime.record import Headers, TopicPartitionId
 from streams_runtime.state.changelog import SourcePosition
-from streams_runtime.state.stores import KeyValueStore
+from streams_runtime.state.stores import FlushListener, KeyValueStore
 
 __all__ = [
     "CacheEntry",
     "CacheStats",
     "CachingKeyValueStore",
-    "FlushListener",
     "NamedCache",
     "ThreadCache",
     "merge_ordered",
@@ -48,9 +47,6 @@ __all__ = [
 # bytes besides its key and value (a window about 660, with the index of cached windows), so
 # the cache's memory is several times its budget (docs/runtime/state.md says how much).
 ENTRY_OVERHEAD = 64
-
-FlushListener = Callable[[bytes, bytes | None, bytes | None, int, Headers | None], None]
-"""``(key, new value, old value, timestamp, headers)`` of one flushed dirty entry."""
 
 
 class CacheEntry:
@@ -294,9 +290,10 @@ class CachingKeyValueStore(KeyValueStore):
         self._listener: FlushListener | None = None
         cache.listener = self._write_back
 
-    def set_flush_listener(self, listener: FlushListener) -> None:
+    def set_flush_listener(self, listener: FlushListener) -> bool:
         """Call ``listener`` for each flushed entry that was stored or is stored now."""
         self._listener = listener
+        return True
 
     def get(self, key: bytes) -> bytes | None:
         entry = self.cache.get(key)

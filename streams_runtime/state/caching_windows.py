@@ -15,7 +15,7 @@ handed on (Kafka Streams' ``putAndMaybeForward``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from streams_runtime.record import Headers
 from streams_runtime.state.caching import (
@@ -29,14 +29,9 @@ from streams_runtime.state.changelog import (
     session_changelog_key,
     split_session_changelog_key,
 )
-from streams_runtime.state.stores import SessionStore, WindowStore
+from streams_runtime.state.stores import SessionStore, WindowFlushListener, WindowStore
 
-__all__ = ["CachingSessionStore", "CachingWindowStore", "WindowFlushListener"]
-
-WindowFlushListener = Callable[
-    [bytes, int, int, bytes | None, bytes | None, int, Headers | None], None
-]
-"""``(key, start, end, new value, old value, timestamp, headers)`` of one flushed window."""
+__all__ = ["CachingSessionStore", "CachingWindowStore"]
 
 
 class CachingSessionStore(SessionStore):
@@ -55,9 +50,10 @@ class CachingSessionStore(SessionStore):
         cache.listener = self._write_back
         cache.dropped = self._forget
 
-    def set_flush_listener(self, listener: WindowFlushListener) -> None:
+    def set_flush_listener(self, listener: WindowFlushListener) -> bool:
         """Call ``listener`` for each flushed window that was stored or is stored now."""
         self._listener = listener
+        return True
 
     def find_sessions(
         self, key: bytes, earliest_end: int, latest_start: int

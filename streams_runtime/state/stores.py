@@ -7,9 +7,10 @@ applies a changelog record without logging it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from streams_runtime.record import Headers
 from streams_runtime.state.changelog import (
     ChangelogWriter,
     session_changelog_key,
@@ -24,7 +25,22 @@ from streams_runtime.state.engines import (
 )
 from streams_runtime.state.spec import StoreSpec
 
-__all__ = ["KeyValueStore", "SessionStore", "WindowStore", "open_store"]
+__all__ = [
+    "FlushListener",
+    "KeyValueStore",
+    "SessionStore",
+    "WindowFlushListener",
+    "WindowStore",
+    "open_store",
+]
+
+FlushListener = Callable[[bytes, bytes | None, bytes | None, int, Headers | None], None]
+"""``(key, new value, old value, timestamp, headers)`` of one flushed dirty entry."""
+
+WindowFlushListener = Callable[
+    [bytes, int, int, bytes | None, bytes | None, int, Headers | None], None
+]
+"""``(key, start, end, new value, old value, timestamp, headers)`` of one flushed window."""
 
 
 class KeyValueStore:
@@ -46,8 +62,20 @@ class KeyValueStore:
         """The value of ``key``, or ``None``."""
         return self.engine.get(key)
 
-    def put(self, key: bytes, value: bytes | None, timestamp: int) -> None:
-        """Write ``key``; ``None`` deletes it (a tombstone in the changelog)."""
+    def set_flush_listener(self, listener: FlushListener) -> bool:
+        """Forward updates when a record cache flushes them, through ``listener``; whether this
+        store caches (Kafka Streams' ``CachedStateStore.setFlushListener``). A store without a
+        cache writes at once, so the caller forwards its updates itself."""
+        return False
+
+    def flush_cache(self) -> None:
+        """Write (and forward) what the record cache holds dirty; nothing without a cache."""
+
+    def put(
+        self, key: bytes, value: bytes | None, timestamp: int, headers: Headers | None = None
+    ) -> None:
+        """Write ``key``; ``None`` deletes it (a tombstone in the changelog). ``headers`` are
+        the record context a cached store forwards with the update (not stored)."""
         if value is None:
             self.engine.delete(key)
         else:
@@ -104,8 +132,25 @@ class SessionStore:
         """The value of exactly the session ``(key, start, end)``, or ``None``."""
         return self.engine.get(key, start, end)
 
-    def put(self, key: bytes, start: int, end: int, value: bytes | None, timestamp: int) -> None:
-        """Write the session ``(key, start, end)``; ``None`` removes it (a tombstone)."""
+    def set_flush_listener(self, listener: WindowFlushListener) -> bool:
+        """Forward updates when a record cache flushes them, through ``listener``; whether this
+        store caches (see :meth:`KeyValueStore.set_flush_listener`)."""
+        return False
+
+    def flush_cache(self) -> None:
+        """Write (and forward) what the record cache holds dirty; nothing without a cache."""
+
+    def put(  # noqa: PLR0917 - the window, its value, and the record context
+        self,
+        key: bytes,
+        start: int,
+        end: int,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None = None,
+    ) -> None:
+        """Write the session ``(key, start, end)``; ``None`` removes it (a tombstone).
+        ``headers``: as for :meth:`KeyValueStore.put`."""
         if value is None:
             self.engine.remove(key, start, end)
         else:
