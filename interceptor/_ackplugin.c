@@ -394,7 +394,7 @@ static void AckTable_dealloc(AckTableObject *self) {
         table_release(table);
     }
     /* A heap type (PyType_FromSpec): its instances hold a reference to it. */
-    PyTypeObject *type = Py_TYPE(self);
+    PyTypeObject *type = Py_TYPE((PyObject *)self);
     freefunc free_object = (freefunc)PyType_GetSlot(type, Py_tp_free);
     free_object(self);
     Py_DECREF(type);
