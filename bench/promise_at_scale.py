@@ -1,7 +1,7 @@
 """The progress promise at scale (issue 24): three runtime instances through a SIGKILL and a
 SIGSTOP, against one instance, on a real broker.
 
-The application and the harness are ``harness/session_cluster.py`` (the promise suite's):
+The application and the harness are ``harness/session_cluster/`` (the promise suite's):
 clicks keyed by page on 6 input partitions through ``interceptor.Producer`` (event time = wall
 clock, idle partitions ticked after 1 s), ``select_key(user) -> group_by_key -> session count
 (gap 2 s, grace 1 s) -> suppress(until_window_closes) -> to(out)``, exactly-once unless
@@ -42,7 +42,9 @@ from pathlib import Path
 from statistics import median
 
 from bench._kafka import bootstrap_servers
-from harness.session_cluster import Guarantee, Plan, RunResult, run_scenario
+from harness.session_cluster.config import Guarantee
+from harness.session_cluster.plan import Plan, RunResult
+from harness.session_cluster.scenarios import run_scenario
 
 RUNS = int(os.environ.get("BENCH_RUNS", "10"))
 IDLE_S = float(os.environ.get("BENCH_IDLE_S", "30"))

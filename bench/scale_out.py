@@ -1,7 +1,7 @@
 """Scale-out of one session application over 1, 2 and 3 runtime processes: how its tasks are
 spread, how fast the group gets through a backlog, and what a SIGKILL costs, on a real broker.
 
-The application and the harness are ``harness/session_cluster.py`` (the promise suite's):
+The application and the harness are ``harness/session_cluster/`` (the promise suite's):
 clicks keyed by page on 6 input partitions, ``select_key(user) -> group_by_key -> session count
 (gap 2 s, grace 1 s) -> suppress(until_window_closes) -> to(out)``: sub-topology 0 reads the
 input, sub-topology 1 the internal repartition topic, 6 tasks each; exactly-once, one standby
@@ -75,23 +75,18 @@ from harness.group_watch import (
     tasks_per_instance,
     wait_reowned,
 )
-from harness.session_cluster import (
-    INPUT_PARTITIONS,
+from harness.session_cluster.app import INPUT_PARTITIONS, session_topology
+from harness.session_cluster.checks import SessionCheck, compare_sessions
+from harness.session_cluster.clicks import sessions_of
+from harness.session_cluster.cluster import SessionCluster, create_topics
+from harness.session_cluster.config import (
     SESSION_TIMEOUT_MS,
-    ClickWriter,
     ClusterConfig,
     GroupProtocol,
-    Instance,
-    SessionCheck,
-    SessionCluster,
-    compare_sessions,
-    create_topics,
-    data_records,
-    read_topic,
-    results_of,
-    session_topology,
-    sessions_of,
 )
+from harness.session_cluster.instance import Instance
+from harness.session_cluster.reader import data_records, read_topic, results_of
+from harness.session_cluster.writer import ClickWriter
 
 PHASES = os.environ.get("BENCH_PHASES", "balance,throughput,failover").split(",")
 BALANCE_RUNS = int(os.environ.get("BENCH_BALANCE_RUNS", "3"))

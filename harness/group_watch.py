@@ -20,17 +20,12 @@ from types import TracebackType
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from harness.session_cluster import (
-    INPUT_PARTITIONS,
-    STABLE_POLLS,
-    ClickWriter,
-    ClusterError,
-    GroupView,
-    Instance,
-    SessionCluster,
-    TopicPartitionKey,
-    read_topic,
-)
+from harness.session_cluster.app import INPUT_PARTITIONS
+from harness.session_cluster.cluster import STABLE_POLLS, GroupView, SessionCluster
+from harness.session_cluster.config import ClusterError, TopicPartitionKey
+from harness.session_cluster.instance import Instance
+from harness.session_cluster.reader import read_topic
+from harness.session_cluster.writer import ClickWriter
 from streams_runtime.cluster.membership import MemberInfo
 from streams_runtime.topology import Topology
 

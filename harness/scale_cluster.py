@@ -7,7 +7,7 @@ suite drives and reads beyond it.
   ``--instance``): a stream of views joined with a table of profiles, two co-partitioned
   6-partition topics read by one sub-topology (six tasks, each with partition ``p`` of both
   topics and the table's store).
-- :class:`ScaleCluster`: a :class:`~harness.session_cluster.SessionCluster` of either
+- :class:`ScaleCluster`: a :class:`~harness.session_cluster.cluster.SessionCluster` of either
   application, with runtime settings of its own (env variables), that reads who owns what
   (:meth:`ScaleCluster.placement`: the consumer group's members, each instance's membership
   record and ``/health/ready``) and checks it (:func:`balance_problems`).
@@ -17,7 +17,7 @@ suite drives and reads beyond it.
   replays its records in order, and nothing other tasks wrote meanwhile makes them late (gap +
   grace is 3 s, a failover takes the 6 s session timeout: with users on every partition the
   replayed clicks would be dropped as late, as Kafka Streams drops them). Ticks still come from
-  every upstream task: what :func:`~harness.session_cluster.behind_earlier_ticks` checks.
+  every upstream task: what :func:`~harness.session_cluster.checks.behind_earlier_ticks` checks.
 - :class:`SessionRun`: one session application on fresh topics with all of the above, the
   group's committed offsets watched (:class:`~harness.group_watch.OffsetsWatch`), and
   :meth:`SessionRun.finish`: drain, stop, read every topic, check.
@@ -44,29 +44,25 @@ from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from harness.group_watch import Offsets, OffsetsWatch, failure_of, log_problems
-from harness.session_cluster import (
-    INPUT_PARTITIONS,
-    ROOT,
-    SESSION_TIMEOUT_MS,
+from harness.session_cluster.app import INPUT_PARTITIONS, run_instance, session_topology
+from harness.session_cluster.checks import (
     Behind,
-    ClickWriter,
-    ClusterConfig,
-    ClusterError,
-    Instance,
     SessionCheck,
-    SessionCluster,
-    TopicPartitionKey,
     behind_earlier_ticks,
     compare_sessions,
-    create_topics,
-    high_watermarks,
-    read_topic,
-    results_of,
-    run_instance,
-    session_topology,
-    sessions_of,
-    users_on,
 )
+from harness.session_cluster.clicks import sessions_of, users_on
+from harness.session_cluster.cluster import SessionCluster, create_topics
+from harness.session_cluster.config import (
+    ROOT,
+    SESSION_TIMEOUT_MS,
+    ClusterConfig,
+    ClusterError,
+    TopicPartitionKey,
+)
+from harness.session_cluster.instance import Instance
+from harness.session_cluster.reader import high_watermarks, read_topic, results_of
+from harness.session_cluster.writer import ClickWriter
 from harness.waiting import unique_name
 from streams_runtime import StreamsBuilder
 from streams_runtime.cluster.membership import MemberInfo
@@ -133,7 +129,7 @@ class AppSpec:
 
 
 class AppInstance(Instance):
-    """An :class:`~harness.session_cluster.Instance` of any :class:`AppSpec`, with runtime
+    """An :class:`~harness.session_cluster.instance.Instance` of any :class:`AppSpec`, with runtime
     settings (``PROGRESS_CONTROL_RUNTIME_<NAME>``) on top of the cluster config's."""
 
     def __init__(  # noqa: PLR0917 - the base class's arguments, plus the app and its settings
@@ -346,7 +342,7 @@ def balance_problems(placement: Placement, standbys: int = 1) -> list[str]:
 
 
 class ScaleCluster(SessionCluster):
-    """A :class:`~harness.session_cluster.SessionCluster` of ``spec``'s application, every
+    """A :class:`~harness.session_cluster.cluster.SessionCluster` of ``spec``'s application, every
     instance with ``settings`` (runtime setting name -> value) on top of the config's."""
 
     def __init__(
@@ -433,8 +429,8 @@ class ScaleCluster(SessionCluster):
 
     def wait_balanced(self, timeout_s: float, standbys: int = 1) -> Placement:
         """Until :func:`balance_problems` finds nothing in :data:`BALANCED_POLLS` placements in
-        a row with the same assignment; :class:`~harness.session_cluster.ClusterError` with the
-        last problems found after ``timeout_s``, or as soon as an instance exits."""
+        a row with the same assignment; :class:`~harness.session_cluster.config.ClusterError`
+        with the last problems found after ``timeout_s``, or as soon as an instance exits."""
         last: list[Placement] = []
         streak: list[Placement] = []
 
@@ -491,9 +487,9 @@ def home_users(per_partition: int, prefix: str = "u") -> dict[int, list[str]]:
 
 class ContinuousInput:
     """Clicks in real time from a thread until :meth:`stop`, each user on its home partition
-    (see the module docstring), at :class:`~harness.session_cluster.ClickWriter`'s pace: within
-    a session every 0.1-1.5 s, a 2.5-5 s pause (the session ends) one click in five, all drawn
-    from ``random.Random(seed)``. The writer keeps every click: the ground truth."""
+    (see the module docstring), at :class:`~harness.session_cluster.writer.ClickWriter`'s pace:
+    within a session every 0.1-1.5 s, a 2.5-5 s pause (the session ends) one click in five, all
+    drawn from ``random.Random(seed)``. The writer keeps every click: the ground truth."""
 
     def __init__(self, writer: ClickWriter, users: Mapping[int, Sequence[str]], seed: int) -> None:
         self.writer = writer

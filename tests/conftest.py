@@ -31,7 +31,8 @@ from streams_runtime import App, StreamsBuilder
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 from tests import shared_services
-from tests.helpers import TEST_JVM_OPTIONS, TopicReader, unique_name, wait_for_leaders
+from tests.helpers import TopicReader, unique_name, wait_for_leaders
+from tests.jvms import TEST_JVM_OPTIONS
 
 DEFAULT_TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.2"
 

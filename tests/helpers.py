@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import re
-import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -20,12 +19,10 @@ if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
 __all__ = [
-    "TEST_JVM_OPTIONS",
     "TopicReader",
     "delete_topics",
     "exposed_metrics",
     "registry_client",
-    "stop_child",
     "ticks_by_partition",
     "undocumented_metrics",
     "unique_name",
@@ -34,11 +31,6 @@ __all__ = [
 ]
 
 REGISTRY_TIMEOUT_S = 10
-
-TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
-"""The JVMs tests start (Kafka Streams, Connect, Flink): C1 only and the serial collector, as
-Spark's in tests/conftest.py. Short lives on small data spend most of their CPU compiling and
-collecting; neither flag changes what the program computes."""
 
 
 def registry_client(url: str) -> SchemaRegistryClient:
@@ -107,21 +99,6 @@ def ticks_by_partition(ticks: list[Message]) -> dict[int, int]:
     for tick in ticks:
         counts[tick.partition() or 0] = counts.get(tick.partition() or 0, 0) + 1
     return counts
-
-
-def stop_child(process: subprocess.Popen[Any], log: IO[Any]) -> None:
-    """Stop a child JVM that runs until its stdin closes (the Kafka Streams and Flink apps the
-    tests drive): close stdin, wait a minute, kill it if it is still there; close its log."""
-    try:
-        if process.stdin is not None and not process.stdin.closed:
-            with contextlib.suppress(BrokenPipeError):
-                process.stdin.close()
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    finally:
-        log.close()
 
 
 def exposed_metrics(exposition: str) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Protocol
 import pytest
 
 from streams_runtime import App, SessionWindows
-from tests.conformance.harness import Outputs, run_both_engines
+from tests.conformance.broker_runs import Outputs, run_both_engines
 from tests.conformance.inputs import InputRecord
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 

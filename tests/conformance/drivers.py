@@ -20,8 +20,8 @@ from streams_runtime import SessionWindows, StreamsBuilder
 from streams_runtime.serdes import Bytes, String
 from streams_runtime.testing import TopologyTestDriver
 from streams_runtime.testing.driver import MEMORY_DIR
+from tests.conformance.broker_runs import Outputs
 from tests.conformance.compare import OutputRecord
-from tests.conformance.harness import Outputs
 from tests.conformance.inputs import InputRecord
 from tests.conformance.kstreams import KafkaStreamsApps
 from tests.conformance.topologies import CASES, JOIN_CASES, build_runtime_case

@@ -10,14 +10,12 @@ above) goes to a file, named in every error.
 from __future__ import annotations
 
 import queue
-import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import IO
 
-from progress_control.dev.jars import build_maven_project, find_java
-from tests.helpers import TEST_JVM_OPTIONS, stop_child
+from progress_control.dev.jars import build_maven_project
+from tests.jvms import start_driven_jvm, stop_child
 
 __all__ = ["KafkaStreamsApps", "build_conformance_app"]
 
@@ -38,22 +36,8 @@ class KafkaStreamsApps:
         self._work_dir = work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = work_dir / "kafka-streams.log"
-        self._log: IO[str] = self.log_path.open("w")
-        self._process = subprocess.Popen(
-            [
-                str(find_java()),
-                *TEST_JVM_OPTIONS,
-                "-Xmx512m",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                "-cp",
-                f"{jars}/*",
-                "kpc.conformance.ConformanceApp",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            bufsize=1,
+        self._process, self._log = start_driven_jvm(
+            jars, "kpc.conformance.ConformanceApp", max_heap="512m", log_path=self.log_path
         )
         self._answers: queue.Queue[str] = queue.Queue()
         self.failures: dict[str, str] = {}

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conformance.broker_runs import INPUT_PARTITIONS
 from tests.conformance.compare import differences
 from tests.conformance.conftest import native_core_of, state_engine_of
 from tests.conformance.drivers import run_kafka_streams_driver, run_runtime_driver
-from tests.conformance.harness import INPUT_PARTITIONS
 from tests.conformance.inputs import generate
 from tests.conformance.kstreams import KafkaStreamsApps
 from tests.conformance.test_kafka_streams_conformance import (

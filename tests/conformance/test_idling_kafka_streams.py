@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conformance.harness import ProcessedCheck
+from tests.conformance.broker_runs import ProcessedCheck
 from tests.conformance.kstreams import KafkaStreamsApps
 from tests.helpers import TopicReader, unique_name, wait_for
 from tests.streams_runtime.processing.test_idling import (

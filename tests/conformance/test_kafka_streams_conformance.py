@@ -12,9 +12,9 @@ import random
 import pytest
 
 from streams_runtime import SessionWindows
+from tests.conformance.broker_runs import INPUT_PARTITIONS
 from tests.conformance.compare import differences
 from tests.conformance.conftest import RunBoth
-from tests.conformance.harness import INPUT_PARTITIONS
 from tests.conformance.inputs import generate
 from tests.conformance.topologies import CASES
 

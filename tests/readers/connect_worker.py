@@ -21,7 +21,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from progress_control.dev.jars import classpath, fetch_jars, find_java, kafka_connect_jars
 from progress_control.dev.ports import free_port
-from tests.helpers import TEST_JVM_OPTIONS, wait_for
+from tests.helpers import wait_for
+from tests.jvms import TEST_JVM_OPTIONS
 
 __all__ = ["STRING_CONVERTERS", "ConnectWorker", "committed_offsets", "end_offsets", "file_sink"]
 

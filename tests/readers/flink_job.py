@@ -8,13 +8,11 @@ the other modules' (``mvn -f readers/pom.xml test``, in .ci/run).
 from __future__ import annotations
 
 import queue
-import subprocess
 import threading
 from pathlib import Path
-from typing import IO
 
-from progress_control.dev.jars import build_maven_project, find_java
-from tests.helpers import TEST_JVM_OPTIONS, stop_child
+from progress_control.dev.jars import build_maven_project
+from tests.jvms import start_driven_jvm, stop_child
 
 __all__ = ["FLINK_DIR", "TickedSessionsJob", "build_flink_companion"]
 
@@ -48,27 +46,16 @@ class TickedSessionsJob:
     ) -> None:
         work_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = work_dir / "flink.log"
-        self._log: IO[str] = self.log_path.open("w")
         pipelines = [f"{mode}={topic}" for mode, topic in topics.items()]
-        self._process = subprocess.Popen(
-            [
-                str(find_java()),
-                *TEST_JVM_OPTIONS,
-                "-Xmx768m",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                "-cp",
-                f"{jars}/*",
-                JOB_CLASS,
-                bootstrap,
-                str(gap_ms),
-                str(parallelism),
-                *pipelines,
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            bufsize=1,
+        self._process, self._log = start_driven_jvm(
+            jars,
+            JOB_CLASS,
+            bootstrap,
+            str(gap_ms),
+            str(parallelism),
+            *pipelines,
+            max_heap="768m",
+            log_path=self.log_path,
         )
         self.sessions: dict[str, set[str]] = {mode: set() for mode in topics}
         self.failure: str | None = None

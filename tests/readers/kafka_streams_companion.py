@@ -7,14 +7,12 @@ app, :class:`TickedWindowsApp`, in one JVM for any number of applications.
 from __future__ import annotations
 
 import queue
-import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import IO
 
-from progress_control.dev.jars import build_maven_project, find_java
-from tests.helpers import TEST_JVM_OPTIONS, stop_child
+from progress_control.dev.jars import build_maven_project
+from tests.jvms import start_driven_jvm, stop_child
 
 __all__ = ["COMPANION_DIR", "CompanionApps", "build_companion"]
 
@@ -45,23 +43,8 @@ class CompanionApps:
             path.write_text("".join(f"{key}={value}\n" for key, value in spec.items()))
             files.append(str(path))
         self.log_path = work_dir / "kafka-streams.log"
-        self._log: IO[str] = self.log_path.open("w")
-        self._process = subprocess.Popen(
-            [
-                str(find_java()),
-                *TEST_JVM_OPTIONS,
-                "-Xmx384m",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                "-cp",
-                f"{jars}/*",
-                APP_CLASS,
-                *files,
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            bufsize=1,
+        self._process, self._log = start_driven_jvm(
+            jars, APP_CLASS, *files, max_heap="384m", log_path=self.log_path
         )
         self.failures: dict[str, str] = {}
         self._started: queue.Queue[str] = queue.Queue()

@@ -17,7 +17,7 @@ import pytest
 from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
 from streams_runtime.serdes import Json, String
 from streams_runtime.windowed import Windowed
-from tests.conformance.harness import ProcessedCheck, read_to_end
+from tests.conformance.broker_runs import ProcessedCheck, read_to_end
 from tests.conformance.inputs import SENTINEL_KEY
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 from tests.helpers import unique_name, wait_for

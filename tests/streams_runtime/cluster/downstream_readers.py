@@ -43,8 +43,8 @@ from confluent_kafka import (
 )
 
 from progress_control.protocol import CONTROL_HEADER
+from tests.conformance.broker_runs import ProcessedCheck
 from tests.conformance.compare import OutputRecord
-from tests.conformance.harness import ProcessedCheck
 from tests.conformance.kstreams import KafkaStreamsApps
 from tests.helpers import unique_name, wait_for
 

@@ -1,6 +1,6 @@
 """A tick is a promise from every writer (issue 24, docs/concepts/promise.md): runtime processes of
 one application, on the real broker, through a SIGKILL, a SIGSTOP, a rolling restart and a start
-with one input partition minutes behind (``harness/session_cluster.py`` runs them).
+with one input partition minutes behind (``harness/session_cluster/`` runs them).
 
 Each run checks:
 (a) the final sessions on ``out`` equal the ground truth computed from the input (exactly-once:
@@ -29,14 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.session_cluster import (
-    SCENARIOS,
-    Guarantee,
-    Plan,
-    RunResult,
-    ScenarioName,
-    run_scenario,
-)
+from harness.session_cluster.config import Guarantee
+from harness.session_cluster.plan import SCENARIOS, Plan, RunResult, ScenarioName
+from harness.session_cluster.scenarios import run_scenario
 
 pytestmark = pytest.mark.broker
 

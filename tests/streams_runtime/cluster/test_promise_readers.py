@@ -2,7 +2,7 @@
 fault: with the runtime's ticks they give the same results as without them, only earlier
 (issue 24, docs/concepts/promise.md, docs/spark.md).
 
-The runtime is issue 24's application run by ``harness/session_cluster.py`` (``select_key(user)
+The runtime is issue 24's application run by ``harness/session_cluster/`` (``select_key(user)
 → group_by_key → session count (gap 2 s, grace 1 s) → suppress(until_window_closes) → to(out)``,
 exactly-once, one standby, 3 instances), through its ``pause`` scenario: input on every partition,
 then one instance SIGSTOPped for 12 s while the others' inputs go idle and get ticks, then input
@@ -55,8 +55,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness import session_cluster
-from harness.session_cluster import Plan, RunResult, ScenarioName, run_scenario
+from harness.session_cluster import scenarios
+from harness.session_cluster.app import INPUT_PARTITIONS
+from harness.session_cluster.plan import Plan, RunResult, ScenarioName
+from harness.session_cluster.reader import OutWatcher
+from harness.session_cluster.scenarios import run_scenario
 from tests.conformance.compare import OutputRecord
 from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 from tests.streams_runtime.cluster.downstream_readers import (
@@ -116,12 +119,12 @@ def _run_recording_arrivals(
     """
     recorders: list[ArrivalRecorder] = []
 
-    class RecordingOutWatcher(session_cluster.OutWatcher):
+    class RecordingOutWatcher(OutWatcher):
         def __init__(self, bootstrap: str, topic: str) -> None:
             recorders.append(ArrivalRecorder(bootstrap, topic))
             super().__init__(bootstrap, topic)
 
-    monkeypatch.setattr(session_cluster, "OutWatcher", RecordingOutWatcher)
+    monkeypatch.setattr(scenarios, "OutWatcher", RecordingOutWatcher)
     try:
         scenario, seed = case
         result = run_scenario(scenario, bootstrap, workdir, replace(PLAN, seed=seed))
@@ -205,7 +208,7 @@ def test_kafka_streams_and_spark_give_the_same_results_with_and_without_ticks(
     )
     out = scenario.topics["out"]
     records = [arrival.record for arrival in arrivals]
-    partitions = session_cluster.INPUT_PARTITIONS
+    partitions = INPUT_PARTITIONS
     data = without_ticks(records)
     assert data, "the runtime wrote results"
     assert len(data) < len(records), "the runtime wrote ticks"

@@ -1,6 +1,6 @@
 """Scale-out on the real broker (docs/design.md §5; streams_runtime/cluster/assignment.py and
 placement.py): runtime instances, each a process of its own (``harness/scale_cluster.py`` on top
-of ``harness/session_cluster.py``), exactly-once, one standby replica, consumer session timeout
+of ``harness/session_cluster/``), exactly-once, one standby replica, consumer session timeout
 6 s, joining with KIP-848's range assignor.
 
 1. **Balance**: 2, 3 then 4 instances of the session application (two sub-topologies of six
@@ -61,7 +61,10 @@ from harness.scale_cluster import (
     home_users,
     longest_stall,
 )
-from harness.session_cluster import INPUT_PARTITIONS, ClusterConfig, Instance, create_topics
+from harness.session_cluster.app import INPUT_PARTITIONS
+from harness.session_cluster.cluster import create_topics
+from harness.session_cluster.config import ClusterConfig
+from harness.session_cluster.instance import Instance
 from harness.waiting import unique_name
 
 pytestmark = pytest.mark.broker

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from progress_control.protocol import ControlMarker, ControlRecord, is_control_record
 from streams_runtime import App, JoinWindows, StreamsBuilder
 from streams_runtime.serdes import String
-from tests.conformance.harness import ProcessedCheck
+from tests.conformance.broker_runs import ProcessedCheck
 from tests.helpers import TopicReader, unique_name, wait_for
 
 pytestmark = pytest.mark.broker

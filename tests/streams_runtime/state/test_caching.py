@@ -12,41 +12,17 @@ from streams_runtime.record import Headers, Record, TopicPartitionId
 from streams_runtime.serdes import Change, Integer, Json, String, ValueAndTimestamp
 from streams_runtime.state import (
     ChangelogWriter,
-    ChangelogWrites,
     InMemoryKeyValueEngine,
     KeyValueStore,
     SourcePosition,
     TaskCaches,
     ThreadCache,
-    decode_source,
 )
 from streams_runtime.state.caching import ENTRY_OVERHEAD
 from tests.streams_runtime.processors.memory_context import MemoryContext
+from tests.streams_runtime.state.record_sinks import ListSink
 
 INPUT = TopicPartitionId("in", 0)
-
-
-class _Sink:
-    """Changelog records as sent: (key, value, source offset)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes | None, bytes | None, int]] = []
-
-    def send(  # noqa: PLR0917 - the RecordSink signature
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers | None,
-    ) -> None:
-        assert headers is not None
-        self.sent.append((key, value, decode_source(headers[0][1])[1]))
-
-    def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
-        for key, (value, timestamp, headers) in writes:
-            self.send(topic, partition, key, value, timestamp, headers)
 
 
 class CachedContext(MemoryContext):
@@ -55,7 +31,7 @@ class CachedContext(MemoryContext):
     def __init__(self, max_bytes: int) -> None:
         super().__init__()
         self.position = SourcePosition()
-        self.sink = _Sink()
+        self.sink = ListSink(sourced=True)  # every write here has a source
         self.caches = TaskCaches(ThreadCache(max_bytes), "0_0", self.position)
 
     def kv_store(self, name: str) -> KeyValueStore:
@@ -111,7 +87,7 @@ def test_updates_within_a_commit_interval_reach_store_changelog_and_downstream_o
     # In order of each key's latest write; the timestamp is the aggregate's, the old value what
     # the store held before the interval.
     assert sink.seen == [("a", 3, 30, None), ("b", 2, 25, None)]
-    assert context.sink.sent == [
+    assert context.sink.changes() == [
         (b"a", ValueAndTimestamp(Integer().serialize(3) or b"", 30).to_bytes(), 3),
         (b"b", ValueAndTimestamp(Integer().serialize(2) or b"", 25).to_bytes(), 4),
     ]
@@ -174,7 +150,7 @@ def test_a_delete_of_a_key_never_stored_is_neither_written_nor_forwarded() -> No
     agg._table.update(b"k", None, None, 2)  # type: ignore[union-attr]
     context.commit()
     assert sink.seen == []
-    assert context.sink.sent == []
+    assert context.sink.changes() == []
     assert context.kv["sums"].engine.get(b"k") is None
 
 

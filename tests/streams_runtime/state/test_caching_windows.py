@@ -18,20 +18,18 @@ from streams_runtime.processors.time_windows import (
     TimeWindowAggregateProcessor,
 )
 from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
-from streams_runtime.record import Headers, Record, TopicPartitionId
+from streams_runtime.record import Record, TopicPartitionId
 from streams_runtime.serdes import Integer, String
 from streams_runtime.state import (
     CachingSessionStore,
     CachingWindowStore,
     ChangelogWriter,
-    ChangelogWrites,
     InMemorySessionEngine,
     SessionStore,
     SourcePosition,
     TaskCaches,
     ThreadCache,
     WindowStore,
-    decode_source,
     make_session_engine,
     session_changelog_key,
 )
@@ -39,33 +37,11 @@ from streams_runtime.state.caching import ENTRY_OVERHEAD, merge_ordered
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, SlidingWindows, TimeWindows, WindowSpec
 from tests.streams_runtime.processors.memory_context import MemoryContext
+from tests.streams_runtime.state.record_sinks import ListSink
 
 _BIG = 10 * 1024 * 1024
 _SMALL = 9 * (ENTRY_OVERHEAD + 20) // 2  # room for about four windows: constant evictions
 INPUT = TopicPartitionId("in", 0)
-
-
-class _Sink:
-    """Changelog records as sent: (key, value, source offset; -1 without a source)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes | None, bytes | None, int]] = []
-
-    def send(  # noqa: PLR0917 - the RecordSink signature
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers | None,
-    ) -> None:
-        source = -1 if headers is None else decode_source(headers[0][1])[1]
-        self.sent.append((key, value, source))
-
-    def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
-        for key, (value, timestamp, headers) in writes:
-            self.send(topic, partition, key, value, timestamp, headers)
 
 
 class WindowCachedContext(MemoryContext):
@@ -76,7 +52,7 @@ class WindowCachedContext(MemoryContext):
         super().__init__()
         self.engine_path = engine_path  # of a SQLite or RocksDB engine; in memory without
         self.position = SourcePosition()
-        self.sink = _Sink()
+        self.sink = ListSink()
         thread = None if max_bytes is None else ThreadCache(max_bytes)
         self.thread = thread
         self.caches = TaskCaches(thread, "0_0", self.position)
@@ -121,9 +97,11 @@ class _Collect(Processor):
         return view
 
 
-def _store(max_bytes: int = _BIG) -> tuple[CachingSessionStore, WindowStore, _Sink, SourcePosition]:
+def _store(
+    max_bytes: int = _BIG,
+) -> tuple[CachingSessionStore, WindowStore, ListSink, SourcePosition]:
     position = SourcePosition()
-    sink = _Sink()
+    sink = ListSink()
     inner = WindowStore(
         "w", 0, InMemorySessionEngine(), ChangelogWriter(sink, "w-changelog", 0, position)
     )
@@ -175,7 +153,7 @@ def test_a_flush_writes_each_dirty_window_once_with_its_latest_source() -> None:
     # (5, 5) was made and deleted within the interval and (7, 9) never existed: neither is
     # written nor forwarded. (0, 0) is forwarded with what the store held before.
     assert flushed == [(b"k", 0, 0, b"v2", b"old", 102)]
-    assert sink.sent == [(session_changelog_key(b"k", 0, 0), b"v2", 2)]
+    assert sink.changes() == [(session_changelog_key(b"k", 0, 0), b"v2", 2)]
     assert inner.engine.find(b"k", 0, 10) == [(0, 0, b"v2")]
     assert store.cache.size_bytes > 0  # v2 stays cached, clean; the deletes left
     assert store.find_sessions(b"k", 0, 10) == [(0, 0, b"v2")]

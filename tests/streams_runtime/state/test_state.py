@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams_runtime.cluster import StandbyReplica, StorePartition
-from streams_runtime.record import Headers, TopicPartitionId
+from streams_runtime.record import TopicPartitionId
 from streams_runtime.state import (
     SOURCE_HEADER,
     ChangelogWriter,
-    ChangelogWrites,
     Checkpoint,
     EngineKind,
     KeyValueEngine,
@@ -47,6 +46,7 @@ from streams_runtime.state.directory import (
     write_checkpoint,
 )
 from tests.helpers import unique_name
+from tests.streams_runtime.state.record_sinks import ListSink, ProducerSink
 
 ENGINES: list[EngineKind] = ["memory", "sqlite", "rocksdb"]
 PERSISTENT: list[EngineKind] = ["sqlite", "rocksdb"]
@@ -55,72 +55,6 @@ INPUT = TopicPartitionId("input", 0)
 
 # ------------------------------------------------------------------------------------------
 # helpers
-
-
-class _SendEach:
-    """``RecordSink.send_many`` as one ``send`` per write."""
-
-    def send_many(self, topic: str, partition: int, writes: ChangelogWrites) -> None:
-        for key, (value, timestamp, headers) in writes:
-            self.send(topic, partition, key, value, timestamp, headers)  # type: ignore[attr-defined]
-
-
-class ListSink(_SendEach):
-    """A RecordSink that keeps what it was sent."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, int, bytes | None, bytes | None, int, Headers | None]] = []
-
-    def send(  # noqa: PLR0917 (RecordSink's signature)
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers | None,
-    ) -> None:
-        self.sent.append((topic, partition, key, value, timestamp, headers))
-
-
-class ProducerSink(_SendEach):
-    """A RecordSink on a real producer; ``transactional_id`` makes it transactional."""
-
-    def __init__(self, bootstrap: str, transactional_id: str | None = None) -> None:
-        config: dict[str, str | int | bool] = {"bootstrap.servers": bootstrap, "linger.ms": 0}
-        if transactional_id is not None:
-            config["transactional.id"] = transactional_id
-        self.producer = Producer(config)
-        self.errors: list[str] = []
-        if transactional_id is not None:
-            self.producer.init_transactions(30)
-
-    def send(  # noqa: PLR0917 (RecordSink's signature)
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers | None,
-    ) -> None:
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                self.errors.append(str(err))
-
-        self.producer.produce(
-            topic,
-            value,
-            key,
-            partition=partition,
-            timestamp=timestamp,
-            headers=list(headers or []),
-            on_delivery=delivered,
-        )
-
-    def flush(self) -> None:
-        assert self.producer.flush(30) == 0
-        assert self.errors == []
 
 
 def kv_engine(kind: EngineKind, tmp_path: Path) -> KeyValueEngine:

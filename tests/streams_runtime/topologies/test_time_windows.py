@@ -1,6 +1,6 @@
 """Time windows on the ``TopologyTestDriver``: a tumbling window's suppressed final result comes
 out on control records alone, exactly when its end plus grace is reached (the restart of its
-stores is tests/streams_runtime/test_time_windows.py, on the broker)."""
+stores is tests/streams_runtime/test_time_windows_broker.py, on the broker)."""
 
 from __future__ import annotations
 

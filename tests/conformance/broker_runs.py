@@ -1,5 +1,6 @@
-"""Running the conformance suite: produce the input, run it through Kafka Streams and the
-runtime until both processed all of it, read their outputs."""
+"""Running the conformance cases on the broker (their twin without one is :mod:`.drivers`):
+produce the input, run it through Kafka Streams and the runtime until both processed all of it,
+read their outputs."""
 
 from __future__ import annotations
 
