@@ -99,6 +99,8 @@ PROCESS_NAMES = frozenset(
         "PROGRESS_CONTROL_MVN",  # progress_control/dev/jars.py
         "PROGRESS_CONTROL_HELM",  # progress_control/tools/helm.py
         "PROGRESS_CONTROL_GO",  # progress_control/tools/helm.py
+        "PROGRESS_CONTROL_BUILDAH",  # progress_control/tools/build_image.py
+        "PROGRESS_CONTROL_DEBOOTSTRAP",  # progress_control/tools/build_image.py
         "PROGRESS_CONTROL_VENV",  # ./dev
         "PROGRESS_CONTROL_TEST_BROKER",  # tests/conftest.py
         "PROGRESS_CONTROL_TEST_WORKERS",  # ./dev test
