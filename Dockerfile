@@ -11,7 +11,7 @@
 #   docker build --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
 #     --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) -t progress-control:0.1.0 .
 #   docker run --rm -e PROGRESS_CONTROL_KAFKA__BOOTSTRAP_SERVERS=kafka:9092 progress-control:0.1.0
-# Without a Docker engine: python -m progress_control.tools.build_image (buildah; see
+# Without a Docker engine: python -m progress_control_apps.tools.build_image (buildah; see
 # docs/operations/helm.md, "The image").
 
 # The base, pinned by digest: the official python:3.11-slim-trixie (CPython 3.11.16 on Debian 13)
@@ -38,11 +38,12 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && gcc --version | head -n1 && rustc --version && cargo --version
 WORKDIR /src
-# What `pip wheel .` reads: the metadata, the sdist manifest, the four packages and the crate.
+# What `pip wheel .` reads: the metadata, the sdist manifest, the five packages and the crate.
 COPY pyproject.toml MANIFEST.in README.md LICENSE ./
 COPY native/Cargo.toml native/Cargo.lock ./native/
 COPY native/src ./native/src
 COPY progress_control ./progress_control
+COPY progress_control_apps ./progress_control_apps
 COPY interceptor ./interceptor
 COPY sidecar ./sidecar
 COPY streams_runtime ./streams_runtime

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from progress_control.dev.jars import build_maven_project, find_java
+from progress_control_apps.dev.jars import build_maven_project, find_java
 
 __all__ = ["build_throughput_app", "kstreams_command"]
 

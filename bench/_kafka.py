@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from progress_control.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
 
 __all__ = ["bootstrap_servers", "create_topic", "end_offsets", "unique_name"]
 

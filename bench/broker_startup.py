@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 
 WARM_RUNS = 3
 

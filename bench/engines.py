@@ -68,7 +68,7 @@ from bench._clicks import GAP_MS, PARTITIONS, Clicks, count_output
 from bench._engine_run import run_engine
 from bench._kafka import create_topic, end_offsets, unique_name
 from bench._timing import interleaved
-from progress_control.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
 
 RUNTIMES = (
     "runtime-memory",
@@ -128,7 +128,7 @@ class _Engines:
         path.write_text(json.dumps(spec))
         if engine == "quix":
             if self._quix is None:
-                from progress_control.dev.quix import quix_python
+                from progress_control_apps.dev.quix import quix_python
 
                 self._quix = quix_python()
             return [str(self._quix), str(BENCH_DIR / "quix_app.py"), str(path)]

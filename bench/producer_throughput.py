@@ -32,7 +32,7 @@ from confluent_kafka import Producer as KafkaProducer
 from bench._kafka import create_topic, end_offsets, unique_name
 from bench._timing import interleaved
 from interceptor import Producer as InterceptorProducer
-from progress_control.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
 
 PARTITIONS = 4
 RECORD_SIZE = 100

@@ -65,7 +65,7 @@ from harness.table_cluster import (
     http_get,
     query,
 )
-from progress_control.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
 from streams_runtime.murmur2 import partition_for_key
 from streams_runtime.queries.client import ForwardError, QueryForwarder
 

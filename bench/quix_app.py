@@ -1,5 +1,5 @@
 """The Quix Streams engine of the engines benchmark, run by the Python of the Quix Streams
-virtualenv that ``progress_control/dev/quix.py`` installs (nothing of this project is
+virtualenv that ``progress_control_apps/dev/quix.py`` installs (nothing of this project is
 importable there):
 
     python quix_app.py SPEC.json

@@ -34,7 +34,7 @@ from bench._clicks import GAP_MS, PARTITIONS, USERS, Clicks, count_output
 from bench._kafka import create_topic, end_offsets, unique_name
 from bench._plain_loop import consume_produce
 from harness.sessions_app import session_counts
-from progress_control.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
 from streams_runtime import App
 from streams_runtime.serdes import Json
 

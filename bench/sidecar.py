@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import Producer as PlainProducer
 
 from bench._kafka import create_topic, end_offsets, unique_name
-from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from progress_control.protocol import is_control_record
+from progress_control_apps.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
 
@@ -124,7 +124,7 @@ def _resources(bootstrap: str, topic_prefix: str) -> tuple[float, float]:
         "PROGRESS_CONTROL_LOG_LEVEL": "WARNING",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "progress_control.cli", "sidecar"],
+        [sys.executable, "-m", "progress_control_apps.cli", "sidecar"],
         env=env,
         stderr=subprocess.DEVNULL,
     )

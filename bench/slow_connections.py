@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from progress_control.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
 
 CONNECTIONS = int(os.environ.get("BENCH_SLOW_CONNECTIONS", "800"))
 WAIT_S = float(os.environ.get("BENCH_SLOW_WAIT_S", "30"))
@@ -157,7 +157,7 @@ def main() -> None:
             PROGRESS_CONTROL_REPORT_LISTEN="",
             PROGRESS_CONTROL_LOG_LEVEL="WARNING",
         )
-        command = [sys.executable, "-m", "progress_control.cli", "sidecar"]
+        command = [sys.executable, "-m", "progress_control_apps.cli", "sidecar"]
         with _serving(command, env) as (pid, port):
             _measure("sidecar", pid, port, "/healthz")
     with _serving([sys.executable, "-c", _METRICS_PORT], _env()) as (pid, port):

@@ -6,7 +6,8 @@ Spark (``spark.range`` with derived columns, shaped like the job's parsed record
 Two variants, measured in the same run in interleaved (rotating) order, each repeated
 ``BENCH_REPEATS`` times (default 3, median taken), after an untimed warm-up of both:
 
-(a) ``progress_control.spark.sessionize_events`` on that DataFrame (drop control and malformed rows,
+(a) ``progress_control_apps.spark.sessionize_events`` on that DataFrame (drop control and malformed
+rows,
     per-user ``session_window``, first/last event, count);
 (b) the same aggregation written as plain Spark SQL:
     ``... WHERE NOT is_control AND error IS NULL GROUP BY session_window(event_time, ...), user``.
@@ -48,9 +49,9 @@ from pyspark.sql.streaming.listener import (
 
 from bench._kafka import create_topic, unique_name
 from bench._timing import interleaved
-from progress_control.dev.broker import EmbeddedKafkaBroker
 from progress_control.protocol import ControlMarker, ControlRecord
-from progress_control.spark import (
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.spark import (
     KafkaSource,
     SessionizationStream,
     StreamConfig,
@@ -68,7 +69,7 @@ BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 PARTITIONS = 2
 
 VARIANTS = {
-    "a": "progress_control.spark.sessionize_events",
+    "a": "progress_control_apps.spark.sessionize_events",
     "b": "plain Spark SQL session_window GROUP BY",
 }
 

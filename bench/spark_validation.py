@@ -38,10 +38,10 @@ from bench.spark_sessionization import (
     STEP_MS,
 )
 from progress_control.protocol import ControlMarker
-from progress_control.spark import parse_records, sessionize_events
-from progress_control.spark.source import record_counts
-from progress_control.spark.trust import with_control_verdict
 from progress_control.trust import SigningKey, TrustPolicy, sign
+from progress_control_apps.spark import parse_records, sessionize_events
+from progress_control_apps.spark.source import record_counts
+from progress_control_apps.spark.trust import with_control_verdict
 
 __all__ = ["validation_benchmark"]
 

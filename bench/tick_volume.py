@@ -27,7 +27,7 @@ from bench._kafka import create_topic, end_offsets, unique_name
 from interceptor import InterceptorSettings
 from interceptor import Producer as InterceptorProducer
 from progress_control import is_control_record
-from progress_control.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
 
 PARTITIONS = 4
 HOUR_MS = 3_600_000

@@ -96,11 +96,11 @@ PROCESS_NAMES = frozenset(
         "PROGRESS_CONTROL_AUTOLOAD",  # interceptor/_site/sitecustomize.py
         "PROGRESS_CONTROL_CACHE_DIR",  # jar cache (progress_control.settings.default_cache_dir)
         "PROGRESS_CONTROL_MAVEN_REPO",  # progress_control/{dev/jars.py,demo/fetching.py}
-        "PROGRESS_CONTROL_MVN",  # progress_control/dev/jars.py
-        "PROGRESS_CONTROL_HELM",  # progress_control/tools/helm.py
-        "PROGRESS_CONTROL_GO",  # progress_control/tools/helm.py
-        "PROGRESS_CONTROL_BUILDAH",  # progress_control/tools/build_image.py
-        "PROGRESS_CONTROL_DEBOOTSTRAP",  # progress_control/tools/build_image.py
+        "PROGRESS_CONTROL_MVN",  # progress_control_apps/dev/jars.py
+        "PROGRESS_CONTROL_HELM",  # progress_control_apps/tools/helm.py
+        "PROGRESS_CONTROL_GO",  # progress_control_apps/tools/helm.py
+        "PROGRESS_CONTROL_BUILDAH",  # progress_control_apps/tools/build_image.py
+        "PROGRESS_CONTROL_DEBOOTSTRAP",  # progress_control_apps/tools/build_image.py
         "PROGRESS_CONTROL_VENV",  # ./dev
         "PROGRESS_CONTROL_TEST_BROKER",  # tests/conftest.py
         "PROGRESS_CONTROL_TEST_WORKERS",  # ./dev test

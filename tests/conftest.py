@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from progress_control.dev.broker import EmbeddedKafkaBroker
-from progress_control.dev.schema_registry import EmbeddedSchemaRegistry
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
+from progress_control_apps.dev.schema_registry import EmbeddedSchemaRegistry
 from streams_runtime import App, StreamsBuilder
 
 if TYPE_CHECKING:
@@ -97,8 +97,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # Three groups of some five minutes each, not two of eight: the last group to finish is the end
 # of the run.
 _SPARK_GROUPS = {
-    "tests/progress_control/spark/": "spark-jobs",
-    "tests/progress_control/demo/": "spark-demo",
+    "tests/progress_control_apps/spark/": "spark-jobs",
+    "tests/progress_control_apps/demo/": "spark-demo",
     "tests/streams_runtime/cluster/test_promise_readers.py": "spark",
     "tests/streams_runtime/test_progress_downstream.py": "spark",
     "tests/streams_runtime/test_signed_progress.py": "spark",
@@ -123,7 +123,7 @@ _START_FIRST = (
     "tests/readers/",
     "tests/streams_runtime/test_serdes_registry_broker.py",
     "tests/streams_runtime/queries/",
-    "tests/progress_control/dev/test_broker.py",
+    "tests/progress_control_apps/dev/test_broker.py",
     "tests/interceptor/test_producer.py",
 )
 """Test files whose tests take the longest (tens of seconds each, mostly waiting on clocks and
@@ -314,7 +314,7 @@ def run_app(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., App]
 def spark() -> Iterator[SparkSession]:
     """One local[2] SparkSession (with Spark's Kafka connector) for the whole test session; the
     main job's test reuses it too (``spark_session`` returns the running session)."""
-    from progress_control.spark import spark_session
+    from progress_control_apps.spark import spark_session
 
     session = spark_session("local[2]", "progress-control-tests")
     yield session

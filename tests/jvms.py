@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import IO, Any
 
-from progress_control.dev.jars import find_java
+from progress_control_apps.dev.jars import find_java
 
 __all__ = ["TEST_JVM_OPTIONS", "start_driven_jvm", "stop_child"]
 

@@ -20,16 +20,16 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from progress_control.dev.jars import (
+from progress_control_apps.dev.jars import (
     apicurio_avro_converter_jars,
     fetch_jars,
     kafka_broker_jars,
     kafka_connect_jars,
     spark_kafka_connector_jars,
 )
-from progress_control.dev.quix import quix_python
-from progress_control.dev.schema_registry import fetch_registry
-from progress_control.tools.helm import helm_binary
+from progress_control_apps.dev.quix import quix_python
+from progress_control_apps.dev.schema_registry import fetch_registry
+from progress_control_apps.tools.helm import helm_binary
 from tests.conformance.kstreams import build_conformance_app
 from tests.readers.flink_job import build_flink_companion
 from tests.readers.kafka_streams_companion import build_companion

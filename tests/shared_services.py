@@ -72,7 +72,7 @@ def address(run_dir: Path, service: SharedService) -> str:
         with output.open("w") as out:
             env = {**os.environ, "TMPDIR": MEMORY_DIR} if service.in_memory and MEMORY_DIR else None
             process = subprocess.Popen(
-                [sys.executable, "-m", "progress_control.cli", service.command],
+                [sys.executable, "-m", "progress_control_apps.cli", service.command],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -1,6 +1,6 @@
 """The Dockerfile, read: what the image is built from and what it must carry.
 
-No engine runs here (the build itself is ``python -m progress_control.tools.build_image``, with
+No engine runs here (the build itself is ``python -m progress_control_apps.tools.build_image``, with
 buildah: docs/operations/helm.md, "The image"). These tests check the recipe: a base pinned by
 digest whose Debian has a Rust new enough for the native core, a compiler in the build stage
 only, the ``runtime`` extra, a build that fails when either native extension is missing, the OCI
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from progress_control.tools.build_image import (
+from progress_control_apps.tools.build_image import (
     IMAGE_CHECK,
     OCI_LABELS,
     base_release,
@@ -235,4 +235,4 @@ def test_the_build_context_has_everything_pip_wheel_reads() -> None:
     assert not [path for path in needed if _ignored(path, patterns)]
     # In-place builds (an editable install's .so files) stay out: the image builds its own.
     assert _ignored("interceptor/_ackplugin.abi3.so", patterns)
-    assert _ignored("progress_control/tools/helm.py", patterns)
+    assert _ignored("progress_control_apps/tools/helm.py", patterns)

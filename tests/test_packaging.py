@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.network, pytest.mark.xdist_group("packaging")]
 
 PACKAGES = (
     "progress_control",
+    "progress_control_apps",
     "interceptor",
     "sidecar",
     "streams_runtime",
@@ -166,8 +167,8 @@ def test_metadata_is_fit_to_publish(wheel: Path) -> None:
     # No generic top-level import names: the four the product is known by, nothing else.
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top_level == set(PACKAGES)
-    assert not [n for n in names if n.startswith("progress_control/tools/")]  # test tooling
-    assert "progress_control/dev/poms/kafka-broker.xml" in names
+    assert not [n for n in names if n.startswith("progress_control_apps/tools/")]  # test tooling
+    assert "progress_control_apps/dev/poms/kafka-broker.xml" in names
     # Both extensions on CPython's stable ABI (the native core where cargo was there to build
     # it, as here): one wheel for every CPython from 3.11.
     assert wheel.name.endswith("-cp311-abi3-linux_x86_64.whl"), wheel.name
@@ -219,7 +220,7 @@ def test_core_installs_small_and_works_without_extras(wheel: Path, tmp_path: Pat
         "from sidecar.service import ProgressControlSidecar\n"
         "from streams_runtime import App\n"
         "for package, extra in (\n"
-        "    ('progress_control.spark', 'spark'), ('progress_control.demo', 'demo')\n"
+        "    ('progress_control_apps.spark', 'spark'), ('progress_control_apps.demo', 'demo')\n"
         "):\n"
         "    try:\n"
         "        __import__(package)\n"
@@ -263,7 +264,7 @@ def test_the_release_wheel_is_manylinux_with_both_extensions_and_passes_its_smok
     extensions, made manylinux by ``auditwheel repair``, ``twine check --strict``, then
     installed with the runtime extra in a fresh virtualenv where the smoke test passes
     (native paths, a topology on the test driver, the command)."""
-    from progress_control.tools import dist
+    from progress_control_apps.tools import dist
 
     copy = Path(shutil.copy(wheel, tmp_path / wheel.name))
     dist.check_extensions(copy)

@@ -31,7 +31,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "progress_control.readers.kafka_connect": ["SINK_DROP_TICKS", "sink_drop_ticks"],
     "progress_control.readers.tick_gate": ["TickDecision", "TickGate", "TickGateStats"],
-    "progress_control.spark": [
+    "progress_control_apps.spark": [
         "BatchRange",
         "BatchResult",
         "Difference",
@@ -243,8 +243,8 @@ def test_the_core_never_imports_the_demo_the_spark_jobs_or_the_dev_tools() -> No
         "import progress_control, interceptor, sidecar.service, streams_runtime\n"
         "from streams_runtime import App\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(("
-        "'progress_control.dev', 'progress_control.demo', 'progress_control.spark',"
-        " 'progress_control.tools', 'pyspark', 'matplotlib')))\n"
+        "'progress_control_apps.dev', 'progress_control_apps.demo', 'progress_control_apps.spark',"
+        " 'progress_control_apps.tools', 'pyspark', 'matplotlib')))\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from progress_control.dev.jars import build_maven_project
+from progress_control_apps.dev.jars import build_maven_project
 from tests.jvms import start_driven_jvm, stop_child
 
 __all__ = ["KafkaStreamsApps", "build_conformance_app"]

@@ -5,7 +5,7 @@ with the options it gives them.
   a benchmark; ``./dev demo`` and ``./dev broker`` options those of the CLI's commands.
 - ``progress-control COMMAND --option``: the CLI's command and each option (from its parser,
   what ``--help`` lists); after ``run --`` the wrapped command is checked the same way.
-- ``python -m progress_control.spark COMMAND --option``: the same, from the Spark CLI's parser;
+- ``python -m progress_control_apps.spark COMMAND --option``: the same, from the Spark CLI's parser;
   ``python -m MODULE``: the module exists.
 - ``PROGRESS_CONTROL_*=...`` assignments: a variable some component reads
   (:func:`progress_control.env_names.unknown_variables`).
@@ -67,14 +67,14 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 @cache
 def _cli_parser() -> argparse.ArgumentParser:
-    from progress_control import cli
+    from progress_control_apps import cli
 
     return cli._parser()
 
 
 @cache
 def _spark_parser() -> argparse.ArgumentParser:
-    from progress_control.spark.cli import build_parser
+    from progress_control_apps.spark.cli import build_parser
 
     return build_parser()
 
@@ -143,7 +143,7 @@ def _check_command(words: list[str], report: ShellReport) -> None:  # noqa: PLR0
             _check_command(rest, report)
     elif program in {"python", "python3"} and args[:1] == ["-m"] and len(args) > 1:
         module = args[1]
-        if module == "progress_control.spark":
+        if module == "progress_control_apps.spark":
             _check_options(_spark_parser(), [a for a in args[2:] if a != "..."], module, report)
         else:
             import importlib.util

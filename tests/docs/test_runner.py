@@ -65,7 +65,7 @@ def test_bad_markers_are_errors() -> None:
         ("progress-control brokr\n", "no command 'brokr'"),
         ("progress-control broker --prot 1\n", "no option '--prot'"),
         ("PROGRESS_CONTROL_START_SM=1 progress-control run -- python app.py\n", "START_MS"),
-        ("python -m progress_control.spark stream --gapp 1s\n", "no option '--gapp'"),
+        ("python -m progress_control_apps.spark stream --gapp 1s\n", "no option '--gapp'"),
         ("X=$(progress-control autoload-pth) python app.py\n", "no command 'autoload-pth'"),
         ("progress-control run -- progress-control sidecr\n", "no command 'sidecr'"),
         ("mvn -q -f readers/pom.xml -pl nope -am install\n", "readers/nope"),

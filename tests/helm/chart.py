@@ -1,8 +1,8 @@
 """Shared helpers of the chart tests: the Helm runner, the chart's paths and values variants,
 and lookups in rendered manifests.
 
-Helm comes from :func:`progress_control.tools.helm.helm_binary` (built once from the Go module proxy
-and cached, or ``$PROGRESS_CONTROL_HELM``). Every rendered manifest is checked against the
+Helm comes from :func:`progress_control_apps.tools.helm.helm_binary` (built once from the Go module
+proxy and cached, or ``$PROGRESS_CONTROL_HELM``). Every rendered manifest is checked against the
 Kubernetes JSON schemas shipped with ``kubernetes-validate`` in strict mode (unknown fields are
 errors) by :func:`validate_strictly`.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from progress_control.tools.helm import helm_binary, helm_needs_build
+from progress_control_apps.tools.helm import helm_binary, helm_needs_build
 from tests.helm.chart import (
     EXAMPLE,
     FULL_VALUES,

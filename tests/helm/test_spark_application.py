@@ -35,8 +35,8 @@ from tests.paths import ROOT
 
 
 def parsed_arguments(app: Manifest) -> Any:
-    """The SparkApplication's arguments as `python -m progress_control.spark` parses them."""
-    from progress_control.spark.cli import build_parser
+    """The SparkApplication's arguments as `python -m progress_control_apps.spark` parses them."""
+    from progress_control_apps.spark.cli import build_parser
 
     return build_parser().parse_args(app["spec"]["arguments"])
 
@@ -231,7 +231,7 @@ def test_spark_driver_runs_the_entry_script(
     )
 
     # spark-submit runs `python3 <file> <arguments>`: the script hands them to
-    # progress_control.spark's CLI.
+    # progress_control_apps.spark's CLI.
     path = tmp_path / file_name
     path.write_text(script)
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)}
@@ -249,7 +249,7 @@ def test_spark_driver_runs_the_entry_script(
 
     result = run("stream", "--help")
     assert result.returncode == 0, result.stderr
-    assert "usage: python -m progress_control.spark stream" in result.stdout
+    assert "usage: python -m progress_control_apps.spark stream" in result.stdout
     # The rendered arguments reach the parser: with an invalid gap it exits 2 naming --gap.
     arguments = list(spec["arguments"])
     arguments[arguments.index("--gap") + 1] = "30x"

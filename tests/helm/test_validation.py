@@ -12,7 +12,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from progress_control.tools.helm import HELM_VERSION
+from progress_control_apps.tools.helm import HELM_VERSION
 from tests.helm.chart import (
     CHART,
     FULL_VALUES,

@@ -28,7 +28,7 @@ from tests.helpers import TopicReader, ticks_by_partition, wait_for
 
 pytestmark = pytest.mark.broker
 
-CLI = [sys.executable, "-m", "progress_control.cli"]
+CLI = [sys.executable, "-m", "progress_control_apps.cli"]
 ACK_RECORDING = "PROGRESS_CONTROL_ACK_RECORDING"
 FAST = {"progress.control.start.ms": 300, "progress.control.backoff.ms": 100}
 RECORDS = 4  # two on each of two partitions

@@ -19,7 +19,6 @@ from confluent_kafka.serialization import StringSerializer
 from prometheus_client import CollectorRegistry, generate_latest
 
 from interceptor import Producer, SerializingProducer
-from progress_control.dev.broker import EmbeddedKafkaBroker
 from progress_control.protocol import (
     CONTROL_HEADER,
     DEFAULT_SENTINEL_KEY,
@@ -30,6 +29,7 @@ from progress_control.settings import ConfigurationError
 from progress_control.ticks.activity import AckEntry
 from progress_control.ticks.activity_report import PartitionReport, decode_report
 from progress_control.trust import ControlRecordValidator, TrustPolicy, Verdict
+from progress_control_apps.dev.broker import EmbeddedKafkaBroker
 from tests.helpers import (
     TopicReader,
     exposed_metrics,
@@ -43,7 +43,7 @@ from tests.paths import APPS
 pytestmark = pytest.mark.broker
 
 APP = APPS / "clicks_app.py"
-CLI = [sys.executable, "-m", "progress_control.cli"]
+CLI = [sys.executable, "-m", "progress_control_apps.cli"]
 
 ACK_RECORDING = "PROGRESS_CONTROL_ACK_RECORDING"
 

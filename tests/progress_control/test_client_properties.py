@@ -82,7 +82,7 @@ def test_the_sidecar_with_a_misspelt_property_exits_2_with_one_line() -> None:
         "PROGRESS_CONTROL_KAFKA__SASL_MECHANISMX": "PLAIN",
     }
     result = subprocess.run(
-        [sys.executable, "-m", "progress_control.cli", "sidecar"],
+        [sys.executable, "-m", "progress_control_apps.cli", "sidecar"],
         env=env,
         capture_output=True,
         text=True,

@@ -10,11 +10,11 @@ from pydantic_settings import BaseSettings
 
 from interceptor import Producer
 from interceptor.settings import InterceptorSettings
-from progress_control.dev.broker import BrokerSettings
-from progress_control.dev.schema_registry import SchemaRegistrySettings
 from progress_control.env_names import COMPONENT_FIELDS, DICT_FIELDS, unknown_variables
 from progress_control.settings import ConfigurationError, load_settings
-from progress_control.spark.settings import SparkJobSettings, load_job_settings
+from progress_control_apps.dev.broker import BrokerSettings
+from progress_control_apps.dev.schema_registry import SchemaRegistrySettings
+from progress_control_apps.spark.settings import SparkJobSettings, load_job_settings
 from sidecar.settings import SidecarSettings
 from streams_runtime.settings import RuntimeSettings
 from tests.paths import ROOT

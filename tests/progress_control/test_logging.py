@@ -21,12 +21,12 @@ import structlog
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry, Counter
 
-from progress_control.dev.ports import free_port
 from progress_control.logging import client_logger, configure_logging
 from progress_control.protocol import CONTROL_HEADER, is_control_record
 from progress_control.ticks.metrics import ProgressControlMetrics
 from progress_control.ticks.sender import TickSender
 from progress_control.ticks.settings import TickSettings
+from progress_control_apps.dev.ports import free_port
 from sidecar.admission import ActivityAdmission, ReportedAck
 from streams_runtime.errors import BadRecordHandler
 from streams_runtime.metrics import RuntimeMetrics
@@ -35,7 +35,13 @@ from streams_runtime.settings import BadRecordPolicy
 from streams_runtime.state.directory import read_checkpoint
 from tests.paths import ROOT
 
-PACKAGES = ("interceptor", "sidecar", "streams_runtime", "progress_control")
+PACKAGES = (
+    "interceptor",
+    "sidecar",
+    "streams_runtime",
+    "progress_control",
+    "progress_control_apps",
+)
 # Converted by whoever owns them; drop an entry when its calls use the mapping form.
 NOT_YET: set[str] = set()
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
@@ -199,7 +205,7 @@ def test_protocol_and_broker_lines_have_their_fields(rendered: _Logs) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         assert free_port("127.0.0.1", port) != port
-    line = rendered.one("progress_control.dev.ports")
+    line = rendered.one("progress_control_apps.dev.ports")
     assert line | {"port": port, "host": "127.0.0.1"} == line
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from interceptor.settings import InterceptorSettings
 from progress_control.settings import ConfigurationError, load_settings
-from progress_control.spark.settings import load_job_settings
+from progress_control_apps.spark.settings import load_job_settings
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
 from streams_runtime import App, AppState, StreamsBuilder

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import structlog
 
-from progress_control.dev.broker import BrokerSettings
 from progress_control.logging import configure_logging
 from progress_control.settings import (
     ConfigurationError,
@@ -20,6 +19,7 @@ from progress_control.settings import (
     read_secret_file,
 )
 from progress_control.trust import SigningKey
+from progress_control_apps.dev.broker import BrokerSettings
 
 
 def test_env_prefix_and_nested_delimiter(monkeypatch: pytest.MonkeyPatch) -> None:

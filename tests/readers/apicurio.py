@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from progress_control.dev.schema_registry import CCOMPAT_PATH
+from progress_control_apps.dev.schema_registry import CCOMPAT_PATH
 
 __all__ = [
     "AVRO_CONVERTER",

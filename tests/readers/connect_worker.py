@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from progress_control.dev.jars import classpath, fetch_jars, find_java, kafka_connect_jars
-from progress_control.dev.ports import free_port
+from progress_control_apps.dev.jars import classpath, fetch_jars, find_java, kafka_connect_jars
+from progress_control_apps.dev.ports import free_port
 from tests.helpers import wait_for
 from tests.jvms import TEST_JVM_OPTIONS
 

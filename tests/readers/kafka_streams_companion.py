@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from progress_control.dev.jars import build_maven_project
+from progress_control_apps.dev.jars import build_maven_project
 from tests.jvms import start_driven_jvm, stop_child
 
 __all__ = ["COMPANION_DIR", "CompanionApps", "build_companion"]

@@ -1,5 +1,5 @@
 """A Quix Streams app for tests/readers/test_quix.py, run by the Python of the Quix Streams
-virtualenv (progress_control/dev/quix.py) with the repository on PYTHONPATH:
+virtualenv (progress_control_apps/dev/quix.py) with the repository on PYTHONPATH:
 
     python quix_windows_app.py SPEC.json
 

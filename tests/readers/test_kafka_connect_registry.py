@@ -30,8 +30,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
 from interceptor import SerializingProducer as TickingSerializingProducer
-from progress_control.dev.jars import apicurio_avro_converter_jars, fetch_jars
 from progress_control.readers.kafka_connect import sink_drop_ticks
+from progress_control_apps.dev.jars import apicurio_avro_converter_jars, fetch_jars
 from tests.helpers import TopicReader, registry_client, ticks_by_partition, unique_name, wait_for
 from tests.readers.apicurio import CLICK_SCHEMA, USER_SCHEMA, avro_converters
 from tests.readers.connect_worker import ConnectWorker, committed_offsets, end_offsets, file_sink

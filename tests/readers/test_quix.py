@@ -1,5 +1,6 @@
 """Quix Streams 3.28 closes its windows on our ticks (progress_control/readers/quix.py), against
-the real broker and the real Quix Streams, in its own virtualenv (progress_control/dev/quix.py).
+the real broker and the real Quix Streams, in its own virtualenv
+(progress_control_apps/dev/quix.py).
 
 Two runs of one app (tests/readers/quix_windows_app.py) over the same data, side by side:
 - ticked: our ``Application``; the data is produced by our interceptor, which ticks the idle
@@ -25,8 +26,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from interceptor import Producer as TickingProducer
-from progress_control.dev.quix import quix_python
 from progress_control.trust import ControlRecordSource
+from progress_control_apps.dev.quix import quix_python
 from tests.helpers import unique_name, wait_for
 from tests.paths import ROOT
 

@@ -23,7 +23,6 @@ from confluent_kafka import Message
 from confluent_kafka import Producer as PlainProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from progress_control.protocol import parse_control_headers
 from progress_control.settings import ConfigurationError
 from progress_control.ticks.activity_report import (
@@ -33,6 +32,7 @@ from progress_control.ticks.activity_report import (
     encode_reports,
 )
 from progress_control.trust import ControlRecordValidator, SigningKey, TrustPolicy, Verdict
+from progress_control_apps.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from sidecar.service import ProgressControlSidecar
 from sidecar.settings import SidecarSettings
 from tests.helpers import (

@@ -123,7 +123,7 @@ def _spark_sessions(
 ) -> list[Session]:
     """The Spark streaming job's sessions of ``topic``, once ``expected`` came out or no more
     do (without ticks the watermark stops at the last result, and its windows stay open)."""
-    from progress_control.spark import KafkaSource, SessionizationStream, StreamConfig
+    from progress_control_apps.spark import KafkaSource, SessionizationStream, StreamConfig
 
     config = StreamConfig(
         source=KafkaSource(bootstrap, topic),

@@ -30,7 +30,7 @@ from tests.streams_runtime.test_progress_downstream import session_as_click
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from progress_control.spark.stream_config import StreamMetrics
+    from progress_control_apps.spark.stream_config import StreamMetrics
 
 pytestmark = [pytest.mark.broker, pytest.mark.network]  # network: Spark's connector jars
 
@@ -162,7 +162,7 @@ def _spark_sessions(
 ) -> tuple[list[Session], StreamMetrics]:
     """The Spark streaming job over ``topic``, its keys read as a deployment would (env), once
     ``expected`` sessions closed; and its metrics."""
-    from progress_control.spark import (
+    from progress_control_apps.spark import (
         KafkaSource,
         SessionizationStream,
         StreamConfig,

@@ -74,7 +74,7 @@ app.kubernetes.io/component: spark-sessionization
 {{- toJson $pairs -}}
 {{- end -}}
 
-{{/* Arguments of `python -m progress_control.spark` (progress_control/spark/cli.py), as a YAML list. */}}
+{{/* Arguments of `python -m progress_control_apps.spark` (progress_control_apps/spark/cli.py), as a YAML list. */}}
 {{- define "progress-control.spark.arguments" -}}
 {{- $job := .Values.sparkSessionization -}}
 {{- $args := list "stream"

@@ -11,7 +11,8 @@ stamped with the session's end. Both readers run *after* the runtime finished, o
   its stream time is the largest timestamp read so far on that partition, in offset order: its
   results depend on each partition's order alone, never on when records arrived, and a replay is
   exactly what a live reader gets.
-- **The Spark streaming job** (:class:`progress_control.spark.SessionizationStream`): its watermark
+- **The Spark streaming job** (:class:`progress_control_apps.spark.SessionizationStream`): its
+watermark
   is one per query, the largest timestamp read in earlier micro-batches on *any* partition, so what
   is late depends on when records became readable and which share a micro-batch; a replay in one
   micro-batch could never drop anything. So an :class:`ArrivalRecorder` notes, while the runtime
@@ -51,7 +52,7 @@ from tests.helpers import unique_name, wait_for
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from progress_control.spark import SessionizationStream
+    from progress_control_apps.spark import SessionizationStream
 
 __all__ = [
     "FLUSH_USER",
@@ -479,7 +480,7 @@ def spark_results(
     Its sessions once the watermark reached the largest timestamp fed, then once it reached
     the ``flush`` records' (a session here is a :class:`WindowResult` whose results and events
     both are its click count; its end is the window end, last click + gap)."""
-    from progress_control.spark import KafkaSource, SessionizationStream, StreamConfig
+    from progress_control_apps.spark import KafkaSource, SessionizationStream, StreamConfig
 
     jobs = {
         mode: SessionizationStream(

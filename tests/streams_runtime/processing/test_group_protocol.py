@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from pydantic import ValidationError
 
-from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from streams_runtime import App, StreamsBuilder
 from streams_runtime.processing.group_protocol import (
     JoinFailure,

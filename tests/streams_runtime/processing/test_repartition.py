@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from progress_control.dev.broker import BrokerSettings, EmbeddedKafkaBroker
+from progress_control_apps.dev.broker import BrokerSettings, EmbeddedKafkaBroker
 from streams_runtime import App, StreamsBuilder
 from streams_runtime.serdes import Json, String
 from tests.helpers import TopicReader, unique_name, wait_for
