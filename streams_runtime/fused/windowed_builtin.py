@@ -32,7 +32,7 @@ from streams_runtime.processors import (
     SuppressProcessor,
     TimeWindowAggregateProcessor,
 )
-from streams_runtime.record import Record, SourceRecord
+from streams_runtime.record import Record, SourceRecord, TopicPartitionId
 from streams_runtime.serde_context import is_contextual
 from streams_runtime.serdes import (
     Float,
@@ -114,6 +114,7 @@ class FusedWindowAggregate(Processor):
         *,
         session_store: SessionStore,
         buffer_store: KeyValueStore,
+        input_tp: TopicPartitionId,
         position: SourcePosition,
         write_budget: int,
     ) -> None:
@@ -147,7 +148,8 @@ class FusedWindowAggregate(Processor):
         self._value_serde: Serde[Any] = aggregate._value_serde
         self._sessions = session_store
         self._buffer = buffer_store
-        self._position = position
+        self._input = input_tp  # the task's one input partition: what every write names
+        self._position = position  # the task's current input: what a tick's writes name
         self._write_budget = write_budget
         self.core: Any = None
         # In the graph in place of the chain.
@@ -352,20 +354,16 @@ class FusedWindowAggregate(Processor):
     def _write_behind(self) -> None:
         """Write every change since the last time to both stores (and so their changelogs),
         each with the input offset that caused it."""
-        position = self._position
-        saved = position.offset
+        tp = self._input
         serialize = self._value_serde.serialize
-        try:
-            for state_key, aggregate, value_ts, offset, timestamp in self.core.take_writes():
-                key, start, end = split_session_changelog_key(state_key)
-                raw = None if aggregate is None else serialize(aggregate)
-                if raw is not None and self._timed:
-                    raw = ValueAndTimestamp(raw, value_ts).to_bytes()
-                position.offset = offset
-                self._sessions.put(key, start, end, raw, timestamp)
-                self._buffer.put(state_key, raw, timestamp)
-        finally:
-            position.offset = saved
+        for state_key, aggregate, value_ts, offset, timestamp in self.core.take_writes():
+            key, start, end = split_session_changelog_key(state_key)
+            raw = None if aggregate is None else serialize(aggregate)
+            if raw is not None and self._timed:
+                raw = ValueAndTimestamp(raw, value_ts).to_bytes()
+            source = (tp, offset)
+            self._sessions.put(key, start, end, raw, timestamp, source=source)
+            self._buffer.put(state_key, raw, timestamp, source=source)
 
     def query_store(self) -> SessionStore:
         """The store as interactive queries read it: the windows processed so far, not those

@@ -271,6 +271,7 @@ class StreamTask:
             chain,
             session_store=self.state.session_store(aggregate._store_name),
             buffer_store=self.state.kv_store(suppress._store_name),
+            input_tp=self.inputs[0],
             position=self.position,
             write_budget=self._settings.statestore_cache_max_bytes,
         )

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from streams_runtime.record import Headers, TopicPartitionId
-from streams_runtime.state.changelog import SourcePosition
+from streams_runtime.state.changelog import InputRef, SourcePosition
 from streams_runtime.state.stores import FlushListener, KeyValueStore
 
 __all__ = [
@@ -302,15 +302,20 @@ class CachingKeyValueStore(KeyValueStore):
         return super().get(key)
 
     def put(
-        self, key: bytes, value: bytes | None, timestamp: int, headers: Headers | None = None
+        self,
+        key: bytes,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None = None,
+        *,
+        source: InputRef | None = None,
     ) -> None:
         """Cache ``key`` (``None``: a cached delete), dirty, with the record context: the
-        ``headers`` downstream will see, and the input record being processed."""
-        position = self._position
+        ``headers`` downstream will see, and the input that caused the write (``source``, or
+        the record being processed)."""
+        tp, offset = (self._position.tp, self._position.offset) if source is None else source
         size = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
-        self.cache.put(
-            key, CacheEntry(value, timestamp, headers, position.tp, position.offset, size)
-        )
+        self.cache.put(key, CacheEntry(value, timestamp, headers, tp, offset, size))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         cached = sorted((key, entry.value) for key, entry in self.cache.snapshot())
@@ -324,19 +329,13 @@ class CachingKeyValueStore(KeyValueStore):
         self.cache.flush()
 
     def _write_back(self, entries: list[tuple[bytes, CacheEntry]]) -> None:
-        position = self._position
-        saved = position.tp, position.offset
         listener = self._listener
-        try:
-            for key, entry in entries:
-                old = super().get(key)
-                if entry.value is None and old is None:
-                    continue
-                # The changelog record says which input caused the latest write (restore's
-                # committed-input rule), and downstream sees that write's context.
-                position.tp, position.offset = entry.tp, entry.offset
-                super().put(key, entry.value, entry.timestamp)
-                if listener is not None:
-                    listener(key, entry.value, old, entry.timestamp, entry.headers)
-        finally:
-            position.tp, position.offset = saved
+        for key, entry in entries:
+            old = super().get(key)
+            if entry.value is None and old is None:
+                continue
+            # The changelog record says which input caused the latest write (restore's
+            # committed-input rule).
+            super().put(key, entry.value, entry.timestamp, source=(entry.tp, entry.offset))
+            if listener is not None:
+                listener(key, entry.value, old, entry.timestamp, entry.headers)

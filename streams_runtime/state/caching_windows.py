@@ -25,6 +25,7 @@ from streams_runtime.state.caching import (
     merge_ordered,
 )
 from streams_runtime.state.changelog import (
+    InputRef,
     SourcePosition,
     session_changelog_key,
     split_session_changelog_key,
@@ -89,21 +90,22 @@ class CachingSessionStore(SessionStore):
         value: bytes | None,
         timestamp: int,
         headers: Headers | None = None,
+        *,
+        source: InputRef | None = None,
     ) -> None:
         """Cache the window (``None``: a cached delete), dirty, with the record context: the
-        ``headers`` downstream will see, and the input record being processed."""
+        ``headers`` downstream will see, and the input that caused the write (``source``, or
+        the record being processed)."""
         if start > end:
             raise ValueError(f"session start {start} is after its end {end}")
         cache_key = session_changelog_key(key, start, end)
-        position = self._position
+        tp, offset = (self._position.tp, self._position.offset) if source is None else source
         size = len(cache_key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
         # Indexed before the put: a put over budget may evict this very entry, which forgets it.
         windows = self._cached.setdefault(key, [])
         if (start, end) not in windows:
             windows.append((start, end))
-        self.cache.put(
-            cache_key, CacheEntry(value, timestamp, headers, position.tp, position.offset, size)
-        )
+        self.cache.put(cache_key, CacheEntry(value, timestamp, headers, tp, offset, size))
 
     def expire(self, key: bytes, start: int, end: int, timestamp: int) -> None:
         """Delete an expired window from the store, bypassing the cache: retention is no
@@ -144,23 +146,18 @@ class CachingSessionStore(SessionStore):
                 del self._cached[key]
 
     def _write_back(self, entries: list[tuple[bytes, CacheEntry]]) -> None:
-        position = self._position
-        saved = position.tp, position.offset
         listener = self._listener
-        try:
-            for cache_key, entry in entries:
-                key, start, end = split_session_changelog_key(cache_key)
-                old = super().fetch(key, start, end)
-                if entry.value is None and old is None:
-                    continue
-                # The changelog record says which input caused the latest write (restore's
-                # committed-input rule), and downstream sees that write's context.
-                position.tp, position.offset = entry.tp, entry.offset
-                super().put(key, start, end, entry.value, entry.timestamp)
-                if listener is not None:
-                    listener(key, start, end, entry.value, old, entry.timestamp, entry.headers)
-        finally:
-            position.tp, position.offset = saved
+        for cache_key, entry in entries:
+            key, start, end = split_session_changelog_key(cache_key)
+            old = super().fetch(key, start, end)
+            if entry.value is None and old is None:
+                continue
+            # The changelog record says which input caused the latest write (restore's
+            # committed-input rule).
+            source = (entry.tp, entry.offset)
+            super().put(key, start, end, entry.value, entry.timestamp, source=source)
+            if listener is not None:
+                listener(key, start, end, entry.value, old, entry.timestamp, entry.headers)
 
 
 class CachingWindowStore(CachingSessionStore, WindowStore):

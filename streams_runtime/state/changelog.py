@@ -22,6 +22,7 @@ __all__ = [
     "SOURCE_HEADER",
     "ChangelogWriter",
     "ChangelogWrites",
+    "InputRef",
     "RecordSink",
     "SourcePosition",
     "changelog_topic",
@@ -43,6 +44,10 @@ _SOURCE_SUFFIX = struct.Struct(">iq")
 # Session changelog key: the record key, then start and end as 8-byte big-endian signed integers.
 _SESSION_WINDOW = struct.Struct(">qq")
 
+
+InputRef = tuple[TopicPartitionId | None, int]
+"""The input record a write names as its cause: ``(partition, offset)``, or ``(None, -1)`` for
+none (e.g. a wall-clock punctuation's write)."""
 
 ChangelogWrites = Iterable[tuple[bytes, tuple[bytes | None, int, Headers | None]]]
 """A buffered writer's writes: ``(key, (value, timestamp, headers))`` each."""
@@ -74,11 +79,17 @@ class RecordSink(Protocol):
 
 @dataclass
 class SourcePosition:
-    """The input record a task is processing; shared by all of the task's stores.
+    """The input record a task is processing (the record context of Kafka Streams'
+    ``ProcessorRecordContext``): written by the task alone, before each record, and read by its
+    stores, so a processor's write says which input caused it without naming it.
 
-    The task sets it before processing each record, so every changelog write can say which input
-    caused it. ``tp is None`` (nothing being processed, e.g. a wall-clock punctuation) means
-    changelog writes carry no source and are always applied on restore.
+    Writes that happen later than their cause name it instead (:data:`InputRef`): a record
+    cache's write-back and the native windowed aggregation's write-behind pass each entry's own
+    input. What a flush forwards downstream is written with the position as it stands: the last
+    input the task took, which, as every cache is flushed before each commit, is committed
+    exactly when the flushed entry's input is (restore's committed-input rule decides the same).
+    ``tp is None`` (nothing processed yet) means changelog writes carry no source and are always
+    applied on restore.
     """
 
     tp: TopicPartitionId | None = None
@@ -93,11 +104,6 @@ class SourcePosition:
         """Record that the input record at ``tp``/``offset`` is being processed."""
         self.tp = tp
         self.offset = offset
-
-    def clear(self) -> None:
-        """Record that no input record is being processed."""
-        self.tp = None
-        self.offset = -1
 
     def headers(self) -> Headers | None:
         """The changelog headers of the current position (the ``pc-source`` header), ``None``
@@ -205,14 +211,16 @@ class ChangelogWriter:
         value: bytes | None,
         timestamp: int,
         *,
-        source: tuple[TopicPartitionId, int] | None = None,
+        source: InputRef | None = None,
     ) -> None:
         """Log ``key``/``value`` (``None``: a tombstone) with the source header of the current
-        :class:`SourcePosition`, or of ``source`` when given (restore corrections)."""
+        :class:`SourcePosition`, or of ``source`` when given (a write-back, a restore
+        correction)."""
         if source is None:
             headers = self.position.headers()
         else:
-            headers = [(SOURCE_HEADER, encode_source(*source))]
+            tp, offset = source
+            headers = None if tp is None else [(SOURCE_HEADER, encode_source(tp, offset))]
         if not self._buffered:
             self.sink.send(self.topic, self.partition, key, value, timestamp, headers)
             return

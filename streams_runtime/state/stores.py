@@ -1,7 +1,8 @@
 """The stores processors use: an engine for local reads and writes, plus an optional changelog.
 
 Every write goes to the engine and, when the store is logged, to its changelog partition, with
-the source header of the task's current input record and the given timestamp. ``restore``
+the given timestamp and the source header of the input that caused it: the task's current input
+record unless the write names another (a cache's write-back). ``restore``
 applies a changelog record without logging it.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from streams_runtime.record import Headers
 from streams_runtime.state.changelog import (
     ChangelogWriter,
+    InputRef,
     session_changelog_key,
     split_session_changelog_key,
 )
@@ -72,16 +74,23 @@ class KeyValueStore:
         """Write (and forward) what the record cache holds dirty; nothing without a cache."""
 
     def put(
-        self, key: bytes, value: bytes | None, timestamp: int, headers: Headers | None = None
+        self,
+        key: bytes,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers | None = None,
+        *,
+        source: InputRef | None = None,
     ) -> None:
         """Write ``key``; ``None`` deletes it (a tombstone in the changelog). ``headers`` are
-        the record context a cached store forwards with the update (not stored)."""
+        the record context a cached store forwards with the update (not stored); ``source`` the
+        input that caused the write when it is not the one being processed."""
         if value is None:
             self.engine.delete(key)
         else:
             self.engine.put(key, value)
         if self.changelog is not None:
-            self.changelog.log(key, value, timestamp)
+            self.changelog.log(key, value, timestamp, source=source)
 
     def delete(self, key: bytes, timestamp: int) -> None:
         """Same as ``put(key, None, timestamp)``."""
@@ -148,15 +157,18 @@ class SessionStore:
         value: bytes | None,
         timestamp: int,
         headers: Headers | None = None,
+        *,
+        source: InputRef | None = None,
     ) -> None:
         """Write the session ``(key, start, end)``; ``None`` removes it (a tombstone).
-        ``headers``: as for :meth:`KeyValueStore.put`."""
+        ``headers``, ``source``: as for :meth:`KeyValueStore.put`."""
         if value is None:
             self.engine.remove(key, start, end)
         else:
             self.engine.put(key, start, end, value)
         if self.changelog is not None:
-            self.changelog.log(session_changelog_key(key, start, end), value, timestamp)
+            changelog_key = session_changelog_key(key, start, end)
+            self.changelog.log(changelog_key, value, timestamp, source=source)
 
     def remove(self, key: bytes, start: int, end: int, timestamp: int) -> None:
         """Same as ``put(key, start, end, None, timestamp)``."""

@@ -70,7 +70,6 @@ def _feed(context: CachedContext, processor: Processor, records: list[tuple[str,
     for offset, (key, ts) in enumerate(records, start=len(context.sink.sent) * 100):
         context.position.set(INPUT, offset)
         processor.process(Record(key, "x", ts, [("h", str(offset).encode())]))
-    context.position.clear()
 
 
 def test_updates_within_a_commit_interval_reach_store_changelog_and_downstream_once() -> None:
@@ -79,7 +78,6 @@ def test_updates_within_a_commit_interval_reach_store_changelog_and_downstream_o
     for offset, (key, ts) in enumerate([("a", 10), ("b", 20), ("a", 5), ("a", 30), ("b", 25)]):
         context.position.set(INPUT, offset)
         count.process(Record(key, "x", ts, [("h", str(offset).encode())]))
-    context.position.clear()
     assert sink.seen == []
     assert context.kv["counts"].engine.get(b"a") is None  # not written yet
     assert context.kv_store("counts").get(b"a") is not None  # but read through the cache

@@ -329,14 +329,13 @@ def test_changelog_writer_headers() -> None:
     position.set(INPUT, 42)
     writer.log(b"k", None, 6)
     writer.log(b"k", b"x", 7, source=(TopicPartitionId("other", 1), 9))
-    position.clear()
-    assert position.tp is None
-    assert position.offset == -1
+    writer.log(b"k", b"y", 8, source=(None, -1))  # a write that names no input
     assert sink.sent[0] == ("cl", 3, b"k", b"v", 5, None)
     assert sink.sent[1] == ("cl", 3, b"k", None, 6, [(SOURCE_HEADER, encode_source(INPUT, 42))])
     headers = sink.sent[2][5]
     assert headers is not None
     assert decode_source(headers[0][1] or b"") == (TopicPartitionId("other", 1), 9)
+    assert sink.sent[3] == ("cl", 3, b"k", b"y", 8, None)
     assert writer.tp == TopicPartitionId("cl", 3)
 
 
@@ -666,7 +665,6 @@ def test_restore_skips_records_of_uncommitted_input(
     writer.flush()  # a commit interval ends between the two writes
     position.set(source, 10)
     store.put(b"k", b"v2", 2000)
-    position.clear()
     writer.flush()
     sink.flush()
     writer.close()
@@ -765,14 +763,12 @@ def test_restore_from_a_standby_copy_equals_a_full_restore(  # noqa: PLR0915 - o
     position = SourcePosition()
 
     def write(offset: int | None, key: bytes, value: bytes | None) -> None:
-        if offset is None:
-            position.clear()
-        else:
-            position.set(source, offset)
+        # ``None``: a write that names no input (as before a task took any record).
+        cause = (None, -1) if offset is None else (source, offset)
         if value is None:
-            store.delete(key, 1000 + len(key))
+            store.put(key, None, 1000 + len(key), source=cause)
         else:
-            store.put(key, value, 1000 + (offset or 0))
+            store.put(key, value, 1000 + (offset or 0), source=cause)
         writer.flush()
 
     writer = manager(tmp_path / "w", [KV], "memory", sink, position, kafka_bootstrap, app)
