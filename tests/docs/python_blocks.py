@@ -138,10 +138,12 @@ def _fresh(
     """Topics ``topics`` empty, ``absent`` not there, application ids ``apps`` never run (on a
     shared cluster, an earlier session may have left them)."""
     if apps:
+        # As long as the topics' deletion may take: a coordinator under the whole suite's load
+        # has taken more than 10 s.
         with contextlib.suppress(KafkaException):
-            for future in admin.delete_consumer_groups(list(apps), request_timeout=10).values():
+            for future in admin.delete_consumer_groups(list(apps), request_timeout=30).values():
                 with contextlib.suppress(KafkaException):
-                    future.result(timeout=10)
+                    future.result(timeout=30)
     existing = admin.list_topics(timeout=10).topics
     internal = [
         topic

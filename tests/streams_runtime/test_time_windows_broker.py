@@ -1,6 +1,7 @@
 """Time windows against the real broker: a windowed store and its suppression buffer survive a
 restart (both state engines, restored from their changelogs). That a final result comes out on
-control records alone is tests/streams_runtime/topologies/test_time_windows.py (the driver)."""
+control records alone is tests/streams_runtime/topologies/test_time_windows_driver.py (the
+driver)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Windowed stream-stream joins against the real broker: the join buffers (each side's window store
 and the shared outer buffer) survive a restart, restored from their changelogs (memory) or
 reopened (SQLite). That unjoined results come out on ticks alone is
-tests/streams_runtime/topologies/test_joins.py (the driver)."""
+tests/streams_runtime/topologies/test_joins_driver.py (the driver)."""
 
 from __future__ import annotations
 

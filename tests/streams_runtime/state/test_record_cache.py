@@ -25,7 +25,7 @@ from streams_runtime import (
 from streams_runtime.queries.results import QueryError
 from streams_runtime.serdes import Integer, Json, String
 from tests.helpers import TopicReader, unique_name, wait_for
-from tests.streams_runtime.processors.test_tables import produce, updates
+from tests.streams_runtime.processors.test_tables_broker import produce, updates
 
 KEYS = ("a", "b", "c", "d")
 PER_KEY = 50

@@ -1,6 +1,6 @@
 """Tables: emit-on-change (KIP-557) and its crash safety (KAFKA-12508) against the real broker,
 and the pieces of tables checked without one. What table topologies output is
-tests/streams_runtime/topologies/test_tables.py (the driver)."""
+tests/streams_runtime/topologies/test_tables_driver.py (the driver)."""
 
 from __future__ import annotations
 

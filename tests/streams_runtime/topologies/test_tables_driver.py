@@ -1,7 +1,7 @@
 """Tables on the ``TopologyTestDriver``: a table source's emit-on-change (KIP-557),
 filter/map_values/to_stream with and without old values, grouped count/reduce/aggregate (one
 after a repartition) with what they drop, and a stream joining a derived table. Their crash
-safety (KAFKA-12508) is tests/streams_runtime/processors/test_tables.py, on the broker."""
+safety (KAFKA-12508) is tests/streams_runtime/processors/test_tables_broker.py, on the broker."""
 
 from __future__ import annotations
 
