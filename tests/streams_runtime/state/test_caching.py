@@ -19,6 +19,7 @@ from streams_runtime.state import (
     ThreadCache,
 )
 from streams_runtime.state.caching import ENTRY_OVERHEAD
+from streams_runtime.state.changelog import decode_source
 from tests.streams_runtime.processors.memory_context import MemoryContext
 from tests.streams_runtime.state.record_sinks import ListSink
 
@@ -188,3 +189,28 @@ def test_a_flush_that_dirties_a_downstream_cache_flushes_it_too() -> None:
     _feed(context, count, [("a", 1), ("a", 2)])
     context.commit()
     assert sink.seen == [("a", 2, 2, None)]
+
+
+def test_a_write_back_names_its_entries_input_and_leaves_the_position_alone() -> None:
+    """The counts' write-back names the input of each key's latest write; the table the flush
+    forwards to writes under the task's position (the last input taken, committed with it),
+    which the flush does not move."""
+    context = CachedContext(10 * 1024 * 1024)
+    count, _ = _counting(context)
+    table = TableSourceProcessor("downstream", String(), Integer())
+    table.children = [_Collect()]
+    count.children = [table]
+    table.init(context)
+    for offset, key in ((3, "a"), (4, "b"), (5, "c")):
+        context.position.set(INPUT, offset)
+        count.process(Record(key, "x", offset))
+    context.position.set(INPUT, 6)
+    count.process(Record("c", "x", 6))
+    context.commit()
+    assert (context.position.tp, context.position.offset) == (INPUT, 6)
+    sent: dict[str, list[tuple[bytes | None, int]]] = {}
+    for topic, _partition, key, _value, _ts, headers in context.sink.sent:
+        assert headers is not None
+        sent.setdefault(topic, []).append((key, decode_source(headers[0][1] or b"")[1]))
+    assert sent["counts-changelog"] == [(b"a", 3), (b"b", 4), (b"c", 6)]
+    assert sent["downstream-changelog"] == [(b"a", 6), (b"b", 6), (b"c", 6)]
