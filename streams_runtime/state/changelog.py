@@ -47,7 +47,7 @@ _SESSION_WINDOW = struct.Struct(">qq")
 
 InputRef = tuple[TopicPartitionId | None, int]
 """The input record a write names as its cause: ``(partition, offset)``, or ``(None, -1)`` for
-none (e.g. a wall-clock punctuation's write)."""
+none (a write before the task took any input)."""
 
 ChangelogWrites = Iterable[tuple[bytes, tuple[bytes | None, int, Headers | None]]]
 """A buffered writer's writes: ``(key, (value, timestamp, headers))`` each."""
@@ -107,7 +107,7 @@ class SourcePosition:
 
     def headers(self) -> Headers | None:
         """The changelog headers of the current position (the ``pc-source`` header), ``None``
-        when nothing is being processed. The same list is returned until the position moves:
+        before the task took any input. The same list is returned until the position moves:
         callers must not change it."""
         tp = self.tp
         if tp is None:
