@@ -72,7 +72,7 @@ class ProgressControlSidecar:
         )
         self.activity = PartitionActivity(schedule, include_topic=include_topic)
         self.registry = CollectorRegistry()
-        self._tick_metrics = ProgressControlMetrics(self.activity.idle_partitions)
+        self._tick_metrics = ProgressControlMetrics(self._partitions_idle)
         self.registry.register(
             PrometheusCollector(
                 self._tick_metrics,
@@ -146,6 +146,9 @@ class ProgressControlSidecar:
         self._data_end: dict[TopicPartition, tuple[float, int]] = {}
         """Per partition: (ack time of the idle period, end offset when its data was seen).
         Records beyond that offset are ticks of this idle period, ours or another replica's."""
+        self._ticked: dict[TopicPartition, float] = {}
+        """Per partition: the ack time of the idle period this sidecar sent a tick in (or found
+        ticked when it started)."""
         self._sender = TickSender(settings, settings.kafka, self._tick_metrics, eager=True)
         self._scheduler = IdlePartitionScheduler(self.activity, self._send_verified)
         self._scheduler.add_interval_job(self._sender.poll, _TICK_REPORT_POLL_S)
@@ -404,7 +407,22 @@ class ProgressControlSidecar:
             deadline = self.activity.resume(key[0], key[1], timestamp_ms, ack, ticks_seen)
             if deadline is not None:
                 self._resumed.inc()
+                if ticks_seen:
+                    with self._lock:
+                        self._ticked[key] = self.activity.latest[key][1]
                 self._scheduler.arm(deadline)
+
+    def _partitions_idle(self) -> int:
+        """Partitions ticked since their last data, as far as this sidecar knows: a due tick
+        the end-offset check found superseded is no tick (with ``watch_interval_ms`` above
+        ``start_ms`` a busy partition's tick falls due before the watch sees its new data)."""
+        latest = self.activity.latest
+        with self._lock:
+            for key, period in list(self._ticked.items()):
+                entry = latest.get(key)
+                if entry is None or entry[1] != period:
+                    del self._ticked[key]  # data since: a new idle period
+            return len(self._ticked)
 
     def _set_connected(self, connected: bool) -> None:
         if connected != self._connected.is_set():
@@ -444,6 +462,7 @@ class ProgressControlSidecar:
                     self._superseded.inc()
                 else:
                     verified.append(tick)
+                    self._ticked[key] = tick.last_ack_monotonic
         if verified:
             self._sender.send(verified)
 

@@ -134,6 +134,54 @@ def test_broker_watch_ticks_exactly_the_idle_partitions(
     assert {(m.version, m.key_id) for m in markers if m} == {(1, None)}  # no key: unsigned, v1
 
 
+def test_the_idle_gauge_counts_no_busy_partition_whose_tick_data_superseded(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    reader_for: Callable[[str, int], TopicReader],
+) -> None:
+    """The broker watched less often than start.ms: a busy partition's tick falls due before
+    the watch sees its new data, and the end-offset check finds it superseded. Only the two
+    partitions that really got ticks count as idle, at every scrape."""
+    topic = create_topic("idle-gauge", partitions=4)
+    reader = reader_for(topic, 4)
+    stop_writing = keep_writing(kafka_bootstrap, topic, (0, 1))
+    # start.ms above any stall of the busy writer (its ticks are all superseded), the watch
+    # interval well above start.ms.
+    overrides = {"topics.include": topic, "source.id": "gauge", "start.ms": 600}
+    settings = sidecar_settings(kafka_bootstrap, **overrides, **{"watch.interval.ms": 3000})
+    try:
+        with ProgressControlSidecar(settings) as sidecar:
+            wait_for(sidecar.is_connected, message="the sidecar's first look at the broker")
+            produce_one(kafka_bootstrap, topic, range(2, 4))
+
+            def idle() -> float | None:
+                return sidecar.registry.get_sample_value(
+                    "progress_control_partitions_idle", {"source": "gauge"}
+                )
+
+            def superseded() -> float:
+                value = sidecar.registry.get_sample_value("progress_control_ticks_superseded_total")
+                return value or 0
+
+            wait_for(
+                lambda: set(ticks_by_partition(reader.ticks())) == {2, 3},
+                timeout_s=30,
+                message="ticks on the quiet partitions",
+            )
+            before = superseded()
+            samples = []
+            until = time.monotonic() + 4  # more than one watch interval
+            while time.monotonic() < until:
+                samples.append(idle())
+                time.sleep(0.05)
+            assert superseded() > before  # the busy partitions' ticks fell due meanwhile
+    finally:
+        stop_writing()
+    assert set(samples) == {2}
+    reader.read(quiet_s=0.5)
+    assert set(ticks_by_partition(reader.ticks())) == {2, 3}
+
+
 @pytest.mark.parametrize("transport", ["unix", "udp"])
 def test_report_mode_app_gets_ticks_from_the_sidecar_only(
     transport: str,
