@@ -9,9 +9,8 @@ It
 - reads the membership topic from the beginning with an assign-only consumer into a
   :class:`~streams_runtime.cluster.membership.MembershipView`, believing only records that verify
   (:mod:`streams_runtime.cluster.membership_auth`);
-- places standbys (:mod:`streams_runtime.cluster.placement`) and keeps its
-  :class:`~streams_runtime.cluster.standby.StandbyReplica` copies warm with one read_committed
-  consumer of their changelog partitions;
+- places standbys (:mod:`streams_runtime.cluster.placement`) and keeps them warm
+  (:class:`~streams_runtime.cluster.standby_set.StandbySet`);
 - hands a task becoming active the committed state of its standbys (:meth:`Replicator.warm_stores`);
 - with a persistent engine (SQLite, RocksDB), keeps the standbys on disk and checkpoints them
   every membership interval and on close, so a restart resumes each from its checkpoint
@@ -49,14 +48,12 @@ from streams_runtime.cluster.membership import (
 )
 from streams_runtime.cluster.membership_auth import MembershipAuthenticator, membership_key
 from streams_runtime.cluster.placement import standby_placement
-from streams_runtime.cluster.standby import StandbyReplica, standby_directory
-from streams_runtime.cluster.standby_files import checkpoint_standbys, open_standby
+from streams_runtime.cluster.standby_set import LoggedStore, StandbySet
 from streams_runtime.metrics import RuntimeMetrics, security_metrics
 from streams_runtime.queries.security import is_loopback_host
 from streams_runtime.record import TaskId, TopicPartitionId
-from streams_runtime.settings import RuntimeSettings, StateEngine
+from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state import (
-    StoreSpec,
     WarmStore,
     changelog_topic,
 )
@@ -130,8 +127,7 @@ class Replicator:
         self._join_deadline: float | None = None
         self._membership_loaded = False
         self._interval_s = settings.membership_interval_ms / 1000
-        # Logged stores: spec, sub-topology, changelog topic, partition count.
-        self.stores: dict[str, tuple[StoreSpec, int, str, int]] = {}
+        self.stores: dict[str, LoggedStore] = {}
         for sub in topology.subtopologies:
             for spec in sub.stores:
                 if spec.logged:
@@ -139,10 +135,6 @@ class Replicator:
                     count = partition_counts.get(topic)
                     if count:
                         self.stores[spec.name] = (spec, sub.id, topic, count)
-        self.standbys: dict[StorePartition, StandbyReplica] = {}
-        # Persistent engines' standbys live on disk (in SQLite files, whichever the engine).
-        self._persistent = settings.state_engine != StateEngine.MEMORY
-        self._standby_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -163,15 +155,16 @@ class Replicator:
                 "enable.partition.eof": "true",  # the view is complete: joins may be planned
             }
         )
-        self._changelog_consumer = Consumer(
-            {
-                **common,
-                "group.id": f"{settings.application_id}-standby-{suffix}",
-                "isolation.level": "read_committed",
-                "enable.partition.eof": "true",
-            }
-        )
         self._offsets = GroupOffsets({**common, "group.id": settings.application_id})
+        self._standbys = StandbySet(
+            self.stores,
+            settings,
+            {**common, "group.id": f"{settings.application_id}-standby-{suffix}"},
+            self._offsets,
+            metrics,
+        )
+        self.standbys = self._standbys.replicas
+        """The standby copies here, by store partition (a lookup needs no lock)."""
         self._producer = Producer(
             {**settings.client_config(), **settings.producer, "linger.ms": "0"}
         )
@@ -205,14 +198,10 @@ class Replicator:
                 "membership tombstone not sent: %(error)s",
                 {"topic": self.settings.membership_topic, "error": str(exc)},
             )
-        for consumer in (self._membership_consumer, self._changelog_consumer):
-            with contextlib.suppress(RuntimeError):
-                consumer.close()
+        with contextlib.suppress(RuntimeError):
+            self._membership_consumer.close()
+        self._standbys.close()
         self._offsets.close()
-        with self._standby_lock:
-            for replica in self.standbys.values():
-                replica.close()
-            self.standbys.clear()
 
     def _run(self) -> None:
         next_publish = 0.0
@@ -222,11 +211,11 @@ class Replicator:
                 if self._wake.is_set() or time.monotonic() >= next_publish:
                     self._wake.clear()
                     self._place_standbys()
-                    self._fold_standbys()
-                    self._checkpoint_standbys()
+                    self._standbys.fold()
+                    self._standbys.checkpoint()
                     self.publish()
                     next_publish = time.monotonic() + self._interval_s
-                self._read_changelogs()
+                self._standbys.read(lambda: self._wake.wait(min(self._interval_s, 0.1)))
             except Exception:
                 logger.exception("replicator: error (continuing)")
                 time.sleep(self._interval_s)
@@ -295,8 +284,7 @@ class Replicator:
         without asking the broker for end offsets)."""
         active = self._local_partitions(self._active_tasks())
         restoring = self._local_partitions(self._restoring_tasks()) - active
-        with self._standby_lock:
-            standby = set(self.standbys) - active
+        standby = self._standbys.partitions() - active
         lags = self.local_lags(active, restoring, standby) if with_lags else {}
         member_id, group_instance_id = self._group_member()
         return MemberInfo(
@@ -351,22 +339,17 @@ class Replicator:
             active = self._local_partitions(self._active_tasks())
         if restoring is None:
             restoring = self._local_partitions(self._restoring_tasks())
-        with self._standby_lock:
-            replicas = dict(self.standbys)
         return local_lags(
             active,
             restoring,
-            replicas,
+            self._standbys.snapshot(),
             None if standby is None else set(standby),
             end_offset=lambda sp: self.end_offset(self.changelog_tp(sp)),
         )
 
     def standby_lag(self, sp: StorePartition) -> LagInfo | None:
-        """The lag of the local standby of ``sp`` (``None``: there is none). Never asks the
-        broker: queries must not wait on Kafka clients the replicator thread is using."""
-        with self._standby_lock:
-            replica = self.standbys.get(sp)
-        return None if replica is None else replica.lag(epoch_ms())
+        """The lag of the local standby of ``sp`` (:meth:`StandbySet.lag`)."""
+        return self._standbys.lag(sp)
 
     # -- standbys -----------------------------------------------------------------------------
 
@@ -377,8 +360,7 @@ class Replicator:
         members = self.view.live(at_least_ms=self._group_session_ms)
         # Our own record in the view may be a moment old: use the current assignment.
         members[self.instance_id] = self.member_info(with_lags=False)
-        with self._standby_lock:
-            current = set(self.standbys)
+        current = self._standbys.partitions()
         wanted: set[StorePartition] = set()
         for name, (_spec, sub, _topic, partitions) in self.stores.items():
             for partition in range(partitions):
@@ -398,7 +380,7 @@ class Replicator:
                 ):
                     wanted.add(sp)
         if wanted != current:
-            self._set_standbys(wanted)
+            self._standbys.set_wanted(wanted)
 
     # -- warm-ups -----------------------------------------------------------------------------
 
@@ -457,123 +439,10 @@ class Replicator:
         self.wake()
         return True
 
-    def _fold_standbys(self) -> None:
-        """Give the standbys the application's committed offsets of the inputs behind their
-        pending records (see :class:`StandbyReplica`), so those do not pile up."""
-        with self._standby_lock:
-            sources = set().union(*(r.pending_sources() for r in self.standbys.values()))
-        if not sources:
-            return
-        try:
-            committed = self._offsets.committed(sorted(sources))
-        except KafkaException as exc:  # the next interval asks again
-            logger.debug("committed offsets not read: %(error)s", {"error": str(exc)})
-            return
-        with self._standby_lock:
-            for replica in self.standbys.values():
-                replica.fold(committed)
-
     def warm_stores(
         self, task: TaskId, committed_inputs: Mapping[TopicPartitionId, int]
     ) -> dict[str, WarmStore]:
         """The committed state of ``task``'s stores that have a standby here, as of
         ``committed_inputs`` (the task's committed input offsets): a task becoming active
         restores from these and the changelogs' tails (docs/runtime/state.md)."""
-        warm: dict[str, WarmStore] = {}
-        with self._standby_lock:
-            for name, (_spec, sub, _topic, _count) in self.stores.items():
-                replica = self.standbys.get(StorePartition(name, task.partition))
-                if sub == task.subtopology and replica is not None and replica.position() >= 0:
-                    warm[name] = replica.warm_store(committed_inputs)
-        return warm
-
-    def _checkpoint_standbys(self) -> None:
-        with self._standby_lock:
-            checkpoint_standbys(self.standbys.values())
-
-    def _new_standby(self, sp: StorePartition) -> StandbyReplica:
-        spec, _sub, topic, _count = self.stores[sp.store]
-        directory = (
-            standby_directory(self.settings.state_dir, self.settings.application_id, sp)
-            if self._persistent
-            else None
-        )
-        return open_standby(spec, sp, topic, directory, self._offsets.watermarks)
-
-    def _set_standbys(self, wanted: set[StorePartition]) -> None:
-        with self._standby_lock:
-            current = set(self.standbys)
-        # Opened outside the lock: resuming asks the broker, and queries wait on the lock.
-        created = {sp: self._new_standby(sp) for sp in sorted(wanted - current)}
-        with self._standby_lock:
-            for sp in current - wanted:
-                logger.info(
-                    "standby %(store)s/%(partition)d dropped",
-                    {"store": sp.store, "partition": sp.partition},
-                )
-                self.standbys.pop(sp).close()
-                self.metrics.standby_lag(sp.store, str(sp.partition)).set(0)
-            for sp, replica in created.items():
-                logger.info(
-                    "standby %(store)s/%(partition)d created (from offset %(offset)d)",
-                    {
-                        "store": sp.store,
-                        "partition": sp.partition,
-                        "offset": max(replica.position(), 0),
-                    },
-                )
-                self.standbys[sp] = replica
-            assignment = [
-                TopicPartition(
-                    r.tp.topic,
-                    r.tp.partition,
-                    r.next_offset if r.next_offset >= 0 else OFFSET_BEGINNING,
-                )
-                for r in self.standbys.values()
-            ]
-        if assignment:
-            self._changelog_consumer.assign(assignment)
-        else:
-            self._changelog_consumer.unassign()
-
-    def _read_changelogs(self) -> None:
-        with self._standby_lock:
-            idle = not self.standbys
-        if idle:
-            self._wake.wait(min(self._interval_s, 0.1))
-            return
-        messages = self._changelog_consumer.consume(_BATCH, 0.05)
-        with self._standby_lock:
-            by_tp = {r.tp: r for r in self.standbys.values()}
-            read: dict[StandbyReplica, int] = {}
-            for msg in messages:
-                tp = TopicPartitionId(msg.topic() or "", msg.partition() or 0)
-                replica = by_tp.get(tp)
-                if replica is None:
-                    continue
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        replica.eof_offset = msg.offset() or 0
-                    else:
-                        logger.warning(
-                            "standby consumer: %(error)s",
-                            {
-                                "topic": msg.topic(),
-                                "partition": msg.partition(),
-                                "error": str(error),
-                            },
-                        )
-                    continue
-                replica.apply(msg)
-                read[replica] = read.get(replica, 0) + 1
-            for replica, count in read.items():
-                self.metrics.standby_restored(replica.sp.store, str(replica.sp.partition)).inc(
-                    count
-                )
-            # Cached by the consumer from its fetch responses: no broker round trip.
-            for replica in by_tp.values():
-                ktp = TopicPartition(replica.tp.topic, replica.tp.partition)
-                high = self._changelog_consumer.get_watermark_offsets(ktp, cached=True)[1]
-                if high >= 0 and replica.position() >= 0:
-                    replica.end_offset = int(high)
+        return self._standbys.warm_stores(task, committed_inputs)
