@@ -4,7 +4,7 @@ warm by one read_committed consumer of their changelog partitions.
 
 :class:`StandbySet` is the replicator's (:mod:`.replicator`): its thread sets which copies are
 wanted, reads their changelogs, folds committed input offsets into them and checkpoints them;
-queries read the copies and their lags from their own threads, under the set's lock.
+queries read the copies and their lags from their own threads.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class StandbySet:
         self._metrics = metrics
         self.replicas: dict[StorePartition, StandbyReplica] = {}
         """Read without the lock only for one lookup (a dict read is atomic)."""
-        self.lock = threading.Lock()
+        self._lock = threading.Lock()
         # Persistent engines' standbys live on disk (in SQLite files, whichever the engine).
         self._persistent = settings.state_engine != StateEngine.MEMORY
         self._consumer = Consumer(
@@ -61,27 +61,29 @@ class StandbySet:
 
     def partitions(self) -> set[StorePartition]:
         """The store partitions with a copy here, as of now."""
-        with self.lock:
+        with self._lock:
             return set(self.replicas)
 
     def snapshot(self) -> dict[StorePartition, StandbyReplica]:
-        with self.lock:
+        """The copies by store partition, as of now."""
+        with self._lock:
             return dict(self.replicas)
 
     def lag(self, sp: StorePartition) -> LagInfo | None:
         """The lag of the copy of ``sp`` (``None``: there is none). Never asks the broker:
         queries must not wait on Kafka clients the replicator thread is using."""
-        with self.lock:
+        with self._lock:
             replica = self.replicas.get(sp)
         return None if replica is None else replica.lag(epoch_ms())
 
     def set_wanted(self, wanted: set[StorePartition]) -> None:
-        """Drop the copies not ``wanted``, open the missing ones, and read all changelogs."""
-        with self.lock:
+        """Drop the copies not ``wanted``, open the missing ones, and point the consumer at
+        each copy's changelog partition, from where the copy is."""
+        with self._lock:
             current = set(self.replicas)
         # Opened outside the lock: resuming asks the broker, and queries wait on the lock.
         created = {sp: self._open(sp) for sp in sorted(wanted - current)}
-        with self.lock:
+        with self._lock:
             for sp in current - wanted:
                 logger.info(
                     "standby %(store)s/%(partition)d dropped",
@@ -115,13 +117,13 @@ class StandbySet:
     def read(self, idle_wait: Callable[[], object]) -> None:
         """Apply one batch of changelog records to the copies (``idle_wait()`` when there are
         none: nothing to read)."""
-        with self.lock:
+        with self._lock:
             idle = not self.replicas
         if idle:
             idle_wait()
             return
         messages = self._consumer.consume(_BATCH, 0.05)
-        with self.lock:
+        with self._lock:
             by_tp = {r.tp: r for r in self.replicas.values()}
             read: dict[StandbyReplica, int] = {}
             for msg in messages:
@@ -159,7 +161,7 @@ class StandbySet:
     def fold(self) -> None:
         """Give the copies the application's committed offsets of the inputs behind their
         pending records (see :class:`StandbyReplica`), so those do not pile up."""
-        with self.lock:
+        with self._lock:
             sources = set().union(*(r.pending_sources() for r in self.replicas.values()))
         if not sources:
             return
@@ -168,7 +170,7 @@ class StandbySet:
         except KafkaException as exc:  # the next interval asks again
             logger.debug("committed offsets not read: %(error)s", {"error": str(exc)})
             return
-        with self.lock:
+        with self._lock:
             for replica in self.replicas.values():
                 replica.fold(committed)
 
@@ -178,7 +180,7 @@ class StandbySet:
         """The committed state of ``task``'s stores that have a copy here, as of
         ``committed_inputs`` (the task's committed input offsets)."""
         warm: dict[str, WarmStore] = {}
-        with self.lock:
+        with self._lock:
             for name, (_spec, sub, _topic, _count) in self._stores.items():
                 replica = self.replicas.get(StorePartition(name, task.partition))
                 if sub == task.subtopology and replica is not None and replica.position() >= 0:
@@ -187,14 +189,14 @@ class StandbySet:
 
     def checkpoint(self) -> None:
         """Checkpoint the copies on disk (persistent engines)."""
-        with self.lock:
+        with self._lock:
             checkpoint_standbys(self.replicas.values())
 
     def close(self) -> None:
         """Close the consumer and every copy."""
         with contextlib.suppress(RuntimeError):
             self._consumer.close()
-        with self.lock:
+        with self._lock:
             for replica in self.replicas.values():
                 replica.close()
             self.replicas.clear()
