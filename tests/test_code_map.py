@@ -6,15 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.paths import ROOT
+from tests.paths import PACKAGES, ROOT
 
-PACKAGES = (
-    "progress_control",
-    "interceptor",
-    "sidecar",
-    "streams_runtime",
-    "progress_control_apps",
-)
 # Files every package has, or that say nothing about a concern of their own.
 _SKIPPED = {"__init__.py", "__main__.py", "py.typed"}
 

@@ -8,15 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.paths import ROOT
-
-PACKAGES = (
-    "progress_control",
-    "interceptor",
-    "sidecar",
-    "streams_runtime",
-    "progress_control_apps",
-)
+from tests.paths import PACKAGES, ROOT
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:

@@ -236,7 +236,7 @@ def headless_service(manifests: list[Manifest]) -> Manifest:
     return service
 
 
-def _runtime_env(
+def runtime_env(
     container: dict[str, Any], pod_name: str, secrets: dict[str, str]
 ) -> dict[str, str]:
     """The env the kubelet would give the container: fields, Secrets (by key, from ``secrets``,
@@ -255,7 +255,7 @@ def _runtime_env(
     return env
 
 
-def _self_signed(directory: Path, *names: str) -> tuple[Path, Path]:
+def self_signed(directory: Path, *names: str) -> tuple[Path, Path]:
     """A self-signed certificate and key for ``names`` (DNS names or IP addresses), by openssl."""
     openssl = shutil.which("openssl")
     assert openssl, "the openssl CLI makes the test's certificates"
@@ -273,7 +273,7 @@ def _self_signed(directory: Path, *names: str) -> tuple[Path, Path]:
     return cert, key
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A setting's value, whether it is kept as a pydantic SecretStr or as plain text."""
     return value.get_secret_value() if hasattr(value, "get_secret_value") else value
 

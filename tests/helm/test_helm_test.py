@@ -20,12 +20,12 @@ from tests.helm.chart import (
     RUNTIME_NAME,
     Helm,
     Manifest,
-    _plain,
-    _runtime_env,
-    _self_signed,
     env_of,
     metrics_service,
+    plain,
     runtime_container,
+    runtime_env,
+    self_signed,
     test_pod,
 )
 
@@ -127,12 +127,12 @@ def test_helm_test_script_against_a_real_runtime_and_sidecar(
     token = "t0k3n-for-the-test"  # noqa: S105 - a test's own token
     for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
         monkeypatch.delenv(name)
-    env = _runtime_env(runtime_container(runtime_manifests), f"{RUNTIME_NAME}-0", {"token": token})
+    env = runtime_env(runtime_container(runtime_manifests), f"{RUNTIME_NAME}-0", {"token": token})
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     builder = StreamsBuilder()
     builder.stream(create_topic("helm-test-in")).to(create_topic("helm-test-out"))
-    cert, key = _self_signed(tmp_path / "tls", "127.0.0.1")
+    cert, key = self_signed(tmp_path / "tls", "127.0.0.1")
     app = App(
         builder,
         application_id=f"helm-test-{os.getpid()}",
@@ -154,7 +154,7 @@ def test_helm_test_script_against_a_real_runtime_and_sidecar(
     )
     with app, ProgressControlSidecar(sidecar_settings) as sidecar:
         assert app.wait_until("RUNNING", 60)
-        assert _plain(app.settings.query_token) == token  # from the rendered env
+        assert plain(app.settings.query_token) == token  # from the rendered env
         runtime_url = f"https://{app.query_endpoint}/health"
         sidecar_url = f"http://127.0.0.1:{sidecar.http.port}/readyz"
         probe_urls = [

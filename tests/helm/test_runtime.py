@@ -20,14 +20,14 @@ from tests.helm.chart import (
     SCHEMA_ERROR,
     Helm,
     Manifest,
-    _plain,
-    _runtime_env,
-    _self_signed,
     env_of,
     headless_service,
     one,
+    plain,
     runtime_container,
+    runtime_env,
     runtime_pod_spec,
+    self_signed,
     test_pod,
     validate_strictly,
 )
@@ -242,11 +242,11 @@ def test_rendered_env_loads_as_runtime_settings(
     pod = f"{RUNTIME_NAME}-1"
     for name in [n for n in os.environ if n.startswith("PROGRESS_CONTROL_")]:
         monkeypatch.delenv(name)
-    env = _runtime_env(runtime_container(manifests), pod, {"keys": "k1:" + "s" * 32})
+    env = runtime_env(runtime_container(manifests), pod, {"keys": "k1:" + "s" * 32})
     # The TLS Secret's files, where the kubelet would mount them (the runtime loads them).
     mount = "/etc/progress-control/tls"
     host = f"{pod}.{RUNTIME_NAME}.{NAMESPACE}.svc.k8s.example.internal"
-    cert, _ = _self_signed(tmp_path / "tls", host)
+    cert, _ = self_signed(tmp_path / "tls", host)
     (tmp_path / "tls" / "ca.crt").write_bytes(cert.read_bytes())
     for name, value in env.items():
         monkeypatch.setenv(name, value.replace(mount, str(tmp_path / "tls")))
@@ -260,7 +260,7 @@ def test_rendered_env_loads_as_runtime_settings(
         assert settings.application_server == (
             f"{pod}.{RUNTIME_NAME}.{NAMESPACE}.svc.cluster.local:8080"
         )
-        assert _plain(settings.query_token) == "secret:token"
+        assert plain(settings.query_token) == "secret:token"
         assert settings.state_dir == Path("/var/lib/progress-control")
         assert settings.metrics_port == 9090
         assert settings.kafka == {}
@@ -269,7 +269,7 @@ def test_rendered_env_loads_as_runtime_settings(
         assert settings.application_server == (
             f"{pod}.{RUNTIME_NAME}.{NAMESPACE}.svc.k8s.example.internal:8443"
         )
-        assert _plain(settings.query_token) == "secret:query-token"
+        assert plain(settings.query_token) == "secret:query-token"
         assert settings.state_dir == Path("/state")
         assert settings.processing_guarantee is ProcessingGuarantee.EXACTLY_ONCE
         assert settings.num_standby_replicas == 1
