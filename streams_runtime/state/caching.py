@@ -313,7 +313,11 @@ class CachingKeyValueStore(KeyValueStore):
         """Cache ``key`` (``None``: a cached delete), dirty, with the record context: the
         ``headers`` downstream will see, and the input that caused the write (``source``, or
         the record being processed)."""
-        tp, offset = (self._position.tp, self._position.offset) if source is None else source
+        if source is None:  # per record: no tuple built on this path
+            position = self._position
+            tp, offset = position.tp, position.offset
+        else:
+            tp, offset = source
         size = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
         self.cache.put(key, CacheEntry(value, timestamp, headers, tp, offset, size))
 

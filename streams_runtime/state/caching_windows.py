@@ -99,7 +99,11 @@ class CachingSessionStore(SessionStore):
         if start > end:
             raise ValueError(f"session start {start} is after its end {end}")
         cache_key = session_changelog_key(key, start, end)
-        tp, offset = (self._position.tp, self._position.offset) if source is None else source
+        if source is None:  # per record: no tuple built on this path
+            position = self._position
+            tp, offset = position.tp, position.offset
+        else:
+            tp, offset = source
         size = len(cache_key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
         # Indexed before the put: a put over budget may evict this very entry, which forgets it.
         windows = self._cached.setdefault(key, [])
