@@ -30,7 +30,10 @@ from streams_runtime import App, StreamsBuilder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-from tests import shared_services
+from tests import (
+    hypothesis_profiles,  # noqa: F401 - importing it loads the Hypothesis profile
+    shared_services,
+)
 from tests.helpers import TopicReader, unique_name, wait_for_leaders
 from tests.jvms import TEST_JVM_OPTIONS
 

@@ -12,6 +12,10 @@ use pyo3::types::{PyBytes, PyFloat, PyInt, PyList, PyTuple};
 /// Bytes counted per written-behind entry besides key and value (as the record cache counts).
 const ENTRY_OVERHEAD: i64 = 64;
 
+/// The one NaN an aggregate holds: Python's `math.nan`, and what Kafka's `DoubleSerializer`
+/// writes for every NaN (`Double.doubleToLongBits`).
+const CANONICAL_NAN: f64 = f64::from_bits(0x7ff8_0000_0000_0000);
+
 /// An aggregate: an exact `int` of 64 bits or an exact `float` held natively (what Python
 /// would compute for them is computed here, bit for bit), anything else as the Python object.
 pub enum Agg {
@@ -70,7 +74,7 @@ pub enum Kind {
 /// how): `combine` is `operator.add` (a count's merge, a sum), `min` or `max`, natively where
 /// both sides are exact ints (checked add) or exact floats; `finish` is what the chain's
 /// round trip through its store does to an aggregate (`normalize`, skipped where the value
-/// serde keeps the value as it is).
+/// serde keeps the value as it is), and every NaN the one NaN.
 pub struct Aggregation {
     pub kind: Kind,
     reducer: Py<PyAny>,
@@ -140,20 +144,23 @@ impl Aggregation {
 
     /// The aggregate as the chain reads it back from its store.
     pub fn finish(&self, py: Python<'_>, aggregate: Agg) -> PyResult<Agg> {
-        match aggregate {
-            Agg::Int(_) if self.exact_ints => return Ok(aggregate),
-            // NaN aside: JSON keeps neither its sign nor its payload.
-            Agg::Float(f) if self.exact_floats && !f.is_nan() => return Ok(aggregate),
-            _ => {}
-        }
-        let Some(normalize) = &self.normalize else {
-            return Ok(aggregate);
+        let kept = match aggregate {
+            Agg::Int(_) => self.exact_ints,
+            Agg::Float(_) => self.exact_floats,
+            Agg::Obj(_) => aggregate.is_none(py),
         };
-        if aggregate.is_none(py) {
-            return Ok(aggregate);
-        }
-        let result = normalize.bind(py).call1((aggregate.to_py(py)?,))?;
-        Ok(Agg::of(&result))
+        let aggregate = match &self.normalize {
+            Some(normalize) if !kept => {
+                Agg::of(&normalize.bind(py).call1((aggregate.to_py(py)?,))?)
+            }
+            _ => aggregate,
+        };
+        Ok(match aggregate {
+            // One NaN, as Kafka's DoubleSerializer writes every NaN: an addition's NaN takes
+            // its sign from whichever operand LLVM (free to swap them) and the hardware pick.
+            Agg::Float(f) if f.is_nan() => Agg::Float(CANONICAL_NAN),
+            other => other,
+        })
     }
 }
 

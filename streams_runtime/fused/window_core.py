@@ -51,8 +51,9 @@ class Aggregation:
 
     ``normalize``: what the chain's round trip through the store does to an aggregate
     (``deserialize(serialize(aggregate))``; it may raise, as the chain's serialize would); it is
-    skipped for an ``int`` of 64 bits when ``exact_ints`` and for a ``float`` other than NaN when
-    ``exact_floats`` (the value serde keeps them as they are), and for ``None``."""
+    skipped for an ``int`` of 64 bits when ``exact_ints`` and for a ``float`` when
+    ``exact_floats`` (the value serde keeps them as they are), and for ``None``. Every NaN
+    aggregate is the one NaN, ``math.nan`` (``0x7ff8000000000000``)."""
 
     def __init__(
         self,
@@ -72,14 +73,19 @@ class Aggregation:
 
     def finish(self, aggregate: Any) -> Any:
         """The aggregate as the chain reads it back from its store."""
-        if aggregate is None or self._normalize is None:
+        if aggregate is None:
             return aggregate
         kind = type(aggregate)
-        if kind is int and self._exact_ints and _LONG_MIN <= aggregate <= _LONG_MAX:
-            return aggregate
-        if kind is float and self._exact_floats and not math.isnan(aggregate):
-            return aggregate  # NaN aside: JSON keeps neither its sign nor its payload
-        return self._normalize(aggregate)
+        if self._normalize is not None and not (
+            (kind is int and self._exact_ints and _LONG_MIN <= aggregate <= _LONG_MAX)
+            or (kind is float and self._exact_floats)
+        ):
+            aggregate = self._normalize(aggregate)
+        if type(aggregate) is float and math.isnan(aggregate):
+            # One NaN, as Kafka's DoubleSerializer writes every NaN: an addition's NaN takes its
+            # sign from whichever operand the hardware (or LLVM, which may swap them) picks.
+            return math.nan
+        return aggregate
 
 
 class WriteBehind:

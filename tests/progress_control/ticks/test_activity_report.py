@@ -27,6 +27,7 @@ from progress_control.ticks.activity_report import (
     parse_address,
     parse_report_address,
 )
+from tests.hypothesis_profiles import examples
 
 # --- report wire format --------------------------------------------------------------------------
 
@@ -123,7 +124,6 @@ partition_reports = st.builds(
 )
 
 
-@settings(max_examples=100, deadline=None)
 @given(
     source=st.text(min_size=1, max_size=50),
     sent_ms=st.integers(0, 2**63 - 1),
@@ -137,7 +137,6 @@ def test_report_round_trip_property(
     assert decode_report(datagram) == report
 
 
-@settings(max_examples=100, deadline=None)
 @given(
     source=st.text(min_size=1, max_size=50),
     partitions=st.lists(partition_reports, max_size=40),
@@ -254,7 +253,7 @@ def test_deeply_nested_garbage_is_malformed() -> None:
         decode_report(b"[" * 50_000 + b"]" * 50_000)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200))
 @given(datagram=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_decode_report_raises_only_malformed_report_error(datagram: bytes) -> None:
     with contextlib.suppress(MalformedReportError):

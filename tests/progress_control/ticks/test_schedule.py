@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from progress_control.ticks.activity import DueTick, PartitionActivity, TopicPartition
 from progress_control.ticks.schedule import TickSchedule
+from tests.hypothesis_profiles import examples
 
 EPSILON_S = 1e-6
 MIN_ACK_GAP_S = 1e-5
@@ -230,7 +231,7 @@ gap_fractions = st.just(0.0) | st.floats(0.0, 0.2) | st.floats(0.0, 1.5)
 """Gaps between acks as a fraction of the schedule's horizon: mostly mid-schedule."""
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200))
 @given(
     schedule=schedules(),
     script=st.lists(
@@ -661,7 +662,7 @@ def test_a_shrinking_multiplier_is_rejected(multiplier: float, exponential: bool
         TickSchedule(10_000, 1_000, exponential=exponential, multiplier=multiplier, max_records=3)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200))
 @given(schedule=schedules(), tick=st.integers(1, 24))
 def test_offsets_grow_by_at_least_the_backoff(schedule: TickSchedule, tick: int) -> None:
     previous, current = schedule.offset_ms(tick - 1), schedule.offset_ms(tick)
@@ -672,7 +673,7 @@ def test_offsets_grow_by_at_least_the_backoff(schedule: TickSchedule, tick: int)
     assert current - previous == pytest.approx(schedule.spacing_ms(tick), rel=1e-6)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(schedule=schedules(), elapsed_ms=st.floats(0, 1e12) | st.integers(0, 10_000_000))
 def test_ticks_due_by_counts_the_offsets_passed(schedule: TickSchedule, elapsed_ms: float) -> None:
     offsets = planned_offsets_ms(schedule)

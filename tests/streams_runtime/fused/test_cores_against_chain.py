@@ -18,6 +18,7 @@ from streams_runtime.fused.session_core import SessionCore
 from streams_runtime.fused.time_window_core import TimeWindowCore
 from streams_runtime.record import Record
 from streams_runtime.serdes import Json, String
+from tests.hypothesis_profiles import examples
 from tests.streams_runtime.fused.test_session_core import numbers
 from tests.streams_runtime.processors.memory_context import MemoryContext
 
@@ -109,7 +110,7 @@ def _aggregation(builtin: str) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200))
 @given(
     builtin=st.sampled_from(["sum", "min", "max"]),
     gap=st.integers(1, 60),
@@ -125,7 +126,7 @@ def test_the_session_core_computes_what_the_chain_does(
     assert _canonical(core[0]) == _canonical(chain[0])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200))
 @given(
     builtin=st.sampled_from(["sum", "min", "max"]),
     size=st.integers(1, 60),

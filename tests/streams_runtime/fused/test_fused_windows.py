@@ -13,7 +13,9 @@ refuses (skipped by policy), and ticks that close every session in the end."""
 from __future__ import annotations
 
 import json
+import math
 import random
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 from progress_control.protocol import ControlMarker, ControlRecord, is_control_record
 from streams_runtime import App, SessionWindows, StreamsBuilder, TimeWindows, until_window_closes
-from streams_runtime.serdes import Json, String
+from streams_runtime.serdes import Float, Json, String
 from streams_runtime.state.changelog import changelog_topic
 from streams_runtime.windowed import Windowed
 from tests.helpers import unique_name, wait_for
@@ -388,3 +390,62 @@ def test_a_restart_on_the_other_path_loses_and_repeats_nothing(  # noqa: PLR0917
     run_app(_builder(source, expected_sink, kind), application_id=reference_id, **settings)
     _wait_committed(kafka_bootstrap, reference_id, source, ends)
     assert _results(kafka_bootstrap, sink) == _results(kafka_bootstrap, expected_sink)
+
+
+_NAN = struct.pack(">d", math.nan)
+# Quiet and signalling, either sign, other payloads: all NaN, all written as the one NaN.
+_NANS = [_NAN, bytes.fromhex("fff8000000000000"), bytes.fromhex("7ff0000000000001")]
+_NANS.append(bytes.fromhex("fff800000000dead"))
+
+
+def test_every_path_writes_every_nan_as_one(
+    kafka_bootstrap: str,
+    create_topic: Callable[..., str],
+    run_app: Callable[..., App],
+    core_path: Callable[[str], dict[str, Any]],
+) -> None:
+    """A session sum of doubles meeting NaNs of every sign and payload: each path writes the
+    one NaN Kafka's ``DoubleSerializer`` writes, to its changelog and its output, and the paths'
+    outputs are the same bytes."""
+    source = create_topic("doubles", partitions=PARTITIONS)
+    rng = random.Random(3)  # noqa: S311 - test data
+    records = [
+        (partition, key, rng.choice([*_NANS, struct.pack(">d", rng.random())]), at)
+        for partition, key, _, at in _inputs(seed=3)
+        if key is not None
+    ]
+    _produce(kafka_bootstrap, source, records)
+    ends = _ends(kafka_bootstrap, source)
+    outputs = {}
+    for path in PATHS:
+        sink = create_topic("sums", partitions=PARTITIONS)
+        app_id = unique_name(f"nan-{path}")
+        builder = StreamsBuilder()
+        (
+            builder.stream(source, key_serde=String(), value_serde=Float())
+            .group_by_key()
+            .windowed_by(WINDOWS["session"])
+            .sum(name=STORE)
+            .suppress(until_window_closes(), name=BUFFER)
+            .to_stream()
+            .select_key(lambda window, _: window.key)
+            .to(sink, key_serde=String(), value_serde=Float())
+        )
+        app = run_app(builder, application_id=app_id, **core_path(path))
+        _wait_committed(kafka_bootstrap, app_id, source, ends)
+        app.close()
+        changelog = [m.value() for m in _read(kafka_bootstrap, changelog_topic(app_id, STORE))]
+        output = [
+            m.key() + m.value() for m in _read(kafka_bootstrap, sink) if not is_control_record(m)
+        ]
+        outputs[path] = sorted(output)
+        nans = [v for v in changelog + output if v and math.isnan(_double(v))]
+        assert len(nans) > 10, path
+        assert {v[-8:] for v in nans} == {_NAN}, path
+    assert outputs["native"] == outputs["chain"]
+    assert outputs["python"] == outputs["chain"]
+
+
+def _double(value: bytes) -> float:
+    """A record's value's last eight bytes, as a double."""
+    return float(struct.unpack(">d", value[-8:])[0])

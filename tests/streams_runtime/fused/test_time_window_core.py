@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams_runtime.fused.time_window_core import TimeWindowCore as PythonTimeWindowCore
+from tests.hypothesis_profiles import examples
 from tests.streams_runtime.fused.test_session_core import KEYS, aggregations, drive, numbers
 
 native = pytest.importorskip("streams_runtime._native", reason="the native core is not built")
@@ -25,7 +26,7 @@ def windows(draw: st.DrawFn) -> tuple[int, int, int]:
     return size, draw(st.integers(1, size)), draw(st.integers(0, 30))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(
     spec=windows(),
     start_time=st.integers(-1, 150),

@@ -25,6 +25,7 @@ from streams_runtime.state import (
     SessionStore,
     WindowStore,
 )
+from tests.hypothesis_profiles import examples
 
 WINDOWS = SessionWindows(gap_ms=100, grace_ms=30)
 TUMBLING = TimeWindows.of_size(100, grace=30)
@@ -140,7 +141,7 @@ events = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(events)
 def test_no_sink_sends_a_record_older_than_its_earlier_promise(trace: list[Event]) -> None:
     task = _run(trace)

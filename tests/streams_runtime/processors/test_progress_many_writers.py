@@ -95,6 +95,7 @@ from streams_runtime.record import Headers, SourceRecord, TaskId, TopicPartition
 from streams_runtime.serdes import String
 from streams_runtime.settings import BadRecordPolicy, ProcessingGuarantee, RuntimeSettings
 from streams_runtime.topology import Topology
+from tests.hypothesis_profiles import examples
 
 APP = "app"
 INPUT = "in"
@@ -669,7 +670,7 @@ def _run(
 
 
 @pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=examples(250))
 @given(inputs=_inputs, schedule=_schedule)
 def test_no_writer_writes_behind_a_tick(
     exactly_once: bool, inputs: list[tuple[int, list[Event]]], schedule: list[tuple[str, int]]
