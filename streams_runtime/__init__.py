@@ -10,6 +10,9 @@ from streams_runtime.app import App
 from streams_runtime.app_state import AppState
 from streams_runtime.cluster.membership import LagInfo
 from streams_runtime.dsl import (
+    Branched,
+    BranchedStream,
+    BufferConfig,
     GroupedStream,
     GroupedTable,
     SessionWindowedStream,
@@ -19,6 +22,7 @@ from streams_runtime.dsl import (
     Table,
     TimeWindowedStream,
     WindowedTable,
+    until_time_limit,
     until_window_closes,
 )
 from streams_runtime.errors import BadRecordError, StreamsError
@@ -39,6 +43,9 @@ __all__ = [
     "AppState",
     "BadRecordError",
     "BadRecordPolicy",
+    "Branched",
+    "BranchedStream",
+    "BufferConfig",
     "GroupedStream",
     "GroupedTable",
     "JoinWindows",
@@ -63,5 +70,6 @@ __all__ = [
     "TopologyError",
     "Windowed",
     "WindowedTable",
+    "until_time_limit",
     "until_window_closes",
 ]

@@ -17,6 +17,7 @@ __all__ = [
     "DLQ_HEADERS",
     "BadRecordError",
     "BadRecordHandler",
+    "PunctuationError",
     "StreamsError",
     "TaskMigratedError",
     "as_exception",
@@ -74,6 +75,11 @@ class BadRecordError(StreamsError):
         self.reason = reason
 
 
+class PunctuationError(StreamsError):
+    """A punctuator raised under the ``fail`` policy (Kafka Streams' ``StreamsException``
+    "Exception caught while punctuating processor")."""
+
+
 class BadRecordHandler:
     """Applies the bad-record policy to one record."""
 
@@ -88,6 +94,19 @@ class BadRecordHandler:
         self.dead_letter_topic = dead_letter_topic
         self._send = send
         self._metrics = metrics
+
+    def handle_punctuation(self, task: str, error: BaseException) -> None:
+        """A punctuator raised: :class:`PunctuationError` under ``fail``; otherwise logged and
+        counted (reason ``punctuation``), the punctuation dropped (no record to dead-letter), as
+        Kafka Streams' processing exception handler continues."""
+        if self.policy is BadRecordPolicy.FAIL:
+            self._metrics.bad_records("punctuation", "failed").inc()
+            raise PunctuationError(f"task {task}: a punctuator raised: {error!r}") from error
+        logger.warning(
+            "task %(task)s: a punctuator raised, skipped: %(error_type)s: %(error)s",
+            {"task": task, "error": str(error), "error_type": type(error).__name__},
+        )
+        self._metrics.bad_records("punctuation", "skipped").inc()
 
     def handle(self, record: SourceRecord, reason: str, error: BaseException) -> None:
         """Skip, dead-letter, or raise :class:`BadRecordError` (chained to ``error``)."""

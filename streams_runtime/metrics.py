@@ -110,6 +110,13 @@ class RuntimeMetrics:
             ["reason", "action"],
             registry=r,
         ).labels
+        self.punctuations = Counter(
+            "streams_punctuations",
+            "Punctuations fired (Kafka Streams' punctuate-total); those that raised count as"
+            " bad records with reason punctuation.",
+            ["task"],
+            registry=r,
+        ).labels
         self.suppress_buffer = Gauge(
             "streams_suppress_buffer_records",
             "Sessions waiting in a suppress buffer.",

@@ -10,6 +10,8 @@ __all__ = ["Headers", "Record", "SourceRecord", "TaskId", "TopicPartitionId"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+K2 = TypeVar("K2")
+V2 = TypeVar("V2")
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -72,3 +74,19 @@ class Record(Generic[K, V]):
     timestamp: int
     headers: Headers | None = None
     old_value: V | None = None
+
+    def with_key(self, key: K2) -> Record[K2, V]:
+        """A copy with another key (Kafka Streams' ``Record.withKey``)."""
+        return Record(key, self.value, self.timestamp, self.headers)
+
+    def with_value(self, value: V2) -> Record[K, V2]:
+        """A copy with another value (``Record.withValue``)."""
+        return Record(self.key, value, self.timestamp, self.headers)
+
+    def with_timestamp(self, timestamp: int) -> Record[K, V]:
+        """A copy with another timestamp (``Record.withTimestamp``)."""
+        return Record(self.key, self.value, timestamp, self.headers, self.old_value)
+
+    def with_headers(self, headers: Headers | None) -> Record[K, V]:
+        """A copy with other headers (``Record.withHeaders``)."""
+        return Record(self.key, self.value, self.timestamp, headers, self.old_value)

@@ -27,6 +27,7 @@ __all__ = [
     "SessionWindowedSerde",
     "String",
     "TimeWindowedSerde",
+    "TimestampedValueSerde",
     "ValueAndTimestamp",
 ]
 
@@ -235,6 +236,23 @@ class ValueAndTimestamp(NamedTuple):
             )
         (timestamp,) = _TIMESTAMP.unpack_from(data)
         return cls(data[_TIMESTAMP.size :], timestamp)
+
+
+class TimestampedValueSerde(Generic[T]):
+    """The values of a timestamped store (``ValueAndTimestamp`` of ``inner``) read as the value
+    alone: what an interactive query of a window or user key-value store answers."""
+
+    def __init__(self, inner: Serde[T]) -> None:
+        self.inner = inner
+
+    def serialize(self, value: T | None) -> bytes | None:
+        raw = self.inner.serialize(value)
+        return None if raw is None else ValueAndTimestamp(raw, -1).to_bytes()
+
+    def deserialize(self, data: bytes | None) -> T | None:
+        if data is None:
+            return None
+        return self.inner.deserialize(ValueAndTimestamp.from_bytes(data).value)
 
 
 class Change(NamedTuple, Generic[T]):

@@ -72,7 +72,8 @@ class Subtopology:
         """Fresh processors for one task: sources by topic, and every processor."""
         made: dict[int, p.Processor] = {}
         for node in self.nodes:
-            made[id(node)] = node.factory()
+            made[id(node)] = processor = node.factory()
+            processor.node_name = node.name
         for node in self.nodes:
             made[id(node)].children = [made[id(child)] for child in node.children]
             made[id(node)].parents = [made[id(parent)] for parent in node.parents]
@@ -236,9 +237,17 @@ class TopologyBuilder:
         kind: str,
         factory: ProcessorFactory,
         parents: Sequence[Node],
+        *,
+        name: str | None = None,
         **attributes: Any,
     ) -> Node:
-        node = Node(self.name(kind), factory, parents=list(parents), **attributes)
+        """A node named ``name`` (Kafka Streams' ``Named``), else ``<kind>-<counter>``: a given
+        name takes no number from the counter, as in Kafka Streams."""
+        if name is None:
+            name = self.name(kind)
+        elif any(node.name == name for node in self._nodes):
+            raise TopologyError(f"a processor named {name!r} is already in this topology")
+        node = Node(name, factory, parents=list(parents), **attributes)
         for parent in parents:
             parent.children.append(node)
         self._nodes.append(node)

@@ -3,14 +3,18 @@ starts it: ``python -m harness.session_cluster --instance SOURCE SINK PORT_FILE`
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import cast
 
-from harness.session_cluster.app import run_instance, session_topology
+from harness.session_cluster.app import run_instance, topology
+from harness.session_cluster.config import TOPOLOGY_ENV, TopologyName
 
 
 def _instance_main(source: str, sink: str, port_file: Path) -> None:
-    run_instance(session_topology(source, sink), port_file)
+    name = cast(TopologyName, os.environ.get(TOPOLOGY_ENV, "dsl"))
+    run_instance(topology(name, source, sink), port_file)
 
 
 def _main() -> None:

@@ -17,6 +17,10 @@ the replayed span must stay below gap + grace (see
 ROOT = Path(__file__).resolve().parents[2]
 
 Guarantee = Literal["exactly_once", "at_least_once"]
+TopologyName = Literal["dsl", "processor"]
+"""The DSL's session count, or the same sessions through a user processor."""
+TOPOLOGY_ENV = "HARNESS_SESSION_TOPOLOGY"
+"""Which topology an instance runs."""
 GroupProtocol = Literal["auto", "consumer", "classic"]
 TopicPartitionKey = tuple[str, int]
 
@@ -38,6 +42,7 @@ class ClusterConfig:
     group_protocol: GroupProtocol = "auto"
     """The runtime's ``group_protocol`` (it applies the session timeout and heartbeat interval
     below to a KIP-848 group's config)."""
+    topology: TopologyName = "dsl"
 
     def env(self) -> dict[str, str]:
         prefix = "PROGRESS_CONTROL_RUNTIME_"
@@ -58,6 +63,7 @@ class ClusterConfig:
             settings["COMMIT_INTERVAL_MS"] = str(ALOS_COMMIT_INTERVAL_MS)
         return {
             **os.environ,
+            TOPOLOGY_ENV: self.topology,
             "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             **{prefix + name: value for name, value in settings.items()},
         }

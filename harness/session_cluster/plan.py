@@ -9,7 +9,7 @@ from typing import Literal
 
 from harness.session_cluster.checks import Behind, SessionCheck
 from harness.session_cluster.clicks import Session
-from harness.session_cluster.config import Guarantee
+from harness.session_cluster.config import Guarantee, TopologyName
 
 ScenarioName = Literal["kill", "pause", "rolling", "far-behind", "kill-then-pause", "plain"]
 SCENARIOS: tuple[ScenarioName, ...] = ("kill", "pause", "rolling", "far-behind")
@@ -22,6 +22,7 @@ class Plan:
 
     guarantee: Guarantee = "exactly_once"
     progress_propagation: bool = True
+    topology: TopologyName = "dsl"
     instances: int = 3
     seed: int = 1
     users: int = 36

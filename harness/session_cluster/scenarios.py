@@ -43,6 +43,7 @@ class _Run:
             self.sink,
             plan.guarantee,
             plan.progress_propagation,
+            topology=plan.topology,
         )
         self.cluster = SessionCluster(self.config, workdir)
         self.writer = ClickWriter(bootstrap, self.source, plan.seed)

@@ -21,10 +21,12 @@ and emit on change (KIP-557): an update with the same serialized value as stored
 newer timestamp is dropped and counted; see :func:`streams_runtime.processors.is_idempotent_update`.
 
 Modules, each importing only those below it: ``builder`` (the entry point) > ``stream`` >
-``grouped`` > ``table`` (whose ``to_stream`` and ``group_by`` import ``stream`` and ``grouped``
-when called).
+``branched`` (a split's branches) > ``joins`` > ``grouped`` > ``table`` > ``suppressed``
+(``to_stream``, ``group_by``, ``to_table``, a split's branches and the joins import the views
+above them when called).
 """
 
+from streams_runtime.dsl.branched import Branched, BranchedStream
 from streams_runtime.dsl.builder import StreamsBuilder
 from streams_runtime.dsl.grouped import (
     GroupedStream,
@@ -33,9 +35,18 @@ from streams_runtime.dsl.grouped import (
     TimeWindowedStream,
 )
 from streams_runtime.dsl.stream import Stream
-from streams_runtime.dsl.table import Suppressed, Table, WindowedTable, until_window_closes
+from streams_runtime.dsl.suppressed import (
+    BufferConfig,
+    Suppressed,
+    until_time_limit,
+    until_window_closes,
+)
+from streams_runtime.dsl.table import Table, WindowedTable
 
 __all__ = [
+    "Branched",
+    "BranchedStream",
+    "BufferConfig",
     "GroupedStream",
     "GroupedTable",
     "SessionWindowedStream",
@@ -45,5 +56,6 @@ __all__ = [
     "Table",
     "TimeWindowedStream",
     "WindowedTable",
+    "until_time_limit",
     "until_window_closes",
 ]

@@ -8,7 +8,8 @@ from typing import Any
 from streams_runtime import processors as p
 from streams_runtime.dsl.stream import Stream
 from streams_runtime.dsl.table import Table, _SourceSupplier
-from streams_runtime.serdes import Json, Serde
+from streams_runtime.processor.stores import StoreBuilder
+from streams_runtime.serdes import Json, Serde, TimestampedValueSerde
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import QueryableStore, Topology, TopologyBuilder, TopologyError
 
@@ -28,6 +29,8 @@ class StreamsBuilder:
         self.default_key_serde: Serde[Any] = default_key_serde or Json()
         self.default_value_serde: Serde[Any] = default_value_serde or Json()
         self._graph = TopologyBuilder()
+        self._user_stores: dict[str, StoreBuilder] = {}
+        self._owned_stores: set[str] = set()
 
     def stream(
         self,
@@ -83,6 +86,53 @@ class StreamsBuilder:
         # (Materialized.as), by a join reading it, or by a table needing its old values.
         supplier = _SourceSupplier(queryable=store_name is not None)
         return Table(self, node, ks, vs, store_name=store, store_value_serde=vs, supplier=supplier)
+
+    def add_state_store(self, store: StoreBuilder) -> StreamsBuilder:
+        """Add a store for user processors (Kafka Streams' ``addStateStore``): connected to
+        each processor that names it in ``process(..., name)``, logged, restored, kept on
+        standbys and queryable like the DSL's stores."""
+        if store.name in self._user_stores:
+            raise TopologyError(f"store {store.name!r} was added already")
+        graph = self._graph
+        bound = StoreBuilder(
+            store.name,
+            store.kind,
+            graph.store_serde(store.key_serde, store.name, "key"),
+            graph.store_serde(store.value_serde, store.name, "value"),
+            store.retention_ms,
+            store.window_size_ms,
+            store.logged,
+            store.cached,
+        )
+        self._user_stores[store.name] = bound
+        values = bound.value_serde
+        graph.add_queryable(
+            QueryableStore(
+                store.name,
+                store.kind,
+                bound.key_serde,
+                # Key-value values are read as a table's (ValueAndTimestamp); windows' through
+                # the serde, as a windowed aggregation's.
+                TimestampedValueSerde(values) if store.kind == "window" else values,
+            )
+        )
+        return self
+
+    def _connect_stores(self, names: Sequence[str]) -> dict[str, StoreBuilder]:
+        """The user stores ``names``, each added by :meth:`add_state_store`."""
+        missing = [name for name in names if name not in self._user_stores]
+        if missing:
+            raise TopologyError(
+                f"no store {', '.join(map(repr, missing))}: add it with add_state_store first"
+            )
+        return {name: self._user_stores[name] for name in names}
+
+    def _store_owners(self, names: Sequence[str]) -> tuple[tuple[StoreSpec, ...], tuple[str, ...]]:
+        """A processor node's ``stores`` (those it is the first to name, which it owns) and
+        ``uses_stores`` (owned by an earlier one: the two share a sub-topology)."""
+        owned = tuple(self._user_stores[n].spec() for n in names if n not in self._owned_stores)
+        self._owned_stores.update(names)
+        return owned, tuple(n for n in names if n not in {s.name for s in owned})
 
     def build(self, application_id: str) -> Topology:
         """Resolve internal topic names and split the graph into sub-topologies."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 from streams_runtime import processors as p
 from streams_runtime.dsl.table import Table, WindowedTable, _AggregateSupplier
 from streams_runtime.serde_context import is_registry_framed
-from streams_runtime.serdes import ChangedSerde, Integer, Serde, ValueAndTimestamp
+from streams_runtime.serdes import ChangedSerde, Integer, Serde, TimestampedValueSerde
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import Node, QueryableStore
 from streams_runtime.windows import SessionWindows, SlidingWindows, TimeWindows
@@ -300,25 +300,6 @@ class GroupedTable(Generic[K, V]):
         )
 
 
-class _StoredAggregate:
-    """The values of a time or sliding window store, ``ValueAndTimestamp`` of ``inner``, read
-    as the aggregate alone (what an interactive query answers)."""
-
-    def __init__(self, inner: Serde[Any]) -> None:
-        self.inner = inner
-
-    def serialize(self, value: Any) -> bytes | None:
-        raw = self.inner.serialize(value)
-        return None if raw is None else ValueAndTimestamp(raw, -1).to_bytes()
-
-    def deserialize(self, data: bytes | None) -> Any:
-        return (
-            None
-            if data is None
-            else self.inner.deserialize(ValueAndTimestamp.from_bytes(data).value)
-        )
-
-
 class TimeWindowedStream(Generic[K, V]):
     """A grouped stream over time windows (tumbling or hopping, :class:`TimeWindows`) or
     sliding windows (:class:`SlidingWindows`), as Kafka Streams' ``TimeWindowedKStream``.
@@ -402,5 +383,7 @@ class TimeWindowedStream(Generic[K, V]):
             else "KSTREAM-SLIDINGWINDOWAGGREGATE"
         )
         node = builder._graph.add(kind, make, [self._grouped._stream._node], stores=(spec,))
-        builder._graph.add_queryable(QueryableStore(store, "window", sks, _StoredAggregate(svs)))
+        builder._graph.add_queryable(
+            QueryableStore(store, "window", sks, TimestampedValueSerde(svs))
+        )
         return WindowedTable(builder, node, ks, vs, windows)

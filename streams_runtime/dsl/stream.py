@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streams_runtime import processors as p
+from streams_runtime.dsl.branched import BranchedStream
 from streams_runtime.dsl.grouped import GroupedStream
+from streams_runtime.dsl.joins import table_join, window_join
+from streams_runtime.processor.api import Processor
+from streams_runtime.processor.node import user_node
 from streams_runtime.serde_context import is_registry_framed
 from streams_runtime.serdes import Serde
 from streams_runtime.state import StoreSpec
-from streams_runtime.topology import Node, ProcessorFactory
+from streams_runtime.topology import Node, ProcessorFactory, QueryableStore
 from streams_runtime.windows import JoinWindows
 
 if TYPE_CHECKING:
@@ -51,8 +55,9 @@ class Stream(Generic[K, V]):
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
         key_changed: bool | None = None,
+        name: str | None = None,
     ) -> Stream[Any, Any]:
-        node = self._builder._graph.add(kind, factory, [self._node])
+        node = self._builder._graph.add(kind, factory, [self._node], name=name)
         return Stream(
             self._builder,
             node,
@@ -101,16 +106,61 @@ class Stream(Generic[K, V]):
             value_serde=value_serde,
         )
 
+    def flat_map(
+        self,
+        mapper: Callable[[K, V], Iterable[tuple[K2, V2]]],
+        *,
+        key_serde: Serde[K2] | None = None,
+        value_serde: Serde[V2] | None = None,
+        name: str | None = None,
+    ) -> Stream[K2, V2]:
+        """Any number of records per record, ``mapper(key, value)`` giving their keys and
+        values (Kafka Streams' ``flatMap``); each keeps the input's timestamp and headers. A
+        later grouping or join repartitions. ``name`` names the processor
+        (``KSTREAM-FLATMAP-<n>`` without it)."""
+        return self._then(
+            "KSTREAM-FLATMAP",
+            lambda: p.FlatMapProcessor(mapper),
+            key_serde=key_serde,
+            value_serde=value_serde,
+            key_changed=True,
+            name=name,
+        )
+
+    def flat_map_values(
+        self,
+        mapper: Callable[[V], Iterable[V2]],
+        *,
+        value_serde: Serde[V2] | None = None,
+        name: str | None = None,
+    ) -> Stream[K, V2]:
+        """Any number of records per record, with the input's key, timestamp and headers and
+        the values ``mapper(value)`` gives (Kafka Streams' ``flatMapValues``); the key, and so
+        the partitioning, stays. ``name``: as :meth:`flat_map` (``KSTREAM-FLATMAPVALUES-<n>``)."""
+        return self._then(
+            "KSTREAM-FLATMAPVALUES",
+            lambda: p.FlatMapValuesProcessor(mapper),
+            key_serde=self.key_serde,
+            value_serde=value_serde,
+            name=name,
+        )
+
     def select_key(
         self, selector: Callable[[K, V], K2], *, key_serde: Serde[K2] | None = None
     ) -> Stream[K2, V]:
         """New key per record; a later grouping or join repartitions."""
+        return self._select_key(selector, key_serde, None)
+
+    def _select_key(
+        self, selector: Callable[[K, V], K2], key_serde: Serde[K2] | None, name: str | None
+    ) -> Stream[K2, V]:
         return self._then(
             "KSTREAM-KEY-SELECT",
             lambda: p.MapProcessor(lambda k, v: (selector(k, v), v)),
             key_serde=key_serde,
             value_serde=self.value_serde,
             key_changed=True,
+            name=name,
         )
 
     def peek(self, action: Callable[[K, V], None]) -> Stream[K, V]:
@@ -139,6 +189,15 @@ class Stream(Generic[K, V]):
             self.value_serde if self.value_serde is other.value_serde else None,
             key_changed=self._key_changed or other._key_changed,
         )
+
+    def split(self, *, name: str | None = None) -> BranchedStream[K, V]:
+        """Split into branches (Kafka Streams' KIP-418 ``split``): add each with
+        ``branch(predicate, Branched...)``, then end with ``default_branch()`` or
+        ``no_default_branch()``, which return the branches by name. A record goes to the first
+        branch whose predicate it satisfies. The splitting processor is named ``name``
+        (``KSTREAM-BRANCH-<n>`` without it), and each branch ``<name><branch name>``, or
+        ``<name><position>`` (from 1; the default branch 0); see :class:`BranchedStream`."""
+        return BranchedStream(self, name)
 
     def repartition(
         self,
@@ -177,6 +236,71 @@ class Stream(Generic[K, V]):
             stream,
             key_serde or stream.key_serde or self._builder.default_key_serde,
             value_serde or stream.value_serde or self._builder.default_value_serde,
+        )
+
+    def group_by(
+        self,
+        key_selector: Callable[[K, V], K2],
+        *,
+        key_serde: Serde[K2] | None = None,
+        value_serde: Serde[V] | None = None,
+        name: str | None = None,
+    ) -> GroupedStream[K2, V]:
+        """Group by a new key, ``key_selector(key, value)`` (Kafka Streams' ``groupBy``):
+        :meth:`select_key`, then a repartition by the new key (through an internal topic
+        ``<application.id>-<name>-repartition`` when ``name`` is given, Kafka Streams'
+        ``Grouped.as``, which names the key selector too), then :meth:`group_by_key`.
+        ``key_serde`` and ``value_serde`` serialize the repartition topic and the
+        aggregation's store (defaults: the builder's, and this stream's value serde)."""
+        selected = self._select_key(key_selector, key_serde, name)
+        if name is None:
+            return selected.group_by_key(key_serde=key_serde, value_serde=value_serde)
+        stream = selected.repartition(key_serde=key_serde, value_serde=value_serde, name=name)
+        assert stream.key_serde is not None
+        assert stream.value_serde is not None
+        return GroupedStream(stream, stream.key_serde, stream.value_serde)
+
+    def to_table(
+        self,
+        *,
+        name: str | None = None,
+        store_name: str | None = None,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[V] | None = None,
+    ) -> Table[K, V]:
+        """This stream read as a table (Kafka Streams' KIP-523 ``toTable``): the latest value
+        per key, in a key-value store with a changelog, as :meth:`StreamsBuilder.table` reads a
+        topic. Null values delete; records with a null key are dropped and counted. A stream
+        whose key changed upstream is repartitioned first, through an internal topic
+        ``<application.id>-<name>-repartition``.
+
+        ``name`` names the processor (``KSTREAM-TOTABLE-<n>`` without it), ``store_name`` the
+        store (``Materialized.as``; ``KSTREAM-TOTABLE-STATE-STORE-<n>`` without it, and then
+        not queryable in Kafka Streams' sense, see :meth:`Table.filter`); ``key_serde`` and
+        ``value_serde`` (``Materialized.with``) serialize the store and the repartition."""
+        from streams_runtime.dsl.table import Table, _SourceSupplier  # a table sits below
+
+        graph = self._builder._graph
+        node_name = name or graph.name("KSTREAM-TOTABLE")
+        store = store_name or graph.name("KSTREAM-TOTABLE-STATE-STORE")
+        ks = key_serde or self.key_serde or self._builder.default_key_serde
+        vs = value_serde or self.value_serde or self._builder.default_value_serde
+        parent: Stream[Any, Any] = self
+        if self._key_changed:
+            parent = self.repartition(key_serde=ks, value_serde=vs, name=node_name)
+        sks, svs = graph.store_serde(ks, store, "key"), graph.store_serde(vs, store, "value")
+        node = graph.add(
+            "KSTREAM-TOTABLE",
+            lambda: p.TableSourceProcessor(store, sks, svs),
+            [parent._node],
+            name=node_name,
+            # Cached as a source table is: only when named (StreamsBuilder.table).
+            stores=(StoreSpec(name=store, kind="key_value", cached=store_name is not None),),
+        )
+        graph.add_queryable(QueryableStore(store, "key_value", sks, svs))
+        supplier = _SourceSupplier(queryable=store_name is not None)
+        return Table(
+            self._builder, node, ks, vs, store_name=store, store_value_serde=vs, supplier=supplier
         )
 
     @overload
@@ -222,8 +346,8 @@ class Stream(Generic[K, V]):
         if windows is None:
             if isinstance(other, Stream):
                 raise TypeError("a stream-stream join needs JoinWindows")
-            return self._join(other, joiner, left=False, value_serde=value_serde)
-        return self._window_join(other, joiner, windows, "inner", value_serde)
+            return table_join(self, other, joiner, left=False, value_serde=value_serde)
+        return window_join(self, other, joiner, windows, "inner", value_serde=value_serde)
 
     @overload
     def left_join(
@@ -260,8 +384,8 @@ class Stream(Generic[K, V]):
         if windows is None:
             if isinstance(other, Stream):
                 raise TypeError("a stream-stream join needs JoinWindows")
-            return self._join(other, joiner, left=True, value_serde=value_serde)
-        return self._window_join(other, joiner, windows, "left", value_serde)
+            return table_join(self, other, joiner, left=True, value_serde=value_serde)
+        return window_join(self, other, joiner, windows, "left", value_serde=value_serde)
 
     def outer_join(
         self,
@@ -273,87 +397,7 @@ class Stream(Generic[K, V]):
     ) -> Stream[K, Any]:
         """Like :meth:`left_join` on both sides: records of either stream without a partner
         join ``None`` once their window closed (``t + before + grace`` for ``other``'s)."""
-        return self._window_join(other, joiner, windows, "outer", value_serde)
-
-    def _window_join(
-        self,
-        other: Table[Any, Any] | Stream[Any, Any],
-        joiner: Callable[[Any, Any], Any],
-        windows: JoinWindows,
-        kind: str,
-        value_serde: Serde[Any] | None,
-    ) -> Stream[K, Any]:
-        if not isinstance(other, Stream):
-            raise TypeError("JoinWindows join two streams; join a table without them")
-        this: Stream[Any, Any] = self.repartition() if self._key_changed else self
-        that: Stream[Any, Any] = other.repartition() if other._key_changed else other
-        graph, default = self._builder._graph, self._builder
-        ks = this.key_serde or default.default_key_serde
-        lvs = this.value_serde or default.default_value_serde
-        rvs = that.value_serde or default.default_value_serde
-        # Named like Kafka Streams' nodes and stores (two KSTREAM-WINDOWED names first).
-        graph.name("KSTREAM-WINDOWED")
-        graph.name("KSTREAM-WINDOWED")
-        names: dict[str, str] = {}  # filled in below, once the nodes are named
-        # Each side's serdes as its store uses them (key: each side's own), filled in below too.
-        serdes: dict[str, Serde[Any]] = {}
-
-        def side(left: bool) -> p.Processor:
-            this_store, other_store = (names["this"], names["other"])[:: 1 if left else -1]
-            return p.StreamStreamJoinProcessor(
-                left=left,
-                outer=kind == "outer" or (left and kind == "left"),
-                windows=windows,
-                this_store=this_store,
-                other_store=other_store,
-                outer_store=names.get("outer"),
-                key_serde=serdes["left key" if left else "right key"],
-                left_value_serde=serdes["left value"],
-                right_value_serde=serdes["right value"],
-                joiner=joiner,
-            )
-
-        this_kind = "KSTREAM-OUTERTHIS" if kind == "outer" else "KSTREAM-JOINTHIS"
-        other_kind = "KSTREAM-JOINOTHER" if kind == "inner" else "KSTREAM-OUTEROTHER"
-        this_node = graph.add(this_kind, lambda: side(True), [this._node])
-        other_node = graph.add(other_kind, lambda: side(False), [that._node])
-        names["this"], names["other"] = f"{this_node.name}-store", f"{other_node.name}-store"
-        serdes["left key"] = graph.store_serde(ks, names["this"], "key")
-        serdes["right key"] = graph.store_serde(ks, names["other"], "key")
-        serdes["left value"] = graph.store_serde(lvs, names["this"], "value")
-        serdes["right value"] = graph.store_serde(rvs, names["other"], "value")
-        retention = windows.retention_ms
-        this_node.stores = (StoreSpec(names["this"], "window", retention_ms=retention),)
-        other_node.stores = (StoreSpec(names["other"], "window", retention_ms=retention),)
-        this_node.uses_stores, other_node.uses_stores = (names["other"],), (names["this"],)
-        if kind != "inner":
-            names["outer"] = f"KSTREAM-OUTERSHARED-{this_node.name.rsplit('-', 1)[1]}-store"
-            this_node.stores += (StoreSpec(names["outer"], "key_value"),)
-            other_node.uses_stores += (names["outer"],)
-        node = graph.add("KSTREAM-MERGE", p.PassThroughProcessor, [this_node, other_node])
-        return Stream(self._builder, node, this.key_serde, value_serde)
-
-    def _join(
-        self,
-        table: Table[Any, Any],
-        joiner: Callable[[Any, Any], Any],
-        *,
-        left: bool,
-        value_serde: Serde[Any] | None,
-    ) -> Stream[K, Any]:
-        stream: Stream[Any, Any] = self.repartition() if self._key_changed else self
-        table._materialize()
-        store, getter = table.store_name, table.value_getter
-        graph = stream._builder._graph
-        ks = graph.store_serde(table.key_serde, store, "key")
-        tvs = graph.store_serde(table.store_value_serde, store, "value")
-        node = stream._builder._graph.add(
-            "KSTREAM-JOIN",
-            lambda: p.StreamTableJoinProcessor(store, ks, tvs, joiner, left=left, getter=getter),
-            [stream._node],
-            uses_stores=(store,),
-        )
-        return Stream(self._builder, node, stream.key_serde, value_serde)
+        return window_join(self, other, joiner, windows, "outer", value_serde=value_serde)
 
     def to(
         self,
@@ -372,4 +416,54 @@ class Stream(Generic[K, V]):
             [self._node],
             sink_topic=topic,
             null_key_ticks=is_registry_framed(ks),
+        )
+
+    def process(
+        self,
+        processor: Callable[[], Processor[K, V, K2, V2]],
+        *store_names: str,
+        name: str | None = None,
+    ) -> Stream[K2, V2]:
+        """Run a user's :class:`~streams_runtime.processor.Processor` (a new one per task, from
+        ``processor()``) on every record, with the stores ``store_names`` added by
+        :meth:`~streams_runtime.StreamsBuilder.add_state_store` (Kafka Streams' ``process``).
+        What it forwards may have new keys: a later grouping or join repartitions."""
+        return self._process(processor, store_names, name, fixed_key=False)
+
+    def process_values(
+        self,
+        processor: Callable[[], Processor[K, V, K, V2]],
+        *store_names: str,
+        name: str | None = None,
+    ) -> Stream[K, V2]:
+        """:meth:`process` for a processor that keeps each record's key (Kafka Streams'
+        ``processValues`` with a ``FixedKeyProcessor``): forwarding another key while
+        processing a record raises, and the stream stays partitioned as it was."""
+        return self._process(processor, store_names, name, fixed_key=True)
+
+    def _process(
+        self,
+        processor: Callable[[], Processor[Any, Any, Any, Any]],
+        store_names: tuple[str, ...],
+        name: str | None,
+        *,
+        fixed_key: bool,
+    ) -> Stream[Any, Any]:
+        kind = "KSTREAM-PROCESSVALUES" if fixed_key else "KSTREAM-PROCESSOR"
+        stores = self._builder._connect_stores(store_names)
+        owned, used = self._builder._store_owners(store_names)
+        node = self._builder._graph.add(
+            kind,
+            lambda: user_node(processor(), stores, fixed_key=fixed_key),
+            [self._node],
+            name=name,
+            stores=owned,
+            uses_stores=used,
+        )
+        return Stream(
+            self._builder,
+            node,
+            self.key_serde if fixed_key else None,
+            None,
+            key_changed=self._key_changed or not fixed_key,
         )

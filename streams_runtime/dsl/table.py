@@ -1,4 +1,5 @@
-"""Tables (Kafka Streams' ``KTableImpl``), windowed tables and suppression.
+"""Tables (Kafka Streams' ``KTableImpl``), windowed tables and their suppression (the
+``Suppressed`` configurations are in :mod:`streams_runtime.dsl.suppressed`).
 
 Materialised tables (``StreamsBuilder.table``, grouped aggregations) live in changelog-backed
 key-value stores and emit on change (KIP-557): an update with the same serialized value as
@@ -9,10 +10,10 @@ stored and a strictly newer timestamp is dropped and counted; see
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streams_runtime import processors as p
+from streams_runtime.dsl.suppressed import Suppressed, until_window_closes
 from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerde
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import Node, QueryableStore, TopologyError
@@ -36,20 +37,6 @@ V2 = TypeVar("V2")
 ValueGetter = Callable[[Any, Any], Any]
 
 
-@dataclass(frozen=True)
-class Suppressed:
-    """How a windowed table's updates are held back. Only ``until_window_closes`` (final
-    results, unbounded buffer) is supported."""
-
-    until_window_closes: bool = True
-
-
-def until_window_closes() -> Suppressed:
-    """Emit one final result per window: a session once ``end + gap + grace <= stream time``,
-    a time or sliding window once ``end + grace <= stream time``."""
-    return Suppressed(until_window_closes=True)
-
-
 class WindowedTable(Generic[K, V]):
     """The per-window results of a windowed aggregation (keys are :class:`Windowed`)."""
 
@@ -69,9 +56,22 @@ class WindowedTable(Generic[K, V]):
 
     def suppress(self, suppressed: Suppressed, *, name: str | None = None) -> WindowedTable[K, V]:
         """Hold every window's updates back and emit its final result once the window is
-        closed. Control records count as time passing, so results come out on idle inputs."""
+        closed (:func:`until_window_closes`), or each window's latest update some stream time
+        after its first (:func:`until_time_limit`, as :meth:`Table.suppress`). Control records
+        count as time passing, so results come out on idle inputs."""
         if not suppressed.until_window_closes:
-            raise TopologyError("only until_window_closes() suppression is supported")
+            key_serde = self._windowed_key_serde()
+            node = _time_limit_suppress(
+                self._builder,
+                self._node,
+                suppressed,
+                key_serde=key_serde,
+                value_serde=self.value_serde,
+                name=name,
+            )
+            return WindowedTable(
+                self._builder, node, self.key_serde, self.value_serde, self.windows
+            )
         store = name or self._builder._graph.name("KTABLE-SUPPRESS-STATE-STORE")
         ks, vs, windows = self.key_serde, self.value_serde, self.windows
         graph = self._builder._graph
@@ -90,15 +90,53 @@ class WindowedTable(Generic[K, V]):
         sliding windows, unless mapped)."""
         from streams_runtime.dsl.stream import Stream  # a stream view sits above a table view
 
+        return Stream(self._builder, self._node, self._windowed_key_serde(), self.value_serde)
+
+    def _windowed_key_serde(self) -> Serde[Any]:
         windows = self.windows
-        key_serde: Serde[Any]
         if isinstance(windows, SessionWindows):
-            key_serde = SessionWindowedSerde(self.key_serde)
-        elif isinstance(windows, TimeWindows):
-            key_serde = TimeWindowedSerde(self.key_serde, windows.size_ms)
-        else:
-            key_serde = TimeWindowedSerde(self.key_serde, windows.time_difference_ms)
-        return Stream(self._builder, self._node, key_serde, self.value_serde)
+            return SessionWindowedSerde(self.key_serde)
+        if isinstance(windows, TimeWindows):
+            return TimeWindowedSerde(self.key_serde, windows.size_ms)
+        return TimeWindowedSerde(self.key_serde, windows.time_difference_ms)
+
+
+def _time_limit_suppress(
+    builder: StreamsBuilder,
+    parent: Node,
+    suppressed: Suppressed,
+    *,
+    key_serde: Serde[Any],
+    value_serde: Serde[Any] | None,
+    name: str | None,
+) -> Node:
+    """The node of ``suppress(until_time_limit(...))`` below ``parent``, named as Kafka Streams'
+    ``KTableImpl.suppress`` names it: the processor ``name`` (else ``KTABLE-SUPPRESS-<n>``),
+    its buffer store ``<name>-store`` (else ``KTABLE-SUPPRESS-STATE-STORE-<n>``), changelogged
+    unless the buffer config says otherwise."""
+    assert suppressed.time_to_wait_ms is not None
+    graph = builder._graph
+    node_name = name or graph.name("KTABLE-SUPPRESS")
+    store = f"{name}-store" if name else graph.name("KTABLE-SUPPRESS-STATE-STORE")
+    vs = builder.default_value_serde if value_serde is None else value_serde
+    sks, svs = graph.store_serde(key_serde, store, "key"), graph.store_serde(vs, store, "value")
+    config, wait = suppressed.buffer_config, suppressed.time_to_wait_ms
+    return graph.add(
+        "KTABLE-SUPPRESS",
+        lambda: p.TimeLimitSuppressProcessor(
+            store,
+            sks,
+            svs,
+            time_to_wait_ms=wait,
+            max_records=config.record_limit,
+            max_bytes=config.byte_limit,
+            shut_down_when_full=not config.emit_early,
+            node_name=node_name,
+        ),
+        [parent],
+        name=node_name,
+        stores=(StoreSpec(name=store, kind="key_value", logged=config.logged),),
+    )
 
 
 class _TableSupplier:
@@ -172,6 +210,28 @@ class _DerivedSupplier(_TableSupplier):
     def materialize(self) -> None:
         if not self.queryable:
             self.parent._materialize()
+
+
+class _SuppressedSupplier(_TableSupplier):
+    """``KTableSuppressProcessorSupplier``: its parent sends old values (the buffer keeps the
+    row's prior value), and asks go to the parent. Its value getter (Kafka Streams' view of
+    the prior value of buffered keys) is not implemented: a join reading a suppressed table
+    through it is refused when the topology is built."""
+
+    def __init__(self, parent: Table[Any, Any]) -> None:
+        super().__init__()
+        self.parent = parent
+        parent._enable_sending_old_values(True)
+
+    def enable_sending_old_values(self, force_materialization: bool) -> bool:
+        self.old_values.sending = self.parent._enable_sending_old_values(force_materialization)
+        return self.old_values.sending
+
+    def materialize(self) -> None:
+        raise TopologyError(
+            "a suppressed table cannot be read through (a join): join the table before "
+            "suppress(), or materialise a filter of it with store_name"
+        )
 
 
 class Table(Generic[K, V]):
@@ -383,6 +443,43 @@ class Table(Generic[K, V]):
             node,
             key_serde or self._builder.default_key_serde,
             value_serde or self.value_serde or self._builder.default_value_serde,
+        )
+
+    def suppress(self, suppressed: Suppressed, *, name: str | None = None) -> Table[K, V]:
+        """Hold each key's updates back and emit its latest once ``time_to_wait_ms`` of stream
+        time passed since its first held update (:func:`until_time_limit`; Kafka Streams'
+        ``KTable.suppress`` with ``Suppressed.untilTimeLimit``). Deletes are held and emitted
+        too. Stream time moves with data and control records, so held updates come out on
+        idle inputs as well.
+
+        The buffer is a key-value store ``<name>-store`` (``KTABLE-SUPPRESS-STATE-STORE-<n>``
+        without ``name``, which also names the processor, as ``Suppressed.withName``) with a
+        changelog unless ``buffer_config.with_logging_disabled()``; its bounds and what happens
+        past them are the :class:`BufferConfig`'s. Like Kafka Streams, this table's upstream
+        sends old values from now on."""
+        if suppressed.until_window_closes:
+            raise TopologyError(
+                "until_window_closes() suppresses a windowed table; a table takes "
+                "until_time_limit()"
+            )
+        supplier = _SuppressedSupplier(self)
+        node = _time_limit_suppress(
+            self._builder,
+            self._node,
+            suppressed,
+            key_serde=self.key_serde,
+            value_serde=self.value_serde,
+            name=name,
+        )
+        return Table(
+            self._builder,
+            node,
+            self.key_serde,
+            self.value_serde,
+            store_name=self.store_name,
+            store_value_serde=self.store_value_serde,
+            value_getter=self.value_getter,
+            supplier=supplier,
         )
 
     def to_stream(self) -> Stream[K, V]:

@@ -259,14 +259,20 @@ class StreamThread:
             if fatal is not None and not self._join_failed(fatal):
                 raise StreamsError(f"consumer failed: {fatal}")
         processed = 0
+        commit_requested = False
         for task in list(self.tasks.values()):
             processed += task.process(_PROCESS_BUDGET)
+            task.punctuate_wall_clock()  # also for a task without input, as Kafka Streams
+            if task.commit_requested:
+                task.commit_requested, commit_requested = False, True
         self._apply_back_pressure()
         self.collector.poll()
         now = time.monotonic()
         self._milestones.processed(processed, now)
         schedule = self._schedule
         schedule.processed(processed)
+        if commit_requested:  # a user processor's context.commit()
+            schedule.commit_now(now)
         self.task_manager.publish_lag(now)
         if self._progress is not None and (self._progress.due(now) or self._took_control()):
             if (

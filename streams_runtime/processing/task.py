@@ -18,6 +18,9 @@ from streams_runtime.fused.windowed_builtin import FusedWindowAggregate, fusable
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import ChangelogSink, TaskOutput
 from streams_runtime.processing.partition_group import Clock, LagProvider, PartitionGroup
+from streams_runtime.processor.api import RecordMetadata
+from streams_runtime.processor.node import UserProcessorNode
+from streams_runtime.processor.punctuation import Cancellable, PunctuationQueue, PunctuationType
 from streams_runtime.processors import Processor, SinkProcessor, SourceProcessor
 from streams_runtime.progress import TaskBounds, TaskCommitMetadata
 from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicPartitionId
@@ -37,6 +40,11 @@ from streams_runtime.state.changelog_readers import ChangelogReaders
 from streams_runtime.topology import Subtopology
 
 __all__ = ["StreamTask", "WarmStores"]
+
+
+def _system_ms() -> int:
+    return time.time_ns() // 1_000_000
+
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +69,11 @@ class StreamTask:
         lag: LagProvider,
         cache: ThreadCache | None = None,
         clock: Clock | None = None,
+        wall_clock: Clock | None = None,
     ) -> None:
         """``clock``: the monotonic milliseconds idling deadlines are measured on (the test
-        driver's wall clock; default the process's)."""
+        driver's wall clock; default the process's); ``wall_clock``: the milliseconds since the
+        epoch wall-clock punctuators follow (the test driver's; default the system's)."""
         self.id = task_id
         self.subtopology = subtopology
         self.inputs = tuple(
@@ -117,6 +127,13 @@ class StreamTask:
         self._e2e_latency = metrics.e2e_latency(label)
         self._enforced_metric = metrics.enforced_processing(label)
         self._enforced_seen = 0
+        self._wall_clock = wall_clock or _system_ms
+        self._stream_punctuations = PunctuationQueue()
+        self._wall_punctuations = PunctuationQueue()
+        self._punctuating = False
+        self._took_any = False
+        self.commit_requested = False
+        """A user processor asked for a commit (``context.commit()``); the thread clears it."""
 
     # -- ProcessorContext -------------------------------------------------------------------
 
@@ -172,6 +189,70 @@ class StreamTask:
 
     def suppress_buffer_size(self, processor: str, size: int) -> None:
         self._metrics.suppress_buffer(processor).set(size)
+
+    # -- what user processors have beyond (processor.node.PunctuatingContext) ---------------
+
+    @property
+    def task_name(self) -> str:
+        return str(self.id)
+
+    def record_metadata(self) -> RecordMetadata | None:
+        position = self.position
+        if self._punctuating or position.tp is None:
+            return None
+        return RecordMetadata(position.tp.topic, position.tp.partition, position.offset)
+
+    def wall_clock_ms(self) -> int:
+        return self._wall_clock()
+
+    def request_commit(self) -> None:
+        self.commit_requested = True
+
+    def schedule_punctuation(
+        self,
+        interval_ms: int,
+        punctuation_type: PunctuationType,
+        fire: Callable[[int], None],
+        start_ms: int | None,
+    ) -> Cancellable:
+        """Kafka Streams' rules: stream time from 0 (the first record or tick fires it),
+        wall-clock time an interval from now, or from ``start_ms`` (KIP-1146). One difference:
+        a stream-time schedule made as a task starts from committed state begins after the
+        restored stream time, whose punctuations the committed output holds already (Kafka
+        Streams fires again at once, and would repeat what the last run emitted)."""
+        if punctuation_type is PunctuationType.STREAM_TIME:
+            due = 0 if start_ms is None else start_ms
+            restored = self.group.stream_time
+            if not self._took_any and restored >= due:
+                due += ((restored - due) // interval_ms + 1) * interval_ms
+            return self._stream_punctuations.schedule(due, interval_ms, self._guarded(fire))
+        due = self._wall_clock() + interval_ms if start_ms is None else start_ms
+        return self._wall_punctuations.schedule(due, interval_ms, self._guarded(fire))
+
+    def _guarded(self, fire: Callable[[int], None]) -> Callable[[int], None]:
+        """``fire`` run as a punctuation: no record metadata, and what it raises meets the
+        bad-record policy (``fail`` stops the application; the others log and count it)."""
+
+        def punctuate(timestamp: int) -> None:
+            self._punctuating = True
+            try:
+                fire(timestamp)
+            except StreamsError:
+                raise
+            except Exception as exc:
+                self._bad_records.handle_punctuation(str(self.id), exc)
+            finally:
+                self._punctuating = False
+            self._metrics.punctuations(str(self.id)).inc()
+
+        return punctuate
+
+    def punctuate_wall_clock(self) -> int:
+        """Fire the wall-clock punctuators due now; how many fired (the poll loop calls this
+        on every turn, also for a task without input)."""
+        queue = self._wall_punctuations
+        now = self._wall_clock()
+        return queue.punctuate(now) if queue.due <= now else 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -266,6 +347,8 @@ class StreamTask:
         chain = fusable_window_aggregate(self._processors)
         if chain is None or not self._settings.native_core or len(self.inputs) != 1:
             return
+        if any(isinstance(p, UserProcessorNode) for p in self._processors):
+            return  # punctuators fire between records: the chain keeps them in step
         _, aggregate, suppress = chain
         self._fused = fused = FusedWindowAggregate(
             chain,
@@ -341,6 +424,7 @@ class StreamTask:
                 if self._mark_processing:
                     self.state.mark_processing()
                     self._mark_processing = False
+                    self._took_any = True
                 n = min(ready, budget - done)
                 if fused is not None:
                     batch = group.take(n)
@@ -348,11 +432,16 @@ class StreamTask:
                     controls += self._process_fused(fused, batch)
                     done += n
                     continue
+                punctuations = self._stream_punctuations
                 for _ in range(n):
                     record = next_record()
                     assert record is not None  # ready_batch counts buffered records only
                     controls += process_one(record)
                     done += 1
+                    if group.stream_time >= punctuations.due:
+                        # Once the record is through, as Kafka Streams' driver does; a tick
+                        # moves stream time too, and never reaches process().
+                        punctuations.punctuate(group.stream_time)
         finally:
             if done:
                 self._record_metrics(done, controls, started, record)
@@ -444,15 +533,23 @@ class StreamTask:
             processor.flush()
         self.state.flush()
 
-    def offsets_to_commit(self) -> list[TopicPartition]:
+    def offsets_to_commit(
+        self, position: Callable[[TopicPartitionId], int] | None = None
+    ) -> list[TopicPartition]:
         """Next offsets to commit, for inputs that moved, with the partition time and the task's
-        bounds in the metadata (:class:`~streams_runtime.progress.TaskCommitMetadata`)."""
+        bounds in the metadata (:class:`~streams_runtime.progress.TaskCommitMetadata`).
+
+        An input with nothing buffered commits the consumer's ``position`` when that is further
+        (as Kafka Streams does): past the transaction markers that follow a transactional
+        writer's last record, so a drained partition's lag reaches 0."""
         offsets = []
         bounds = self.bounds.current()
         for tp in self.inputs:
             offset = self._consumed.get(tp, -1)
             if self.group.buffered(tp) == 0:
                 offset = max(offset, self._skipped_to.get(tp, -1))
+                if position is not None and tp not in self._poisoned:
+                    offset = max(offset, position(tp))
             if offset < 0 or offset == self.committed.get(tp):
                 continue
             metadata = TaskCommitMetadata(self.group.partition_time(tp), bounds).encode()
@@ -476,6 +573,11 @@ class StreamTask:
     def close(self) -> None:
         with contextlib.suppress(KeyError):  # never restored here
             self._metrics.restore_remaining.remove(str(self.id))
+        self._stream_punctuations.clear()
+        self._wall_punctuations.clear()
+        for processor in self._processors:
+            with contextlib.suppress(Exception):  # a user's close may raise; the task closes
+                processor.close()
         self.group.clear()
         self.caches.clear()
         self.state.close()

@@ -121,7 +121,7 @@ class TaskManager:
         started = time.monotonic()
         for task in self.tasks.values():
             task.flush()
-        per_task = [(task, task.offsets_to_commit()) for task in self.tasks.values()]
+        per_task = [(task, task.offsets_to_commit(self._position)) for task in self.tasks.values()]
         offsets = [tp for _, task_offsets in per_task for tp in task_offsets]
         result = self._strategy.commit(offsets)
         if result is CommitResult.ABORTED:
@@ -134,6 +134,14 @@ class TaskManager:
         self._purger.committed(offsets)
         self._metrics.commit_latency.observe(time.monotonic() - started)
         return moved
+
+    def _position(self, tp: TopicPartitionId) -> int:
+        """The consumer's next fetch offset of ``tp`` (-1 when it has none)."""
+        try:
+            [found] = self._consumer.position([TopicPartition(tp.topic, tp.partition)])
+        except KafkaException:
+            return -1
+        return found.offset if found.offset >= 0 else -1
 
     def shutdown(self, failure: BaseException | None) -> None:
         """Commit (or abort, as the strategy decides after ``failure``) and close every task."""

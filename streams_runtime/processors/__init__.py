@@ -2,13 +2,15 @@
 
 - :mod:`~streams_runtime.processors.base`: the processor base class, the context a task offers,
   and how **progress** flows through the graph (read this first);
-- :mod:`~streams_runtime.processors.stateless`: source, sink, and the stateless transforms;
+- :mod:`~streams_runtime.processors.stateless`: source, sink, and the stateless transforms
+  (flat maps and the branches of ``split`` among them);
 - :mod:`~streams_runtime.processors.tables`: tables, emit-on-change and the stream-table join;
   :mod:`~streams_runtime.processors.grouped_tables`: a table regrouped and aggregated;
 - :mod:`~streams_runtime.processors.windowed_aggregate`: what every windowed aggregation shares
   (observed stream time, progress hold), and :mod:`~streams_runtime.processors.retention`
   the purge of expired windows they and the joins use;
 - :mod:`~streams_runtime.processors.sessions`: session-window aggregation and suppression;
+  :mod:`~streams_runtime.processors.suppression`: a table's suppression until a time limit;
 - :mod:`~streams_runtime.processors.time_windows`: time- and sliding-window aggregation;
 - :mod:`~streams_runtime.processors.joins`: windowed stream-stream joins.
 """
@@ -34,7 +36,10 @@ from streams_runtime.processors.grouped_tables import (
 from streams_runtime.processors.joins import JoinState, StreamStreamJoinProcessor
 from streams_runtime.processors.sessions import SessionAggregateProcessor, SuppressProcessor
 from streams_runtime.processors.stateless import (
+    BranchProcessor,
     FilterProcessor,
+    FlatMapProcessor,
+    FlatMapValuesProcessor,
     MapProcessor,
     MapValuesProcessor,
     PassThroughProcessor,
@@ -42,6 +47,7 @@ from streams_runtime.processors.stateless import (
     SinkProcessor,
     SourceProcessor,
 )
+from streams_runtime.processors.suppression import TimeLimitSuppressProcessor
 from streams_runtime.processors.tables import (
     StreamTableJoinProcessor,
     TableAggregateProcessor,
@@ -58,8 +64,11 @@ from streams_runtime.processors.time_windows import (
 
 __all__ = [
     "NO_PROGRESS",
+    "BranchProcessor",
     "Builtin",
     "FilterProcessor",
+    "FlatMapProcessor",
+    "FlatMapValuesProcessor",
     "JoinState",
     "KeyedStoreProcessor",
     "MapProcessor",
@@ -83,6 +92,7 @@ __all__ = [
     "TableMapValuesProcessor",
     "TableRepartitionMapProcessor",
     "TableSourceProcessor",
+    "TimeLimitSuppressProcessor",
     "TimeWindowAggregateProcessor",
     "TimestampedTableStore",
     "count_aggregator",

@@ -183,9 +183,14 @@ class Processor:
     def __init__(self) -> None:
         self.children: list[Processor] = []
         self.parents: list[Processor] = []
+        self.node_name = self.name
+        """The topology node this instance is (its generated or given name)."""
 
     def init(self, context: ProcessorContext) -> None:
         """Called once per task before the first record, after state was restored."""
+
+    def close(self) -> None:
+        """Called once when the task closes."""
 
     def process(self, record: Record[Any, Any]) -> None:
         self.forward(record)

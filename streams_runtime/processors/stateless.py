@@ -1,11 +1,12 @@
-"""Stateless processors (Kafka Streams' ``KStreamFilter``, ``KStreamMap``, ``KStreamPeek``...)
-and the two ends of a sub-topology: the source that deserializes input records and the sink that
-serializes and sends output records. They keep their input's order, so the data a sink sends
-moves its progress (see :mod:`streams_runtime.processors.base`)."""
+"""Stateless processors (Kafka Streams' ``KStreamFilter``, ``KStreamMap``, ``KStreamFlatMap``,
+``KStreamFlatMapValues``, ``KStreamBranch``, ``KStreamPeek``...) and the two ends of a
+sub-topology: the source that deserializes input records and the sink that serializes and sends
+output records. They keep their input's order, so the data a sink sends moves its progress (see
+:mod:`streams_runtime.processors.base`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from streams_runtime.processors.base import NO_PROGRESS, Processor, ProcessorContext
@@ -19,7 +20,10 @@ from streams_runtime.serde_context import (
 from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerde
 
 __all__ = [
+    "BranchProcessor",
     "FilterProcessor",
+    "FlatMapProcessor",
+    "FlatMapValuesProcessor",
     "MapProcessor",
     "MapValuesProcessor",
     "PassThroughProcessor",
@@ -118,6 +122,72 @@ class MapValuesProcessor(Processor):
         self.forward(
             Record(record.key, self._mapper(record.value), record.timestamp, record.headers)
         )
+
+
+class FlatMapProcessor(Processor):
+    """Kafka Streams' ``KStreamFlatMap``: ``mapper(key, value)`` gives any number of
+    ``(key, value)`` pairs, each forwarded with the input's timestamp and headers.
+
+    Keeps order: every record it forwards carries the timestamp of the record it took, in the
+    order taken, so the data a sink sends still moves progress; control time passes on."""
+
+    name = "flat_map"
+    keeps_order = True
+
+    def __init__(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> None:
+        super().__init__()
+        self._mapper = mapper
+
+    def process(self, record: Record[Any, Any]) -> None:
+        timestamp, headers = record.timestamp, record.headers
+        for key, value in self._mapper(record.key, record.value):
+            self.forward(Record(key, value, timestamp, headers))
+
+
+class FlatMapValuesProcessor(Processor):
+    """Kafka Streams' ``KStreamFlatMapValues``: ``mapper(value)`` gives any number of values,
+    each forwarded with the input's key, timestamp and headers.
+
+    Keeps order, as :class:`FlatMapProcessor`: outputs carry their input's timestamp."""
+
+    name = "flat_map_values"
+    keeps_order = True
+
+    def __init__(self, mapper: Callable[[Any], Iterable[Any]]) -> None:
+        super().__init__()
+        self._mapper = mapper
+
+    def process(self, record: Record[Any, Any]) -> None:
+        key, timestamp, headers = record.key, record.timestamp, record.headers
+        for value in self._mapper(record.value):
+            self.forward(Record(key, value, timestamp, headers))
+
+
+class BranchProcessor(Processor):
+    """Kafka Streams' ``KStreamBranch`` (``KStream.split``): a record goes to the child of the
+    first predicate it satisfies, in the order the branches were added; one satisfying none goes
+    to the default branch (the child after the predicates' children) when there is one, and is
+    dropped otherwise. Children are in the order the branches were added.
+
+    Keeps order: each branch gets a subsequence of the records taken, unchanged, so its sinks'
+    data moves their progress (a record another branch took moves nothing here, as a filter's
+    drops); control records reach every branch (:meth:`Processor.advance`)."""
+
+    name = "branch"
+    keeps_order = True
+
+    def __init__(self, predicates: Sequence[Callable[[Any, Any], bool]]) -> None:
+        super().__init__()
+        self._predicates = tuple(predicates)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        key, value = record.key, record.value
+        for index, predicate in enumerate(self._predicates):
+            if predicate(key, value):
+                self.children[index].process(record)
+                return
+        if len(self.children) > len(self._predicates):
+            self.children[len(self._predicates)].process(record)
 
 
 class PeekProcessor(Processor):

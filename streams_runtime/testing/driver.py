@@ -246,6 +246,7 @@ class TopologyTestDriver:
                     bad_records=bad_records,
                     lag=lambda _tp: 0,  # caught up: nothing more is on any "broker"
                     clock=self._clock.now_ms,
+                    wall_clock=self._clock.now_ms,
                 )
                 self._tasks.append(task)
                 self._output.changelogs.update(tp.topic for tp in task.state.changelog_partitions())
@@ -357,13 +358,17 @@ class TopologyTestDriver:
         self._process_all()
 
     def advance_wall_clock_time(self, advance: int | timedelta) -> None:
-        """Move wall-clock time by ``advance`` (ms, or a ``timedelta``): idling deadlines may
-        pass and ticks come due; then process what became processable."""
+        """Move wall-clock time by ``advance`` (ms, or a ``timedelta``): wall-clock punctuators
+        fire (each once, however many intervals passed), idling deadlines may pass and ticks
+        come due; then process what became processable."""
         self._check_open()
         ms = advance if isinstance(advance, int) else int(advance.total_seconds() * 1000)
         if ms < 0:
             raise ValueError(f"wall-clock time moves forward only, got {ms} ms")
         self._clock.ms += ms
+        for task in self._tasks:
+            if task.punctuate_wall_clock():
+                self._commit(task)
         self._tick()
         self._process_all()
 

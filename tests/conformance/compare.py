@@ -19,6 +19,11 @@ documented differences (README, "Semantics and differences from Kafka Streams"):
    headers; the runtime also at control records (Kafka Streams reads them as null-valued data,
    which never scans). They are compared per key as a multiset without headers.
 
+4. **Punctuations on a broker** (``Case.punctuated``). Kafka Streams' stream threads fire
+   stream-time punctuators after a batch of records, its test driver after each record as the
+   runtime does: what punctuators forward (values ``p=...``) is compared between the drivers,
+   not between broker runs (``punctuations=False``).
+
 Everything else must be equal, per key in offset order: partition, key, value, timestamp and
 headers (every input record carries an id header, which Kafka Streams passes on to the output
 records it causes). Records with a null key are spread over partitions as each engine likes, so
@@ -117,10 +122,17 @@ def differences(
     runtime: dict[str, list[OutputRecord]],
     *,
     limit: int = 3,
+    punctuations: bool = True,
 ) -> list[str]:
     """Every way the runtime's outputs differ from what Kafka Streams' outputs allow, readable;
-    empty when they conform."""
+    empty when they conform. ``punctuations=False``: leave out what punctuators forwarded (a
+    broker run, see 4. above)."""
     found: list[str] = []
+    if case.punctuated and not punctuations:
+        kafka_streams, runtime = (
+            _without_punctuations(kafka_streams),
+            _without_punctuations(runtime),
+        )
     expected = expected_from_kafka_streams(case, kafka_streams)
     for role in case.outputs:
         data = [r for r in runtime[role] if not r.control]
@@ -148,6 +160,13 @@ def differences(
                 if len(found) >= limit:
                     return found
     return found
+
+
+def _without_punctuations(outputs: dict[str, list[OutputRecord]]) -> dict[str, list[OutputRecord]]:
+    return {
+        role: [r for r in records if not (r.value or b"").startswith(b"p=")]
+        for role, records in outputs.items()
+    }
 
 
 def final_results(

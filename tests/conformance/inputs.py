@@ -253,7 +253,7 @@ def generate(
     records: list[InputRecord] = []
     for p in range(partitions):
         part = _Partition(rng, p, keys[p])
-        if case.startswith("session-"):
+        if case.startswith("session-") or case == "punctuated-count":
             records += _session_partition(part, "in", windows, size, "v")
         elif case.startswith(("tumbling-", "hopping-", "sliding-")):
             records += _window_partition(part, windows, size)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from streams_runtime import (
     JoinWindows,
+    Record,
     SessionWindows,
     SlidingWindows,
     Stream,
@@ -22,6 +24,14 @@ from streams_runtime import (
     Table,
     TimeWindows,
     until_window_closes,
+)
+from streams_runtime.processor import (
+    Processor,
+    ProcessorContext,
+    Progress,
+    PunctuationType,
+    Stores,
+    TypedKeyValueStore,
 )
 from streams_runtime.serdes import Integer, String
 
@@ -45,6 +55,10 @@ class Case:
     there); every other output of the case derives its records from them (one each, or none:
     a filter that sends old values forwards nothing for a row absent before and after)."""
     sessions: bool = False  # inputs are generated for session windows (gap and grace apply)
+    punctuated: bool = False
+    """Its values ``p=...`` come from a stream-time punctuator: Kafka Streams' driver fires it
+    after each record, as the runtime does, but its stream threads only after a batch of
+    records, so on a broker only the other values are compared."""
     unjoined: bool = False
     """Left and outer join results missing a side (``x|null``, ``null|x``) come out at scans,
     which the runtime also makes at ticks (Kafka Streams only at in-order data records, with
@@ -76,6 +90,7 @@ CASES: dict[str, Case] = {
         Case("session-aggregate", windowed=True, sessions=True),
         Case("session-aggregate-suppressed", windowed=True, sessions=True),
         Case("merge-session-count", inputs=("in", "in2"), windowed=True, sessions=True),
+        Case("punctuated-count", sessions=True, punctuated=True),
         Case("table-count", table_output="out"),
         Case("table-reduce", table_output="out"),
         Case("table-aggregate", table_output="out"),
@@ -296,6 +311,41 @@ def _hopping_aggregate(
     joined.to_stream().to(t["out"])
 
 
+class _PunctuatedCount(Processor[str, str, str, str]):
+    """Counts records per key in a store and forwards ``c=COUNT`` per record; every gap of
+    stream time, forwards ``p=COUNT@TIME`` for every key, stamped with the punctuation's time."""
+
+    progress: ClassVar[Progress | None] = Progress.keeps_order()
+
+    def __init__(self, store: str, interval_ms: int) -> None:
+        self._store = store
+        self._interval_ms = interval_ms
+
+    def init(self, context: ProcessorContext[str, str]) -> None:
+        self.context = context
+        self.counts: TypedKeyValueStore[str, int] = context.get_state_store(self._store)
+        context.schedule(self._interval_ms, PunctuationType.STREAM_TIME, self._punctuate)
+
+    def process(self, record: Record[str, str]) -> None:
+        if record.key is None:
+            return
+        count = (self.counts.get(record.key) or 0) + 1
+        self.counts.put(record.key, count)
+        self.context.forward(record.with_value(f"c={count}"))
+
+    def _punctuate(self, timestamp: int) -> None:
+        for key, count in self.counts.all():
+            self.context.forward(Record(key, f"p={count}@{timestamp}", timestamp))
+
+
+def _punctuated_count(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -> None:
+    store = f"{t['out']}-counts"
+    b.add_state_store(Stores.key_value_store_builder(store, STRING, LONG))
+    _string_stream(b, t["in"]).process(lambda: _PunctuatedCount(store, w.gap_ms), store).to(
+        t["out"], key_serde=STRING, value_serde=STRING
+    )
+
+
 _TIME_WINDOW_BUILDERS: dict[
     str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], None]
 ] = {
@@ -325,4 +375,5 @@ _BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], 
         for name in JOIN_CASES
     },
     "repartition-count": _repartition_count,
+    "punctuated-count": _punctuated_count,
 }

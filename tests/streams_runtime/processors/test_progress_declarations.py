@@ -15,11 +15,12 @@ from streams_runtime.processors import (
     SinkProcessor,
     SourceProcessor,
 )
+from streams_runtime.processor.node import UserProcessorNode
 from streams_runtime.processors.base import AggregateProcessor, KeyedStoreProcessor
 from streams_runtime.serdes import String
 
 # Bases meant for subclassing: they declare nothing, so their subclasses must.
-_BASES = {KeyedStoreProcessor, AggregateProcessor}
+_BASES = {KeyedStoreProcessor, AggregateProcessor, UserProcessorNode}
 
 
 def _runtime_processor_classes() -> set[type[Processor]]:

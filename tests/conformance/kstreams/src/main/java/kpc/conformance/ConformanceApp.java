@@ -52,7 +52,13 @@ import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
+import org.apache.kafka.streams.processor.PunctuationType;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.test.TestRecord;
 
 /**
@@ -292,6 +298,50 @@ public final class ConformanceApp {
     }
   }
 
+  /**
+   * The Processor API case: counts records per key in a store and forwards {@code c=COUNT} per
+   * record; every gap of stream time a punctuator forwards {@code p=COUNT@TIME} for every key,
+   * stamped with the punctuation's time.
+   */
+  private static final class PunctuatedCount implements Processor<String, String, String, String> {
+    private final String storeName;
+    private final long intervalMs;
+    private ProcessorContext<String, String> context;
+    private KeyValueStore<String, Long> counts;
+
+    PunctuatedCount(final String storeName, final long intervalMs) {
+      this.storeName = storeName;
+      this.intervalMs = intervalMs;
+    }
+
+    @Override
+    public void init(final ProcessorContext<String, String> context) {
+      this.context = context;
+      counts = context.getStateStore(storeName);
+      context.schedule(Duration.ofMillis(intervalMs), PunctuationType.STREAM_TIME, this::punctuate);
+    }
+
+    @Override
+    public void process(final Record<String, String> record) {
+      if (record.key() == null) {
+        return;
+      }
+      final Long old = counts.get(record.key());
+      final long count = old == null ? 1 : old + 1;
+      counts.put(record.key(), count);
+      context.forward(record.withValue("c=" + count));
+    }
+
+    private void punctuate(final long timestamp) {
+      try (KeyValueIterator<String, Long> all = counts.all()) {
+        while (all.hasNext()) {
+          final KeyValue<String, Long> entry = all.next();
+          context.forward(new Record<>(entry.key, "p=" + entry.value + "@" + timestamp, timestamp));
+        }
+      }
+    }
+  }
+
   /** One topology instance's part of a spec. */
   private static final class Instance {
     final String type;
@@ -426,6 +476,14 @@ public final class ConformanceApp {
               .count(Materialized.with(STRING, LONG))
               .toStream()
               .to(t.out, Produced.with(STRING, LONG));
+      case "punctuated-count" -> {
+        final String store = t.out + "-counts";
+        builder.addStateStore(
+            Stores.keyValueStoreBuilder(Stores.inMemoryKeyValueStore(store), STRING, LONG));
+        stream(builder, t.in)
+            .process(() -> new PunctuatedCount(store, t.gapMs), store)
+            .to(t.out, Produced.with(STRING, STRING));
+      }
       case "results-tumbling-sum" -> resultsTumblingSum(builder, t);
       default -> {
         if (!buildTimeWindowed(builder, t)) {
