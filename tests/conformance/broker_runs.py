@@ -152,6 +152,7 @@ def run_both_engines(
     state_engine: str = "memory",
     native_core: bool = True,
     cache_max_bytes: int = 0,
+    commit_interval_ms: int = 100,
 ) -> tuple[Outputs, Outputs]:
     """Run the cases named in ``inputs`` on those inputs, in Kafka Streams and in the runtime
     (its stores on ``state_engine``, fusable chains on its native core unless ``native_core`` is
@@ -159,7 +160,8 @@ def run_both_engines(
     Streams', the runtime's), with timestamps relative to the inputs' (which are produced an hour
     in the past). Both run with a record cache of ``cache_max_bytes`` (default 0, off: every
     update is forwarded as it happens; with a cache, which updates are merged depends on
-    commit timing, so only final results can be compared)."""
+    commit timing, so only final results can be compared), committing every
+    ``commit_interval_ms``."""
     # An hour back, on a whole minute: the input's window boundaries (multiples of a window's
     # size or advance, all dividing a minute) stay window boundaries once shifted.
     base_ms = (int(time.time()) // 60 - 60) * 60_000
@@ -184,7 +186,7 @@ def run_both_engines(
         "state.dir": str(state_dir / "kstreams"),
         "topologies": ",".join(inputs),
         "config.statestore.cache.max.bytes": str(cache_max_bytes),
-        "config.commit.interval.ms": "100",
+        "config.commit.interval.ms": str(commit_interval_ms),
         "config.max.task.idle.ms": "0",
         "config.default.key.serde": "org.apache.kafka.common.serialization.Serdes$StringSerde",
         "config.default.value.serde": "org.apache.kafka.common.serialization.Serdes$StringSerde",
@@ -204,7 +206,7 @@ def run_both_engines(
     app = run_app(
         builder,
         application_id=runtime_id,
-        commit_interval_ms=100,
+        commit_interval_ms=commit_interval_ms,
         max_task_idle_ms=0,
         state_dir=state_dir / "runtime",
         state_engine=state_engine,

@@ -18,7 +18,7 @@ from tests.conformance.kstreams import KafkaStreamsApps, build_conformance_app
 
 class RunBoth(Protocol):
     """Runs inputs through both engines, with a record cache of ``cache_max_bytes`` on both
-    sides (default 0, off)."""
+    sides (default 0, off), committing every ``commit_interval_ms``."""
 
     def __call__(
         self,
@@ -26,6 +26,7 @@ class RunBoth(Protocol):
         windows: SessionWindows,
         *,
         cache_max_bytes: int = 0,
+        commit_interval_ms: int = 100,
     ) -> tuple[Outputs, Outputs]: ...
 
 
@@ -81,6 +82,7 @@ def both_engines(  # noqa: PLR0917 (pytest fixtures)
         windows: SessionWindows,
         *,
         cache_max_bytes: int = 0,
+        commit_interval_ms: int = 100,
     ) -> tuple[Outputs, Outputs]:
         return run_both_engines(
             inputs,
@@ -93,6 +95,7 @@ def both_engines(  # noqa: PLR0917 (pytest fixtures)
             state_engine=state_engine,
             native_core=native_core,
             cache_max_bytes=cache_max_bytes,
+            commit_interval_ms=commit_interval_ms,
         )
 
     return run

@@ -324,3 +324,32 @@ def test_with_equal_record_caches_final_results_agree(both_engines: RunBoth) -> 
         if name in WHOLE_OUTPUT_CASES:
             expected = sorted(_data(kstreams[name]["out"]))
             assert sorted(_data(runtime[name]["out"])) == expected, name
+
+
+def test_with_a_record_cache_kafka_streams_merges_into_a_final_session_and_the_runtime_does_not(
+    both_engines: RunBoth,
+) -> None:
+    # The input of test_a_record_late_for_a_final_session_starts_its_own, with a 10 MiB record
+    # cache and no commit while it is processed. Kafka Streams' CachingSessionStore finds
+    # sessions in its cache without the retention cutoff its persistent store applies, so
+    # c@2700 merges [0,0] (final since stream time 5000, still cached) too: its answer then
+    # depends on whether a commit flushed the cache in between. The runtime gives Kafka
+    # Streams' cache-off answer whatever the commit timing (a documented difference).
+    windows = SessionWindows(gap_ms=3_000, grace_ms=2_000)
+    records = [
+        InputRecord("in", 0, b"m1", b"a", 0),
+        InputRecord("in", 0, b"m1", b"b", 5_500),
+        InputRecord("in", 0, b"m1", b"c", 2_700),
+        InputRecord("in", 0, SENTINEL_KEY, None, 20_000, control=True),
+    ]
+    kstreams, runtime = both_engines(
+        {"session-count-suppressed": records},
+        windows,
+        cache_max_bytes=10 * 1024 * 1024,
+        commit_interval_ms=5_000,  # none while the four records are processed
+    )
+    assert _sessions(runtime["session-count-suppressed"]["out"]) == [
+        (b"m1", 0, 0, 1, 0),
+        (b"m1", 2_700, 5_500, 2, 5_500),
+    ]
+    assert _sessions(kstreams["session-count-suppressed"]["out"]) == [(b"m1", 0, 5_500, 3, 5_500)]
