@@ -120,6 +120,7 @@ broker's (with the focused and idling cases) and the test drivers' (some four mi
 
 _START_FIRST = (
     "tests/streams_runtime/cluster/",
+    "tests/streams_runtime/processor/test_processor_cluster_broker.py",
     "tests/streams_runtime/test_operations.py",
     "tests/streams_runtime/test_restart.py",
     "tests/sidecar/test_sidecar.py",
