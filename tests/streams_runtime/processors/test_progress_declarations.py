@@ -8,6 +8,7 @@ import importlib
 import pkgutil
 
 import streams_runtime
+from streams_runtime.processor.node import UserProcessorNode
 from streams_runtime.processors import (
     NO_PROGRESS,
     MapValuesProcessor,
@@ -15,7 +16,6 @@ from streams_runtime.processors import (
     SinkProcessor,
     SourceProcessor,
 )
-from streams_runtime.processor.node import UserProcessorNode
 from streams_runtime.processors.base import AggregateProcessor, KeyedStoreProcessor
 from streams_runtime.serdes import String
 
