@@ -107,6 +107,7 @@ PROCESS_NAMES = frozenset(
         "PROGRESS_CONTROL_TEST_KAFKA_IMAGE",  # tests/conftest.py
         "PROGRESS_CONTROL_TEST_SHARED_DIR",  # tests/shared_services.py
         "PROGRESS_CONTROL_LONG_TESTS",  # tests/streams_runtime/cluster
+        "PROGRESS_CONTROL_HYPOTHESIS_PROFILE",  # tests/hypothesis_profiles.py, ./dev test-explore
     }
 )
 """Variables read directly (``os.environ``), not through a settings class."""
