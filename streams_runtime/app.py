@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import uuid
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from types import FrameType
@@ -24,11 +25,20 @@ from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.commit_strategy import OffsetCommitHook
 from streams_runtime.processing.internal_topics import prepare_topics
 from streams_runtime.processing.stream_thread import StreamThread
-from streams_runtime.queries.results import KeyQueryMetadata, NotAvailableError, QueryResult
+from streams_runtime.queries.reads import KeyRange, SessionKeyRead, WindowKeyRead, WindowStartRange
+from streams_runtime.queries.results import (
+    InvalidKeyError,
+    KeyQueryMetadata,
+    NotAvailableError,
+    QueryResult,
+    RangeResult,
+)
 from streams_runtime.queries.router import InteractiveQueries
 from streams_runtime.queries.security import query_address
+from streams_runtime.serdes import Serde
 from streams_runtime.settings import RuntimeSettings
 from streams_runtime.state.directory import application_directory
+from streams_runtime.state.stores import EARLIEST, LATEST
 from streams_runtime.topology import Topology
 
 if TYPE_CHECKING:  # imported where used: most apps run neither (start-up time, issue 37)
@@ -53,6 +63,18 @@ def _require_confluent_kafka() -> None:
             f"the streams runtime needs confluent-kafka>=2.13.2 (installed: {installed}); "
             "install kafka-progress-control[runtime]"
         )
+
+
+def _bound(queries: InteractiveQueries, store: str, key: object) -> bytes | None:
+    return None if key is None else queries.serialize_key(store, key)
+
+
+def _time(name: str, time: int | None, default: int) -> int:
+    if time is None:
+        return default
+    if not isinstance(time, int) or isinstance(time, bool):
+        raise InvalidKeyError(f"{name} must be an integer (ms), got {type(time).__name__}")
+    return time
 
 
 class App:
@@ -134,10 +156,23 @@ class App:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
+        from streams_runtime.processing.global_thread import GlobalStreamThread
+
         self._set_state(AppState.STARTING)
         self._heartbeat.beat()
         server = None
         query_server: QueryServer | None = None
+
+        def global_thread_failed(_error: BaseException) -> None:
+            self._stop_requested.set()  # raised below once the stream thread stopped
+            if self._thread is not None:
+                self._thread.stop()
+
+        # Global tables (none: it starts nothing) are read to their topics' ends first, as
+        # Kafka Streams' global thread bootstraps before the stream threads start.
+        global_thread = GlobalStreamThread(
+            self.topology, self.settings, metrics=self.metrics, on_error=global_thread_failed
+        )
         try:
             if self.settings.metrics_port is not None:
                 server = serve_metrics_and_health(
@@ -148,6 +183,7 @@ class App:
                 )
                 self.metrics_port = server.port
             partition_counts = prepare_topics(self.topology, self.settings)
+            global_thread.start(cancelled=self._stop_requested, heartbeat=self._heartbeat.beat)
             self._thread = StreamThread(
                 self.topology,
                 self.settings,
@@ -162,6 +198,7 @@ class App:
             if self._stop_requested.is_set():
                 self._thread.stop()
             self._thread.run()
+            global_thread.raise_error()
         except:  # noqa: E722 - a bare KafkaError escapes every typed clause (see as_exception)
             self.error = as_exception(sys.exc_info()[1])
             self._set_state(AppState.ERROR)
@@ -173,6 +210,7 @@ class App:
                 query_server.stop()
             if self.queries is not None:
                 self.queries.close()  # after the server: its workers may still be forwarding
+            global_thread.stop()  # after its readers: the stream thread and the queries
             if server is not None:
                 server.stop()
             if self.state != AppState.ERROR:
@@ -253,6 +291,134 @@ class App:
         :class:`~streams_runtime.queries.results.QueryError` subclasses (unknown store, bad key,
         none within the bound)."""
         return self._running_queries().get(store, key, allow_stale=allow_stale, max_lag=max_lag)
+
+    def range(
+        self,
+        store: str,
+        lower: object = None,
+        upper: object = None,
+        *,
+        descending: bool = False,
+        partitions: Iterable[int] | None = None,
+        allow_stale: bool = False,
+        max_lag: int | None = None,
+    ) -> RangeResult:
+        """The entries of the key-value store ``store`` with ``lower <= key <= upper`` (``None``:
+        unbounded), compared as serialized bytes, ascending or ``descending`` (IQv2's
+        ``RangeQuery``, ``withDescendingKeys``); none when ``lower > upper``. Every partition
+        (or those of ``partitions``) is read from its live active copy, or with
+        ``allow_stale`` from the most caught-up copy within ``max_lag``, and their entries are
+        merged in key order; a partition that no copy answers fails the read."""
+        queries = self._running_queries()
+        read = KeyRange(_bound(queries, store, lower), _bound(queries, store, upper), descending)
+        return queries.query_range(
+            store, read, partitions, allow_stale=allow_stale, max_lag=max_lag
+        )
+
+    def all(
+        self,
+        store: str,
+        *,
+        descending: bool = False,
+        partitions: Iterable[int] | None = None,
+        allow_stale: bool = False,
+        max_lag: int | None = None,
+    ) -> RangeResult:
+        """Every entry of the key-value store ``store`` (Kafka Streams' ``all``/``reverseAll``):
+        :meth:`range` without bounds."""
+        return self.range(
+            store,
+            descending=descending,
+            partitions=partitions,
+            allow_stale=allow_stale,
+            max_lag=max_lag,
+        )
+
+    def prefix_scan(
+        self,
+        store: str,
+        prefix: object,
+        prefix_serde: Serde[Any] | None = None,
+        *,
+        partitions: Iterable[int] | None = None,
+        allow_stale: bool = False,
+        max_lag: int | None = None,
+    ) -> RangeResult:
+        """The entries of the key-value store ``store`` whose serialized key starts with
+        ``prefix`` serialized by ``prefix_serde`` (default: the store's key serde), ascending
+        (Kafka Streams' ``prefixScan(prefix, prefixKeySerializer)``); routed as :meth:`range`."""
+        queries = self._running_queries()
+        raw = queries.serialize_key(store, prefix, prefix_serde)
+        return queries.query_range(
+            store, KeyRange(prefix=raw), partitions, allow_stale=allow_stale, max_lag=max_lag
+        )
+
+    def fetch_windows(
+        self,
+        store: str,
+        key: object,
+        time_from: int | None = None,
+        time_to: int | None = None,
+        *,
+        allow_stale: bool = False,
+        max_lag: int | None = None,
+    ) -> QueryResult:
+        """The windows of ``key`` in the window store ``store`` whose start is in ``[time_from,
+        time_to]`` (``None``: unbounded), ascending by start (IQv2's ``WindowKeyQuery``,
+        ``ReadOnlyWindowStore.fetch(key, timeFrom, timeTo)``); none when ``time_from >
+        time_to``. The value is the list of ``{"start", "end", "value"}``, routed as :meth:`get`."""
+        read = WindowKeyRead(
+            _time("time_from", time_from, EARLIEST), _time("time_to", time_to, LATEST)
+        )
+        return self._running_queries().get(
+            store, key, allow_stale=allow_stale, max_lag=max_lag, read=read
+        )
+
+    def fetch_all_windows(
+        self,
+        store: str,
+        time_from: int | None = None,
+        time_to: int | None = None,
+        *,
+        partitions: Iterable[int] | None = None,
+        allow_stale: bool = False,
+        max_lag: int | None = None,
+    ) -> RangeResult:
+        """Every key's windows in the window store ``store`` whose start is in ``[time_from,
+        time_to]`` (IQv2's ``WindowRangeQuery.withWindowStartRange``, ``fetchAll``), each
+        ``{"key", "start", "end", "value"}``, by start, then key bytes, then end; routed as
+        :meth:`range`."""
+        read = WindowStartRange(
+            _time("time_from", time_from, EARLIEST), _time("time_to", time_to, LATEST)
+        )
+        return self._running_queries().query_range(
+            store, read, partitions, allow_stale=allow_stale, max_lag=max_lag
+        )
+
+    def fetch_sessions(
+        self,
+        store: str,
+        key: object,
+        earliest_session_end: int | None = None,
+        latest_session_start: int | None = None,
+        *,
+        descending: bool = False,
+        allow_stale: bool = False,
+        max_lag: int | None = None,
+    ) -> QueryResult:
+        """The sessions of ``key`` in the session store ``store`` (Kafka Streams'
+        ``ReadOnlySessionStore.fetch(key)``), or with bounds those ending at or after
+        ``earliest_session_end`` and starting at or before ``latest_session_start``
+        (``findSessions``), by end then start (``descending``: the ``backward`` reads). The
+        value is the list of ``{"start", "end", "value"}``, routed as :meth:`get`."""
+        read = SessionKeyRead(
+            _time("earliest_session_end", earliest_session_end, EARLIEST),
+            _time("latest_session_start", latest_session_start, LATEST),
+            descending,
+        )
+        return self._running_queries().get(
+            store, key, allow_stale=allow_stale, max_lag=max_lag, read=read
+        )
 
     def start(self) -> None:
         """Run in a background thread (errors end up in :attr:`error`)."""

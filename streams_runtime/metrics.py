@@ -14,7 +14,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from progress_control.http_messages import WithoutCreated
 from streams_runtime.state.cache_metrics import RecordCacheCollector
 
-__all__ = ["RuntimeMetrics", "SecurityMetrics", "security_metrics"]
+__all__ = [
+    "GlobalStoreMetrics",
+    "RuntimeMetrics",
+    "SecurityMetrics",
+    "global_store_metrics",
+    "security_metrics",
+]
 
 # Rejected membership records are logged as the replicator reads them.
 logger = logging.getLogger("streams_runtime.cluster.membership_auth")
@@ -279,4 +285,41 @@ def security_metrics(metrics: RuntimeMetrics) -> SecurityMetrics:
         found = _METRICS.get(metrics)
         if found is None:
             found = _METRICS[metrics] = SecurityMetrics(metrics)
+        return found
+
+
+class GlobalStoreMetrics:
+    """The global tables' metrics (Kafka Streams' global thread's), registered in an app's
+    registry by the first global thread (or test driver) that asks."""
+
+    def __init__(self, metrics: RuntimeMetrics) -> None:
+        r = metrics.registry
+        self.records_applied = Counter(
+            "streams_global_records_applied",
+            "Records of a global table's topic written to its store on this instance (updates"
+            " and deletes; not skipped control records nor bad ones), per store.",
+            ["store"],
+            registry=r,
+        ).labels
+        self.lag = Gauge(
+            "streams_global_lag_records",
+            "Records of a global table's topic partition not in this instance's store yet (end"
+            " offset minus the next offset to apply, from cached watermarks, at most once a"
+            " second), per store and partition.",
+            ["store", "partition"],
+            registry=r,
+        ).labels
+
+
+_GLOBAL_METRICS: weakref.WeakKeyDictionary[RuntimeMetrics, GlobalStoreMetrics] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def global_store_metrics(metrics: RuntimeMetrics) -> GlobalStoreMetrics:
+    """The one :class:`GlobalStoreMetrics` of an app's registry."""
+    with _METRICS_LOCK:
+        found = _GLOBAL_METRICS.get(metrics)
+        if found is None:
+            found = _GLOBAL_METRICS[metrics] = GlobalStoreMetrics(metrics)
         return found

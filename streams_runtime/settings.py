@@ -183,7 +183,10 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         "(the runtime extra): files in state_dir, reused after a clean commit.",
     )
     num_repartition_partitions: int | None = Field(
-        None, ge=1, description="Partitions of repartition topics (default: the source's)."
+        None,
+        ge=1,
+        description="Partitions of repartition topics (default: as the other inputs of the "
+        "sub-topology reading one, else as the inputs of the one writing it).",
     )
     replication_factor: int = Field(
         -1, description="Replication factor of internal topics (-1: the broker's default)."

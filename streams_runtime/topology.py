@@ -3,14 +3,17 @@
 A :class:`TopologyBuilder` records logical :class:`Node` s as the DSL (:mod:`streams_runtime.dsl`)
 asks for them; :meth:`TopologyBuilder.build` splits them into sub-topologies (connected parts
 between repartition topics, joined by shared stores) and resolves internal topic names. Every
-task instantiates its own processors from its :class:`Subtopology`.
+task instantiates its own processors from its :class:`Subtopology`. Global tables are no
+sub-topology (they make no tasks): each is a :class:`GlobalStore` that every instance reads
+whole, found by its tasks through the built topology's :class:`GlobalStores` (Kafka Streams'
+global state stores).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,8 +22,10 @@ from streams_runtime.serde_context import BoundSerde, ContextualSerde, Field, re
 from streams_runtime.serdes import Serde
 from streams_runtime.state import StoreSpec
 from streams_runtime.state.changelog import changelog_topic
+from streams_runtime.state.global_store import GlobalStores
 
 __all__ = [
+    "GlobalStore",
     "Node",
     "ProcessorFactory",
     "QueryableStore",
@@ -67,6 +72,9 @@ class Subtopology:
     null_key_tick_topics: frozenset[str] = frozenset()
     """Sink topics whose keys are Schema Registry-framed: the runtime's ticks there have a null
     key (docs/design.md §2)."""
+    global_state: GlobalStores = field(default_factory=GlobalStores)
+    """The topology's global stores, the same for every sub-topology (what its tasks find by
+    name besides their own stores)."""
 
     def instantiate(self) -> tuple[dict[str, p.SourceProcessor], list[p.Processor]]:
         """Fresh processors for one task: sources by topic, and every processor."""
@@ -100,12 +108,29 @@ class QueryableStore:
 
 
 @dataclass(frozen=True)
+class GlobalStore:
+    """A global table's store (Kafka Streams' global state store of a ``GlobalKTable``): every
+    instance reads every partition of ``topic``, its changelog, into it. Keys and values are
+    stored as ``key_serde`` and ``value_serde`` write them (bound to ``topic``, Kafka Streams'
+    global ``StateSerdes``), values as ``ValueAndTimestamp``."""
+
+    name: str
+    topic: str
+    key_serde: Serde[Any]
+    value_serde: Serde[Any]
+
+
+@dataclass(frozen=True)
 class Topology:
     """The built topology of one application."""
 
     subtopologies: tuple[Subtopology, ...]
     repartition_topics: dict[str, int | None]  # name -> partitions (None: as upstream inputs)
     queryable_stores: dict[str, QueryableStore] = field(default_factory=dict)
+    global_stores: dict[str, GlobalStore] = field(default_factory=dict)
+    """The global tables' stores by name (queryable too, with no sub-topology: -1)."""
+    global_state: GlobalStores = field(default_factory=GlobalStores)
+    """Their open stores, registered by what runs them (this built topology's only)."""
 
     @property
     def source_topics(self) -> tuple[str, ...]:
@@ -129,6 +154,8 @@ class Topology:
                 )
                 sink = f" topic {node.sink_topic}" if node.sink_topic else ""
                 lines.append(f"  {node.name}{sink}{stores}{arrow}")
+        for store in self.global_stores.values():
+            lines.append(f"Global store {store.name}: source {store.topic}")
         return "\n".join(lines)
 
 
@@ -143,6 +170,7 @@ class TopologyBuilder:
         self._queryable: dict[str, QueryableStore] = {}
         self._store_serdes: list[tuple[BoundSerde[Any], str]] = []
         self._built_for: str | None = None
+        self._global_stores: dict[str, GlobalStore] = {}
 
     def store_serde(self, serde: Serde[Any], store: str, field: Field) -> Serde[Any]:
         """``serde`` as the store ``store`` uses it: itself when plain; a context-aware serde
@@ -156,6 +184,20 @@ class TopologyBuilder:
             return bound
 
         return rebind(serde, bind_one)
+
+    @property
+    def global_stores(self) -> Mapping[str, GlobalStore]:
+        """The global stores added so far (a live view: later ones show up in it)."""
+        return self._global_stores
+
+    def add_global_store(self, store: GlobalStore) -> None:
+        """Add a global table's store; its topic is taken as a source of this topology."""
+        if store.name in self._global_stores:
+            raise TopologyError(f"a global store named {store.name!r} is already in this topology")
+        if store.topic in self._topics:
+            raise TopologyError(f"topic(s) {[store.topic]} are already a source of this topology")
+        self._topics.add(store.topic)
+        self._global_stores[store.name] = store
 
     def add_queryable(self, store: QueryableStore) -> None:
         """Make ``store`` queryable (its sub-topology is resolved by :meth:`build`)."""
@@ -196,6 +238,7 @@ class TopologyBuilder:
             groups.setdefault(find(id(node)), []).append(node)
         subs = []
         repartition: dict[str, int | None] = {}
+        global_state = GlobalStores()  # one per build: each app opens its own stores
         for index, nodes in enumerate(groups.values()):
             node_sources = tuple(tuple(resolve(n, t) for t in n.source_topics) for n in nodes)
             sources = tuple(t for topics in node_sources for t in topics)
@@ -215,8 +258,12 @@ class TopologyBuilder:
                     null_key_tick_topics=frozenset(
                         resolve(n, n.sink_topic) for n in nodes if n.sink_topic and n.null_key_ticks
                     ),
+                    global_state=global_state,
                 )
             )
+        taken = {s.name for sub in subs for s in sub.stores}.intersection(self._global_stores)
+        if taken:
+            raise TopologyError(f"store(s) {sorted(taken)} are both global and a task's")
         queryable = {
             name: dataclasses.replace(
                 spec,
@@ -224,7 +271,13 @@ class TopologyBuilder:
             )
             for name, spec in self._queryable.items()
         }
-        return Topology(tuple(subs), repartition, queryable)
+        for shared in self._global_stores.values():
+            queryable[shared.name] = QueryableStore(
+                shared.name, "key_value", shared.key_serde, shared.value_serde
+            )
+        return Topology(
+            tuple(subs), repartition, queryable, dict(self._global_stores), global_state
+        )
 
     # -- used by the DSL ----------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::window_core::{self, state_key, Agg, Aggregation, Final, Kind, WindowCore, WriteBehind};
 
@@ -296,6 +296,18 @@ impl SessionCore {
     /// Sessions not emitted yet (the suppression buffer's size).
     fn pending(&self) -> usize {
         self.live
+    }
+
+    /// The keys with sessions not emitted yet, sorted.
+    fn keys<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
+        let mut keys: Vec<&Vec<u8>> = self
+            .sessions
+            .iter()
+            .filter(|(_, sessions)| !sessions.is_empty())
+            .map(|(key, _)| key)
+            .collect();
+        keys.sort_unstable();
+        keys.into_iter().map(|key| PyBytes::new(py, key)).collect()
     }
 
     /// The key's sessions not emitted yet, (start, end, aggregate), by start.

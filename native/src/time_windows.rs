@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, BinaryHeap};
 use rustc_hash::FxHashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::window_core::{self, state_key, Agg, Aggregation, Final, Kind, WindowCore, WriteBehind};
 
@@ -264,6 +264,18 @@ impl TimeWindowCore {
     /// Windows not emitted yet (the suppression buffer's size).
     fn pending(&self) -> usize {
         self.windows.len()
+    }
+
+    /// The keys with windows not emitted yet, sorted.
+    fn keys<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyBytes>> {
+        let mut keys: Vec<&Vec<u8>> = self
+            .by_key
+            .iter()
+            .filter(|(_, starts)| !starts.is_empty())
+            .map(|(key, _)| key)
+            .collect();
+        keys.sort_unstable();
+        keys.into_iter().map(|key| PyBytes::new(py, key)).collect()
     }
 
     /// The key's windows not emitted yet, (start, end, aggregate, timestamp), by start.

@@ -21,13 +21,21 @@ and emit on change (KIP-557): an update with the same serialized value as stored
 newer timestamp is dropped and counted; see :func:`streams_runtime.processors.is_idempotent_update`.
 
 Modules, each importing only those below it: ``builder`` (the entry point) > ``stream`` >
-``branched`` (a split's branches) > ``joins`` > ``grouped`` > ``table`` > ``suppressed``
+``branched`` (a split's branches) > ``joins`` > ``global_table`` (a ``GlobalTable``: no
+operations, only joined and queried), and ``grouped`` > ``cogrouped`` > ``table`` >
+``suppressed``
 (``to_stream``, ``group_by``, ``to_table``, a split's branches and the joins import the views
 above them when called).
 """
 
 from streams_runtime.dsl.branched import Branched, BranchedStream
 from streams_runtime.dsl.builder import StreamsBuilder
+from streams_runtime.dsl.cogrouped import (
+    CogroupedStream,
+    SessionWindowedCogroupedStream,
+    TimeWindowedCogroupedStream,
+)
+from streams_runtime.dsl.global_table import GlobalTable
 from streams_runtime.dsl.grouped import (
     GroupedStream,
     GroupedTable,
@@ -47,13 +55,17 @@ __all__ = [
     "Branched",
     "BranchedStream",
     "BufferConfig",
+    "CogroupedStream",
+    "GlobalTable",
     "GroupedStream",
     "GroupedTable",
+    "SessionWindowedCogroupedStream",
     "SessionWindowedStream",
     "Stream",
     "StreamsBuilder",
     "Suppressed",
     "Table",
+    "TimeWindowedCogroupedStream",
     "TimeWindowedStream",
     "WindowedTable",
     "until_time_limit",

@@ -6,12 +6,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from streams_runtime import processors as p
+from streams_runtime.dsl.global_table import GlobalTable
 from streams_runtime.dsl.stream import Stream
 from streams_runtime.dsl.table import Table, _SourceSupplier
 from streams_runtime.processor.stores import StoreBuilder
+from streams_runtime.serde_context import SerdeContext, bind
 from streams_runtime.serdes import Json, Serde, TimestampedValueSerde
 from streams_runtime.state import StoreSpec
-from streams_runtime.topology import QueryableStore, Topology, TopologyBuilder, TopologyError
+from streams_runtime.topology import (
+    GlobalStore,
+    QueryableStore,
+    Topology,
+    TopologyBuilder,
+    TopologyError,
+)
 
 __all__ = ["StreamsBuilder"]
 
@@ -86,6 +94,40 @@ class StreamsBuilder:
         # (Materialized.as), by a join reading it, or by a table needing its old values.
         supplier = _SourceSupplier(queryable=store_name is not None)
         return Table(self, node, ks, vs, store_name=store, store_value_serde=vs, supplier=supplier)
+
+    def global_table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        store_name: str | None = None,
+    ) -> GlobalTable[Any, Any]:
+        """A table of every partition of ``topic`` on every instance (Kafka Streams'
+        ``globalTable``), in the key-value store ``store_name`` (else
+        ``<topic>-STATE-STORE-<n>``, as Kafka Streams names it). Each instance reads the whole
+        topic before its stream threads start and keeps reading it while it runs; the topic is
+        the store's changelog (no changelog topic of its own), and a restart with a persistent
+        engine resumes from the store's checkpoint. Null values delete, null keys are dropped
+        and counted, control records are skipped; records the serdes refuse meet the
+        bad-record policy. Streams join it with a key mapper (:meth:`Stream.join`,
+        :meth:`Stream.left_join`); queries read it on every instance, locally."""
+        ks, vs = key_serde or self.default_key_serde, value_serde or self.default_value_serde
+        graph = self._graph
+        store = store_name or graph.name(f"{topic}-STATE-STORE")
+        # Kafka Streams' global source and table source nodes take a number each.
+        graph.name("KSTREAM-SOURCE")
+        graph.name("KTABLE-SOURCE")
+        # Stored as the topic holds them: context-aware serdes bound to the topic, the store's
+        # changelog (Kafka Streams' global StateSerdes).
+        spec = GlobalStore(
+            store,
+            topic,
+            bind(ks, SerdeContext(topic, "key")),
+            bind(vs, SerdeContext(topic, "value")),
+        )
+        graph.add_global_store(spec)
+        return GlobalTable(spec)
 
     def add_state_store(self, store: StoreBuilder) -> StreamsBuilder:
         """Add a store for user processors (Kafka Streams' ``addStateStore``): connected to

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from streams_runtime import processors as p
+from streams_runtime.dsl.cogrouped import CogroupedStream
 from streams_runtime.dsl.table import Table, WindowedTable, _AggregateSupplier
 from streams_runtime.serde_context import is_registry_framed
 from streams_runtime.serdes import ChangedSerde, Integer, Serde, TimestampedValueSerde
@@ -102,6 +103,13 @@ class GroupedStream(Generic[K, V]):
         )
         builder._graph.add_queryable(QueryableStore(store, "key_value", sks, svs))
         return Table(builder, node, ks, vs, store_name=store, store_value_serde=vs)
+
+    def cogroup(self, aggregator: Callable[[K, V, A], A]) -> CogroupedStream[K, A]:
+        """Start a cogrouped aggregation (Kafka Streams' KIP-150 ``cogroup``): this stream's
+        records folded in by ``aggregator(key, value, aggregate)``; add other grouped streams of
+        the same key with :meth:`CogroupedStream.cogroup`, then ``aggregate(initializer)`` or
+        ``windowed_by(windows).aggregate(...)``."""
+        return CogroupedStream(self, aggregator)
 
     @overload
     def windowed_by(self, windows: SessionWindows) -> SessionWindowedStream[K, V]: ...

@@ -1,5 +1,6 @@
-"""Joins of a stream (Kafka Streams' ``KStreamImpl.doJoin`` and ``doStreamTableJoin``): windowed
-stream-stream joins (``KStreamKStreamJoin``) and stream-table joins (``KStreamKTableJoin``), as
+"""Joins of a stream (Kafka Streams' ``KStreamImpl.doJoin``, ``doStreamTableJoin`` and
+``globalTableJoin``): windowed stream-stream joins (``KStreamKStreamJoin``), stream-table joins
+(``KStreamKTableJoin``) and stream-global table joins (``KStreamGlobalKTableJoin``), as
 :meth:`Stream.join <streams_runtime.dsl.stream.Stream.join>`, ``left_join`` and ``outer_join``
 build them."""
 
@@ -9,6 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streams_runtime import processors as p
+from streams_runtime.dsl.global_table import GlobalTable
+from streams_runtime.processors.global_joins import GlobalTableJoinProcessor
 from streams_runtime.serdes import Serde
 from streams_runtime.state import StoreSpec
 from streams_runtime.windows import JoinWindows
@@ -17,7 +20,7 @@ if TYPE_CHECKING:
     from streams_runtime.dsl.stream import Stream
     from streams_runtime.dsl.table import Table
 
-__all__ = ["table_join", "window_join"]
+__all__ = ["checked_windows", "global_table_join", "table_join", "window_join"]
 
 
 def window_join(
@@ -110,3 +113,48 @@ def table_join(
         uses_stores=(store,),
     )
     return Stream(source._builder, node, stream.key_serde, value_serde)
+
+
+def global_table_join(
+    source: Stream[Any, Any],
+    table: GlobalTable[Any, Any],
+    key_mapper: Callable[[Any, Any], Any],
+    joiner: Callable[[Any, Any], Any] | JoinWindows | None,
+    *,
+    left: bool,
+    value_serde: Serde[Any] | None,
+) -> Stream[Any, Any]:
+    """``source`` joined with the global table ``table`` on ``key_mapper(key, value)`` (Kafka
+    Streams' ``KStreamGlobalKTableJoin``): no repartition, the table being whole on every
+    instance; the result keeps the stream's key (``KSTREAM-JOIN-<n>``, ``KSTREAM-LEFTJOIN-<n>``
+    for a left join, as Kafka Streams names them)."""
+    from streams_runtime.dsl.stream import Stream  # a stream view sits above the joins
+
+    if not callable(key_mapper) or not callable(joiner):
+        raise TypeError(
+            "a stream-global table join takes a key mapper and a joiner: "
+            "stream.join(global_table, lambda key, value: table_key, joiner)"
+        )
+    value_joiner = joiner
+    spec = table._store
+    node = source._builder._graph.add(
+        "KSTREAM-LEFTJOIN" if left else "KSTREAM-JOIN",
+        lambda: GlobalTableJoinProcessor(
+            spec.name, spec.key_serde, spec.value_serde, key_mapper, value_joiner, left=left
+        ),
+        [source._node],
+    )
+    return Stream(
+        source._builder, node, source.key_serde, value_serde, key_changed=source._key_changed
+    )
+
+
+def checked_windows(windows: object) -> JoinWindows:
+    """A stream-stream join's third argument, checked: a key mapper and a joiner join a global
+    table only."""
+    if not isinstance(windows, JoinWindows):
+        raise TypeError(
+            f"a join's third argument is its JoinWindows, got {type(windows).__name__} "
+            "(a key mapper and a joiner join a GlobalTable)"
+        )
+    return windows

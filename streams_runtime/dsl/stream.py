@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.branched import BranchedStream
+from streams_runtime.dsl.global_table import GlobalTable
 from streams_runtime.dsl.grouped import GroupedStream
-from streams_runtime.dsl.joins import table_join, window_join
+from streams_runtime.dsl.joins import checked_windows, global_table_join, table_join, window_join
 from streams_runtime.processor.api import Processor
 from streams_runtime.processor.node import user_node
 from streams_runtime.serde_context import is_registry_framed
@@ -322,11 +323,22 @@ class Stream(Generic[K, V]):
         value_serde: Serde[Any] | None = None,
     ) -> Stream[K, Any]: ...
 
+    @overload
     def join(
         self,
-        other: Table[K, V2] | Stream[K, V2],
+        other: GlobalTable[K2, V2],
+        key_mapper: Callable[[K, V], K2 | None],
         joiner: Callable[[V, V2], Any],
-        windows: JoinWindows | None = None,
+        /,
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]: ...
+
+    def join(
+        self,
+        other: Table[K, V2] | Stream[K, V2] | GlobalTable[Any, V2],
+        joiner: Callable[[V, V2], Any] | Callable[[K, V], Any],
+        windows: JoinWindows | Callable[[V, V2], Any] | None = None,
         *,
         value_serde: Serde[Any] | None = None,
     ) -> Stream[K, Any]:
@@ -342,12 +354,24 @@ class Stream(Generic[K, V]):
         (:class:`~streams_runtime.windows.JoinWindows`), in both directions, stamped with the
         larger timestamp of the two; each side's records are buffered in a window store
         (``KSTREAM-JOINTHIS-...-store``, ``KSTREAM-JOINOTHER-...-store``) for ``before + after +
-        grace``. Both streams must be co-partitioned."""
+        grace``. Both streams must be co-partitioned.
+
+        Stream-global table (Kafka Streams' ``join(GlobalKTable, keySelector, joiner)``):
+        ``join(global_table, key_mapper, joiner)`` looks up the row of ``key_mapper(key,
+        value)`` in the global table's store, whole on every instance (no co-partitioning, no
+        repartition); a record whose mapped key is ``None`` or has no row is dropped. The result
+        keeps the record's key, timestamp and headers."""
+        if isinstance(other, GlobalTable):
+            return global_table_join(
+                self, other, joiner, windows, left=False, value_serde=value_serde
+            )
         if windows is None:
             if isinstance(other, Stream):
                 raise TypeError("a stream-stream join needs JoinWindows")
             return table_join(self, other, joiner, left=False, value_serde=value_serde)
-        return window_join(self, other, joiner, windows, "inner", value_serde=value_serde)
+        return window_join(
+            self, other, joiner, checked_windows(windows), "inner", value_serde=value_serde
+        )
 
     @overload
     def left_join(
@@ -368,11 +392,22 @@ class Stream(Generic[K, V]):
         value_serde: Serde[Any] | None = None,
     ) -> Stream[K, Any]: ...
 
+    @overload
     def left_join(
         self,
-        other: Table[K, V2] | Stream[K, V2],
+        other: GlobalTable[K2, V2],
+        key_mapper: Callable[[K, V], K2 | None],
         joiner: Callable[[V, V2 | None], Any],
-        windows: JoinWindows | None = None,
+        /,
+        *,
+        value_serde: Serde[Any] | None = None,
+    ) -> Stream[K, Any]: ...
+
+    def left_join(
+        self,
+        other: Table[K, V2] | Stream[K, V2] | GlobalTable[Any, V2],
+        joiner: Callable[[V, V2 | None], Any] | Callable[[K, V], Any],
+        windows: JoinWindows | Callable[[V, V2 | None], Any] | None = None,
         *,
         value_serde: Serde[Any] | None = None,
     ) -> Stream[K, Any]:
@@ -380,12 +415,19 @@ class Stream(Generic[K, V]):
         once against a table; against a stream once their window closed (``t + after + grace``
         behind stream time), stamped with their own timestamp. Kafka Streams emits them when a
         later record arrives; the runtime also on control records, so they come out on ticks
-        alone."""
+        alone. Against a global table (``left_join(global_table, key_mapper, joiner)``), a
+        record whose mapped key is ``None`` or has no row joins ``None`` (KIP-962)."""
+        if isinstance(other, GlobalTable):
+            return global_table_join(
+                self, other, joiner, windows, left=True, value_serde=value_serde
+            )
         if windows is None:
             if isinstance(other, Stream):
                 raise TypeError("a stream-stream join needs JoinWindows")
             return table_join(self, other, joiner, left=True, value_serde=value_serde)
-        return window_join(self, other, joiner, windows, "left", value_serde=value_serde)
+        return window_join(
+            self, other, joiner, checked_windows(windows), "left", value_serde=value_serde
+        )
 
     def outer_join(
         self,
@@ -452,9 +494,10 @@ class Stream(Generic[K, V]):
         kind = "KSTREAM-PROCESSVALUES" if fixed_key else "KSTREAM-PROCESSOR"
         stores = self._builder._connect_stores(store_names)
         owned, used = self._builder._store_owners(store_names)
+        shared = self._builder._graph.global_stores
         node = self._builder._graph.add(
             kind,
-            lambda: user_node(processor(), stores, fixed_key=fixed_key),
+            lambda: user_node(processor(), stores, fixed_key=fixed_key, global_stores=shared),
             [self._node],
             name=name,
             stores=owned,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.suppressed import Suppressed, until_window_closes
+from streams_runtime.dsl.table_joins import TableJoins
 from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerde
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import Node, QueryableStore, TopologyError
@@ -234,7 +235,7 @@ class _SuppressedSupplier(_TableSupplier):
         )
 
 
-class Table(Generic[K, V]):
+class Table(TableJoins[K, V]):
     """A changelog-backed table (Kafka Streams' ``KTable``): the latest value per key.
 
     A table's updates flow downstream as records of the new value, ``None`` when the key was
@@ -244,7 +245,8 @@ class Table(Generic[K, V]):
     store name is materialised too). Whether an update also carries the row's old value is
     decided when the topology is built, as in Kafka Streams (``sendOldValues``): a table sends
     them when it can and something downstream needs them (:meth:`group_by`), and a filter's
-    deletes depend on it (:meth:`filter`).
+    deletes depend on it (:meth:`filter`). Tables join tables on the key or on a foreign key
+    (:class:`~streams_runtime.dsl.table_joins.TableJoins`).
     """
 
     def __init__(

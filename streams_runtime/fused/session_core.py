@@ -100,6 +100,10 @@ class SessionCore(WindowCore):
         """Sessions not emitted yet (the suppression buffer's size)."""
         return len(self._live)
 
+    def keys(self) -> list[bytes]:
+        """The keys with sessions not emitted yet, sorted."""
+        return sorted(key for key, sessions in self._sessions.items() if sessions)
+
     def fetch(self, key: bytes) -> list[tuple[int, int, Any]]:
         """The key's sessions not emitted yet, ``(start, end, aggregate)``, by start."""
         found = sorted(self._sessions.get(key, ()), key=lambda s: (s.start, s.end))

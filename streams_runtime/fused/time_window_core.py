@@ -100,6 +100,10 @@ class TimeWindowCore(WindowCore):
         """Windows not emitted yet (the suppression buffer's size)."""
         return len(self._windows)
 
+    def keys(self) -> list[bytes]:
+        """The keys with windows not emitted yet, sorted."""
+        return sorted(key for key, starts in self._by_key.items() if starts)
+
     def fetch(self, key: bytes) -> list[tuple[int, int, Any, int]]:
         """The key's windows not emitted yet, ``(start, end, aggregate, timestamp)``, by
         start."""

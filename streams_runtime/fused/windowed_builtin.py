@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from streams_runtime.errors import StreamsError
 from streams_runtime.fused import session_core_type, time_window_core_type
@@ -51,6 +51,7 @@ from streams_runtime.windows import SessionWindows, TimeWindows
 __all__ = ["FusedWindowAggregate", "fusable_window_aggregate"]
 
 _QUERY_TRIES = 100
+_T = TypeVar("_T")
 
 
 Aggregating = SessionAggregateProcessor | TimeWindowAggregateProcessor
@@ -382,21 +383,38 @@ class _QueriedSessions(SessionStore):
     def find_sessions(
         self, key: bytes, earliest_end: int, latest_start: int
     ) -> list[tuple[int, int, bytes]]:
-        fused = self._fused
-        serialize = fused._value_serde.serialize
+        return [
+            (start, end, raw)
+            for start, end, raw in self._windows(key)
+            if end >= earliest_end and start <= latest_start
+        ]
+
+    def windows_starting(self, time_from: int, time_to: int) -> list[tuple[bytes, int, int, bytes]]:
+        found = [
+            (key, start, end, raw)
+            for key in self._borrowed(lambda core: core.keys())
+            for start, end, raw in self._windows(key)
+            if time_from <= start <= time_to
+        ]
+        found.sort(key=lambda w: (w[1], w[0], w[2]))
+        return found
+
+    def _windows(self, key: bytes) -> list[tuple[int, int, bytes]]:
+        """The key's open windows, their values as the store keeps them."""
+        serialize = self._fused._value_serde.serialize
+        found = []
+        for start, end, aggregate, *timestamp in self._borrowed(lambda core: core.fetch(key)):
+            raw = serialize(aggregate) or b""
+            if timestamp:  # a time window's aggregate, as the window store keeps it
+                raw = ValueAndTimestamp(raw, timestamp[0]).to_bytes()
+            found.append((start, end, raw))
+        return found
+
+    def _borrowed(self, read: Callable[[Any], _T]) -> _T:
+        """``read(core)``, tried again while the stream thread has the core borrowed."""
         for _ in range(_QUERY_TRIES):
             try:
-                windows = fused.core.fetch(key)
-                break
+                return read(self._fused.core)
             except RuntimeError:  # the core is borrowed by the stream thread
                 time.sleep(0.001)
-        else:
-            raise RuntimeError(f"store {self.name} stayed busy")
-        found = []
-        for start, end, aggregate, *timestamp in windows:
-            if end >= earliest_end and start <= latest_start:
-                raw = serialize(aggregate) or b""
-                if timestamp:  # a time window's aggregate, as the window store keeps it
-                    raw = ValueAndTimestamp(raw, timestamp[0]).to_bytes()
-                found.append((start, end, raw))
-        return found
+        raise RuntimeError(f"store {self.name} stayed busy")

@@ -130,19 +130,31 @@ def _missing_inputs_message(topics: list[str], bootstrap_servers: str) -> str:
 
 
 def _plan_subtopology(sub: Subtopology, topology: Topology, plan: _TopicPlan) -> bool:
-    """Plan the repartition inputs and changelogs of ``sub``; False while an upstream
-    sub-topology's partition count is still unknown."""
+    """Plan the repartition inputs and changelogs of ``sub``; False while the partition count of
+    an unsized repartition input is still unknown.
+
+    An unsized repartition input (no ``num_partitions``, no ``num_repartition_partitions``)
+    takes the count of the sub-topology's other inputs, with which its tasks co-partition it
+    (Kafka Streams' ``CopartitionedTopicsEnforcer``); without any, its upstream's, the largest
+    of the upstream sub-topology's known input counts (``RepartitionTopics``). So a
+    sub-topology may read what another one writes back to it (a foreign-key join's tables, a
+    cogroup through named repartitions) without a cycle."""
     inputs: dict[str, int] = {}
+    unsized: list[str] = []
     for topic in sub.source_topics:
-        if topic in topology.repartition_topics:
-            upstream = next(s for s in topology.subtopologies if topic in s.sink_topics)
-            count = topology.repartition_topics[topic] or plan.settings.num_repartition_partitions
-            count = count or plan.counts.get(upstream.source_topics[0])
-            if count is None:
-                return False
+        if topic not in topology.repartition_topics:
+            inputs[topic] = plan.existing[topic]
+            continue
+        count = topology.repartition_topics[topic] or plan.settings.num_repartition_partitions
+        if count:
             inputs[topic] = count
         else:
-            inputs[topic] = plan.existing[topic]
+            unsized.append(topic)
+    if unsized:
+        count = max(inputs.values(), default=None) or _upstream_count(unsized, topology, plan)
+        if count is None:
+            return False
+        inputs.update(dict.fromkeys(unsized, count))
     if len(set(inputs.values())) > 1:
         raise TopologyError(f"inputs of sub-topology {sub.id} are not co-partitioned: {inputs}")
     for topic, count in inputs.items():
@@ -154,6 +166,19 @@ def _plan_subtopology(sub: Subtopology, topology: Topology, plan: _TopicPlan) ->
         topic = changelog_topic(plan.settings.application_id, spec.name)
         plan.internal(topic, partitions, changelog_topic_config(spec))
     return True
+
+
+def _upstream_count(topics: list[str], topology: Topology, plan: _TopicPlan) -> int | None:
+    """The largest known input count of the sub-topologies writing ``topics``."""
+    counts = [
+        plan.counts.get(source, plan.existing.get(source, 0))
+        if source in topology.repartition_topics
+        else plan.existing[source]
+        for sub in topology.subtopologies
+        if set(topics).intersection(sub.sink_topics)
+        for source in sub.source_topics
+    ]
+    return max(counts, default=0) or None
 
 
 def _create(admin: AdminClient, topics: list[NewTopic]) -> None:

@@ -262,7 +262,7 @@ class StreamThread:
         commit_requested = False
         for task in list(self.tasks.values()):
             processed += task.process(_PROCESS_BUDGET)
-            task.punctuate_wall_clock()  # also for a task without input, as Kafka Streams
+            task.punctuators.punctuate_wall_clock()  # also without input, as Kafka Streams
             if task.commit_requested:
                 task.commit_requested, commit_requested = False, True
         self._apply_back_pressure()

@@ -18,9 +18,10 @@ from streams_runtime.fused.windowed_builtin import FusedWindowAggregate, fusable
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import ChangelogSink, TaskOutput
 from streams_runtime.processing.partition_group import Clock, LagProvider, PartitionGroup
+from streams_runtime.processing.task_punctuators import TaskPunctuators
 from streams_runtime.processor.api import RecordMetadata
 from streams_runtime.processor.node import UserProcessorNode
-from streams_runtime.processor.punctuation import Cancellable, PunctuationQueue, PunctuationType
+from streams_runtime.processor.punctuation import Cancellable, PunctuationType
 from streams_runtime.processors import Processor, SinkProcessor, SourceProcessor
 from streams_runtime.progress import TaskBounds, TaskCommitMetadata
 from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicPartitionId
@@ -40,10 +41,6 @@ from streams_runtime.state.changelog_readers import ChangelogReaders
 from streams_runtime.topology import Subtopology
 
 __all__ = ["StreamTask", "WarmStores"]
-
-
-def _system_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 logger = logging.getLogger(__name__)
@@ -127,10 +124,7 @@ class StreamTask:
         self._e2e_latency = metrics.e2e_latency(label)
         self._enforced_metric = metrics.enforced_processing(label)
         self._enforced_seen = 0
-        self._wall_clock = wall_clock or _system_ms
-        self._stream_punctuations = PunctuationQueue()
-        self._wall_punctuations = PunctuationQueue()
-        self._punctuating = False
+        self.punctuators = TaskPunctuators(label, bad_records, metrics, wall_clock)
         self._took_any = False
         self.commit_requested = False
         """A user processor asked for a commit (``context.commit()``); the thread clears it."""
@@ -145,6 +139,10 @@ class StreamTask:
     def stream_time(self) -> int:
         return self.group.stream_time
 
+    @property
+    def partition(self) -> int:
+        return self.id.partition
+
     def send(
         self,
         topic: str,
@@ -154,13 +152,16 @@ class StreamTask:
         headers: Headers | None,
         *,
         partition_key: bytes | None = None,
+        partition: int = -1,
     ) -> None:
-        partition = -1
-        if partition_key is not None:
+        if partition < 0 and partition_key is not None:
             partition = self._collector.partition_for(topic, partition_key)
         self._collector.send(topic, key, value, timestamp, headers, partition=partition)
 
     def kv_store(self, name: str) -> KeyValueStore:
+        shared = self.subtopology.global_state.get(name)
+        if shared is not None:  # a global table's: every task's (Kafka Streams' getStateStore)
+            return shared
         store = self.state.kv_store(name)
         return self.caches.kv_store(store) if name in self._cached_stores else store
 
@@ -198,12 +199,12 @@ class StreamTask:
 
     def record_metadata(self) -> RecordMetadata | None:
         position = self.position
-        if self._punctuating or position.tp is None:
+        if self.punctuators.punctuating or position.tp is None:
             return None
         return RecordMetadata(position.tp.topic, position.tp.partition, position.offset)
 
     def wall_clock_ms(self) -> int:
-        return self._wall_clock()
+        return self.punctuators.wall_clock()
 
     def request_commit(self) -> None:
         self.commit_requested = True
@@ -215,44 +216,8 @@ class StreamTask:
         fire: Callable[[int], None],
         start_ms: int | None,
     ) -> Cancellable:
-        """Kafka Streams' rules: stream time from 0 (the first record or tick fires it),
-        wall-clock time an interval from now, or from ``start_ms`` (KIP-1146). One difference:
-        a stream-time schedule made as a task starts from committed state begins after the
-        restored stream time, whose punctuations the committed output holds already (Kafka
-        Streams fires again at once, and would repeat what the last run emitted)."""
-        if punctuation_type is PunctuationType.STREAM_TIME:
-            due = 0 if start_ms is None else start_ms
-            restored = self.group.stream_time
-            if not self._took_any and restored >= due:
-                due += ((restored - due) // interval_ms + 1) * interval_ms
-            return self._stream_punctuations.schedule(due, interval_ms, self._guarded(fire))
-        due = self._wall_clock() + interval_ms if start_ms is None else start_ms
-        return self._wall_punctuations.schedule(due, interval_ms, self._guarded(fire))
-
-    def _guarded(self, fire: Callable[[int], None]) -> Callable[[int], None]:
-        """``fire`` run as a punctuation: no record metadata, and what it raises meets the
-        bad-record policy (``fail`` stops the application; the others log and count it)."""
-
-        def punctuate(timestamp: int) -> None:
-            self._punctuating = True
-            try:
-                fire(timestamp)
-            except StreamsError:
-                raise
-            except Exception as exc:
-                self._bad_records.handle_punctuation(str(self.id), exc)
-            finally:
-                self._punctuating = False
-            self._metrics.punctuations(str(self.id)).inc()
-
-        return punctuate
-
-    def punctuate_wall_clock(self) -> int:
-        """Fire the wall-clock punctuators due now; how many fired (the poll loop calls this
-        on every turn, also for a task without input)."""
-        queue = self._wall_punctuations
-        now = self._wall_clock()
-        return queue.punctuate(now) if queue.due <= now else 0
+        restored = None if self._took_any else self.group.stream_time
+        return self.punctuators.schedule(interval_ms, punctuation_type, fire, start_ms, restored)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -432,7 +397,7 @@ class StreamTask:
                     controls += self._process_fused(fused, batch)
                     done += n
                     continue
-                punctuations = self._stream_punctuations
+                punctuations = self.punctuators.stream
                 for _ in range(n):
                     record = next_record()
                     assert record is not None  # ready_batch counts buffered records only
@@ -573,8 +538,7 @@ class StreamTask:
     def close(self) -> None:
         with contextlib.suppress(KeyError):  # never restored here
             self._metrics.restore_remaining.remove(str(self.id))
-        self._stream_punctuations.clear()
-        self._wall_punctuations.clear()
+        self.punctuators.clear()
         for processor in self._processors:
             with contextlib.suppress(Exception):  # a user's close may raise; the task closes
                 processor.close()

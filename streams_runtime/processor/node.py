@@ -29,6 +29,7 @@ from streams_runtime.processors.base import NO_PROGRESS, ProcessorContext
 from streams_runtime.processors.base import Processor as GraphProcessor
 from streams_runtime.record import Record
 from streams_runtime.state import WindowStore
+from streams_runtime.topology import GlobalStore
 
 __all__ = ["PunctuatingContext", "UserProcessorContext", "UserProcessorNode", "user_node"]
 
@@ -69,10 +70,12 @@ class UserProcessorNode(GraphProcessor):
         stores: Mapping[str, StoreBuilder],
         *,
         fixed_key: bool = False,
+        global_stores: Mapping[str, GlobalStore] | None = None,
     ) -> None:
         super().__init__()
         self.user = processor
         self._stores = stores
+        self._global_stores = global_stores or {}
         self._fixed_key = fixed_key
         """``process_values``: what it forwards while processing a record has that record's
         key."""
@@ -117,7 +120,15 @@ class UserProcessorNode(GraphProcessor):
             target.process(record)
 
     def store(self, name: str) -> Any:
-        """The typed store ``name``, if this node was connected to it."""
+        """The typed store ``name``, if this node was connected to it, or a global table's
+        (read-only, as in Kafka Streams)."""
+        assert self._context is not None
+        task = self._context.task
+        now: Callable[[], int] = lambda: self.timestamp  # noqa: E731 - the write's timestamp
+        shared = self._global_stores.get(name)
+        if shared is not None:
+            kv = task.kv_store(name)
+            return TypedKeyValueStore(kv, shared.key_serde, shared.value_serde, now, read_only=True)
         builder = self._stores.get(name)
         if builder is None:
             connected = ", ".join(sorted(self._stores)) or "none"
@@ -125,9 +136,6 @@ class UserProcessorNode(GraphProcessor):
                 f"store {name!r} is not connected to this processor (connected: {connected}); "
                 f"name it in process(..., {name!r})"
             )
-        assert self._context is not None
-        task = self._context.task
-        now: Callable[[], int] = lambda: self.timestamp  # noqa: E731 - the write's timestamp
         ks, vs = builder.key_serde, builder.value_serde
         if builder.kind == "key_value":
             return TypedKeyValueStore(task.kv_store(name), ks, vs, now)
@@ -170,8 +178,9 @@ class _TrailingUserNode(UserProcessorNode):
         stores: Mapping[str, StoreBuilder],
         *,
         fixed_key: bool = False,
+        global_stores: Mapping[str, GlobalStore] | None = None,
     ) -> None:
-        super().__init__(processor, stores, fixed_key=fixed_key)
+        super().__init__(processor, stores, fixed_key=fixed_key, global_stores=global_stores)
         assert processor.progress is not None
         self._trails_ms = processor.progress.trails_ms
 
@@ -186,8 +195,10 @@ def user_node(
     stores: Mapping[str, StoreBuilder],
     *,
     fixed_key: bool = False,
+    global_stores: Mapping[str, GlobalStore] | None = None,
 ) -> UserProcessorNode:
-    """The node for ``processor``, as its class declares progress."""
+    """The node for ``processor``, as its class declares progress; it reads the stores
+    ``stores`` and, read-only, the global tables' ``global_stores``."""
     progress = type(processor).progress
     node_class: type[UserProcessorNode]
     if progress is None:
@@ -196,7 +207,7 @@ def user_node(
         node_class = _OrderKeepingUserNode
     else:
         node_class = _TrailingUserNode
-    return node_class(processor, stores, fixed_key=fixed_key)
+    return node_class(processor, stores, fixed_key=fixed_key, global_stores=global_stores)
 
 
 def _ms(value: int | timedelta, what: str) -> int:

@@ -116,13 +116,21 @@ class TypedKeyValueStore(Generic[K, V]):
     and values; entries iterate in the order of their serialized keys."""
 
     def __init__(
-        self, store: KeyValueStore, key_serde: Serde[K], value_serde: Serde[V], now: Clock
+        self,
+        store: KeyValueStore,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        now: Clock,
+        *,
+        read_only: bool = False,
     ) -> None:
         self.name = store.name
         self._store = store
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._now = now
+        self._read_only = read_only
+        """A global table's store: its topic is its only writer."""
 
     def _key(self, key: K) -> bytes:
         if key is None:
@@ -138,6 +146,8 @@ class TypedKeyValueStore(Generic[K, V]):
 
     def put(self, key: K, value: V | None) -> None:
         """Write ``key``; ``None`` deletes it."""
+        if self._read_only:
+            raise TypeError(f"store {self.name!r} is a global table's: read-only")
         data = None if value is None else self._value_serde.serialize(value)
         timestamp = self._now()
         stored = None if data is None else ValueAndTimestamp(data, timestamp).to_bytes()

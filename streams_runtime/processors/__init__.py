@@ -12,7 +12,10 @@
 - :mod:`~streams_runtime.processors.sessions`: session-window aggregation and suppression;
   :mod:`~streams_runtime.processors.suppression`: a table's suppression until a time limit;
 - :mod:`~streams_runtime.processors.time_windows`: time- and sliding-window aggregation;
-- :mod:`~streams_runtime.processors.joins`: windowed stream-stream joins.
+- :mod:`~streams_runtime.processors.joins`: windowed stream-stream joins;
+- :mod:`~streams_runtime.processors.cogroup`: the merge of a cogrouped aggregation's inputs;
+- :mod:`~streams_runtime.processors.table_joins`: table-table joins on the key, and
+  :mod:`~streams_runtime.processors.fk_join` on a foreign key (KIP-213).
 """
 
 from streams_runtime.processors.base import (
@@ -28,6 +31,17 @@ from streams_runtime.processors.base import (
     count_merger,
     reduce_builtin,
     reduce_initializer,
+)
+from streams_runtime.processors.cogroup import CogroupMergeProcessor
+from streams_runtime.processors.fk_join import (
+    ForeignTableJoinProcessor,
+    ResponseJoinProcessor,
+    ResponseMergeProcessor,
+    ResponseSerde,
+    SubscriptionJoinProcessor,
+    SubscriptionReceiveProcessor,
+    SubscriptionSendProcessor,
+    SubscriptionSerde,
 )
 from streams_runtime.processors.grouped_tables import (
     TableChangeAggregateProcessor,
@@ -48,6 +62,12 @@ from streams_runtime.processors.stateless import (
     SourceProcessor,
 )
 from streams_runtime.processors.suppression import TimeLimitSuppressProcessor
+from streams_runtime.processors.table_joins import (
+    JoinKind,
+    TableJoinMergeProcessor,
+    TableReader,
+    TableTableJoinProcessor,
+)
 from streams_runtime.processors.tables import (
     StreamTableJoinProcessor,
     TableAggregateProcessor,
@@ -66,9 +86,12 @@ __all__ = [
     "NO_PROGRESS",
     "BranchProcessor",
     "Builtin",
+    "CogroupMergeProcessor",
     "FilterProcessor",
     "FlatMapProcessor",
     "FlatMapValuesProcessor",
+    "ForeignTableJoinProcessor",
+    "JoinKind",
     "JoinState",
     "KeyedStoreProcessor",
     "MapProcessor",
@@ -79,19 +102,29 @@ __all__ = [
     "ProcessorContext",
     "Reducing",
     "ReducingMerger",
+    "ResponseJoinProcessor",
+    "ResponseMergeProcessor",
+    "ResponseSerde",
     "SessionAggregateProcessor",
     "SinkProcessor",
     "SlidingWindowAggregateProcessor",
     "SourceProcessor",
     "StreamStreamJoinProcessor",
     "StreamTableJoinProcessor",
+    "SubscriptionJoinProcessor",
+    "SubscriptionReceiveProcessor",
+    "SubscriptionSendProcessor",
+    "SubscriptionSerde",
     "SuppressProcessor",
     "TableAggregateProcessor",
     "TableChangeAggregateProcessor",
     "TableFilterProcessor",
+    "TableJoinMergeProcessor",
     "TableMapValuesProcessor",
+    "TableReader",
     "TableRepartitionMapProcessor",
     "TableSourceProcessor",
+    "TableTableJoinProcessor",
     "TimeLimitSuppressProcessor",
     "TimeWindowAggregateProcessor",
     "TimestampedTableStore",

@@ -68,6 +68,11 @@ class ProcessorContext(Protocol):
     @property
     def stream_time(self) -> int: ...
 
+    @property
+    def partition(self) -> int:
+        """The task's partition (of each of its inputs)."""
+        ...
+
     def send(
         self,
         topic: str,
@@ -77,9 +82,10 @@ class ProcessorContext(Protocol):
         headers: Headers | None,
         *,
         partition_key: bytes | None = None,
+        partition: int = -1,
     ) -> None:
-        """Send a record; ``partition_key`` (when given) chooses the partition instead of
-        ``key``, hashed the same way."""
+        """Send a record; ``partition`` (when not -1) is its partition, else ``partition_key``
+        (when given) chooses it instead of ``key``, hashed the same way."""
         ...
 
     def kv_store(self, name: str) -> KeyValueStore: ...

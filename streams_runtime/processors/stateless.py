@@ -212,11 +212,20 @@ class SinkProcessor(Processor):
     keeps_order = True
 
     def __init__(
-        self, topic: str, key_serde: Serde[Any], value_serde: Serde[Any], *, internal: bool = False
+        self,
+        topic: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        internal: bool = False,
+        partition_of: Callable[[Record[Any, Any]], int] | None = None,
     ) -> None:
+        """``partition_of``: the partition a record goes to (-1: by its key), where the record
+        says it (a foreign-key join's answer goes back to its subscription's partition)."""
         super().__init__()
         self.topic = topic
         self._internal = internal
+        self._partition_of = partition_of
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._context: ProcessorContext | None = None
@@ -250,6 +259,7 @@ class SinkProcessor(Processor):
             and record.key is not None
             else None
         )
+        partition_of = self._partition_of
         self._context.send(
             self.topic,
             key_serde.serialize(record.key),
@@ -257,6 +267,7 @@ class SinkProcessor(Processor):
             record.timestamp,
             record.headers,
             partition_key=partition_key,
+            partition=-1 if partition_of is None else partition_of(record),
         )
 
     def _process_in_context(self, record: Record[Any, Any]) -> None:
@@ -275,6 +286,7 @@ class SinkProcessor(Processor):
         )
         key = serialize_in(key_serde, record.key, key_context)
         value = serialize_in(self._value_serde, record.value, key_context._replace(field="value"))
+        partition_of = self._partition_of
         self._context.send(
             self.topic,
             key,
@@ -282,6 +294,7 @@ class SinkProcessor(Processor):
             record.timestamp,
             headers if headers or record.headers is not None else None,
             partition_key=partition_key,
+            partition=-1 if partition_of is None else partition_of(record),
         )
 
 

@@ -1,7 +1,9 @@
 """Interactive queries (KIP-535), one job per module:
 
-- ``router``: key metadata, local lags, local reads, and the routing of a query to the copy
-  that answers it (``InteractiveQueries``);
+- ``router``: key metadata, local lags, and the routing of a query to the copy that answers
+  it, or of a range to every partition's (``InteractiveQueries``);
+- ``local``: a read served by this instance's own copy (active, standby or restoring);
+- ``reads``: what each query reads from a store partition (a key, a key range, windows);
 - ``endpoints``: one HTTP request mapped to the router, and its answer;
 - ``server``: the HTTP(S) query server of one instance;
 - ``client``: forwarding a query to the instance that holds the key;
@@ -16,9 +18,12 @@ from streams_runtime.queries.results import (
     KeyQueryMetadata,
     NoReplicaWithinBoundError,
     NotAvailableError,
+    PartitionResult,
     QueryError,
     QueryResult,
+    RangeResult,
     UnknownStoreError,
+    UnsupportedQueryError,
 )
 
 __all__ = [
@@ -26,7 +31,10 @@ __all__ = [
     "KeyQueryMetadata",
     "NoReplicaWithinBoundError",
     "NotAvailableError",
+    "PartitionResult",
     "QueryError",
     "QueryResult",
+    "RangeResult",
     "UnknownStoreError",
+    "UnsupportedQueryError",
 ]

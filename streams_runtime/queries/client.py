@@ -1,4 +1,6 @@
-"""The HTTP client that forwards an interactive query to the instance holding the key.
+"""The HTTP client that forwards an interactive query to the instance holding the key, or one
+partition's part of a range read to the instance holding the partition (Kafka Streams leaves
+this to the user's RPC layer; KIP-535's ``StreamsMetadata`` says where to send it).
 
 Forwarded queries carry the query token, so the client sends them to the member's advertised
 endpoint and nowhere else:
@@ -18,9 +20,9 @@ import json
 import ssl
 import threading
 import urllib.parse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from streams_runtime.queries.results import QueryResult
+from streams_runtime.queries.results import QueryResult, RangeResult
 
 if TYPE_CHECKING:
     import urllib3
@@ -79,18 +81,68 @@ class QueryForwarder:
             return self._pool
 
     def forward(
-        self, endpoint: str, store: str, key_text: str, allow_stale: bool, max_lag: int | None
+        self,
+        endpoint: str,
+        store: str,
+        key_text: str,
+        allow_stale: bool,
+        max_lag: int | None,
+        *,
+        path: str = "",
+        params: dict[str, str] | None = None,
     ) -> QueryResult:
-        """Ask the member at ``endpoint`` (``host:port``) for its local answer;
-        :class:`ForwardError` when it gives none. An absent key is an answer: 200 with
-        ``"found": false`` (404 with ``found`` from instances before the error codes)."""
-        params: dict[str, str] = {"local": "true", "allow_stale": str(allow_stale).lower()}
-        if max_lag is not None:
-            params["max_lag"] = str(max_lag)
-        url = (
-            f"{self._scheme}://{endpoint}/stores/{urllib.parse.quote(store, safe='')}"
-            f"/keys/{urllib.parse.quote(key_text, safe='')}?{urllib.parse.urlencode(params)}"
+        """Ask the member at ``endpoint`` (``host:port``) for its local answer about a key
+        (``path`` after ``/keys/{key}`` and ``params`` name a read other than the value:
+        :class:`~streams_runtime.queries.reads.KeyRead`); :class:`ForwardError` when it gives
+        none. An absent key is an answer: 200 with ``"found": false`` (404 with ``found`` from
+        instances before the error codes)."""
+        key_path = (
+            f"/stores/{urllib.parse.quote(store, safe='')}"
+            f"/keys/{urllib.parse.quote(key_text, safe='')}{path}"
         )
+        body = self._get(endpoint, key_path, params or {}, allow_stale, max_lag, "found")
+        try:
+            return QueryResult.from_json(body)
+        except TypeError as exc:
+            raise ForwardError(f"{endpoint}: unexpected answer {body!r}") from exc
+
+    def forward_partition(  # noqa: PLR0917 - the read, and its routing parameters
+        self,
+        endpoint: str,
+        store: str,
+        path: str,
+        params: dict[str, str],
+        partition: int,
+        allow_stale: bool,
+        max_lag: int | None,
+    ) -> RangeResult:
+        """Ask the member at ``endpoint`` for its local answer to a read of every key of
+        ``partition`` (``path`` after ``/stores/{store}`` and ``params``:
+        :class:`~streams_runtime.queries.reads.PartitionRead`); :class:`ForwardError` when it
+        gives none."""
+        read_path = f"/stores/{urllib.parse.quote(store, safe='')}{path}"
+        query = {**params, "partitions": str(partition)}
+        body = self._get(endpoint, read_path, query, allow_stale, max_lag, None)
+        try:
+            return RangeResult.from_json(body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ForwardError(f"{endpoint}: unexpected answer {body!r}") from exc
+
+    def _get(  # noqa: PLR0917 - the request, and its routing parameters
+        self,
+        endpoint: str,
+        path: str,
+        params: dict[str, str],
+        allow_stale: bool,
+        max_lag: int | None,
+        absent_field: str | None,
+    ) -> dict[str, Any]:
+        """The JSON object a member answers ``GET path`` with, asked for its local copies;
+        a 404 carrying ``absent_field`` is an answer too."""
+        query = {**params, "local": "true", "allow_stale": str(allow_stale).lower()}
+        if max_lag is not None:
+            query["max_lag"] = str(max_lag)
+        url = f"{self._scheme}://{endpoint}{path}?{urllib.parse.urlencode(query)}"
         pool = self._connections()
         from urllib3.exceptions import HTTPError as Urllib3Error  # loaded with the pool
 
@@ -107,12 +159,11 @@ class QueryForwarder:
             raise ForwardError(f"{endpoint}: HTTP {status}, not JSON") from exc
         if not isinstance(body, dict):
             raise ForwardError(f"{endpoint}: HTTP {status}: unexpected answer {body!r}")
-        if status != 200 and not (status == 404 and "found" in body):
+        if status != 200 and not (
+            status == 404 and absent_field is not None and absent_field in body
+        ):
             raise ForwardError(f"{endpoint}: HTTP {status}: {body.get('message')}")
-        try:
-            return QueryResult.from_json(body)
-        except TypeError as exc:
-            raise ForwardError(f"{endpoint}: unexpected answer {body!r}") from exc
+        return body
 
     def close(self) -> None:
         """Close every pooled connection (forwarding after this opens new ones)."""

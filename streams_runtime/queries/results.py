@@ -7,6 +7,13 @@ false and ``value`` ``None`` (HTTP 200), as Kafka Streams' ``ReadOnlyKeyValueSto
 returns null. A store the topology does not have is an error: :class:`UnknownStoreError`
 (HTTP 404, ``"error": "unknown-store"``), naming the stores there are
 (docs/runtime/queries.md#errors).
+
+A read of many keys (a key range, a prefix, every key's windows in a time range) is a
+:class:`RangeResult`: the entries of every partition asked, merged in the read's order, and per
+partition who served it at which lag (:class:`PartitionResult`), as Kafka Streams' IQv2
+``StateQueryResult`` holds one ``QueryResult`` per partition. A store kind that does not answer
+a read (a key range of a window store) is :class:`UnsupportedQueryError` (IQv2's
+``UNKNOWN_QUERY_TYPE``).
 """
 
 from __future__ import annotations
@@ -20,9 +27,12 @@ __all__ = [
     "KeyQueryMetadata",
     "NoReplicaWithinBoundError",
     "NotAvailableError",
+    "PartitionResult",
     "QueryError",
     "QueryResult",
+    "RangeResult",
     "UnknownStoreError",
+    "UnsupportedQueryError",
 ]
 
 
@@ -66,6 +76,15 @@ class InvalidKeyError(QueryError, ValueError):
 
     status = 400
     code = "invalid-key"
+
+
+class UnsupportedQueryError(QueryError, TypeError):
+    """A read the store's kind does not answer: a key range or prefix of a session or window
+    store, windows of a key-value store, sessions of a window store (IQv2's
+    ``FailureReason.UNKNOWN_QUERY_TYPE``)."""
+
+    status = 400
+    code = "unknown-query-type"
 
 
 class NotAvailableError(QueryError):
@@ -129,3 +148,51 @@ class QueryResult:
         """The answer in ``data`` (fields it does not know, e.g. a newer instance's, ignored)."""
         names = {f.name for f in cls.__dataclass_fields__.values() if f.init}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class PartitionResult:
+    """Who served one partition's part of a :class:`RangeResult`, and at which lag (as
+    :class:`QueryResult` says it for a key)."""
+
+    partition: int
+    served_by: str  # active, standby or restoring
+    instance_id: str
+    host: str | None
+    offset_lag: int
+    time_lag_ms: int
+    stale: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stale = self.served_by != "active"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PartitionResult:
+        names = {f.name for f in cls.__dataclass_fields__.values() if f.init}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class RangeResult:
+    """The answer to a read of many keys: ``entries`` from every partition asked, merged in
+    the read's order (a key-value range by serialized key, ascending or descending, each
+    ``{"key", "value", "timestamp"}``; windows by start, then key, each ``{"key", "start",
+    "end", "value"}``), each key once; ``partitions`` says who served each partition, by
+    partition; ``stale`` whether any of them is not the active."""
+
+    store: str
+    entries: list[dict[str, Any]]
+    partitions: list[PartitionResult]
+    stale: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stale = any(part.stale for part in self.partitions)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RangeResult:
+        """The answer in ``data`` (fields it does not know ignored)."""
+        parts = [PartitionResult.from_json(part) for part in data["partitions"]]
+        return cls(data["store"], list(data["entries"]), parts)

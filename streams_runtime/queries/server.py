@@ -6,6 +6,14 @@
   the topology has no such store (the body lists those it has), 400 for a bad key or
   parameter, 503 when no copy may answer (with the lags seen). ``local=true`` answers from this
   instance's copies only (what forwarding instances ask).
+- ``GET /stores/{store}/keys/{key}/windows?from=&to=`` and
+  ``.../sessions?earliest_end=&latest_start=&descending=``: a window store's windows of the key
+  by start, a session store's sessions of the key by end (answered as the value is).
+- ``GET /stores/{store}/range?from=&to=&descending=``, ``/all``, ``/prefix?prefix=`` and
+  ``/windows?from=&to=``: a read across keys, every partition (or ``partitions=0,1``) routed
+  to its copy and the entries merged in the read's order (a ``RangeResult``; key bounds also as
+  ``from_b64``/``to_b64``/``prefix_b64``, serialized bytes in base64). ``local=true`` answers
+  from this instance's copies only.
 - ``GET /metadata/{store}/{key}``: active host, standby hosts and partition.
 - ``GET /lags``: ``all_local_store_partition_lags()``.
 - ``GET /health/live`` and ``GET /health/ready``: the instance's probes
@@ -18,8 +26,9 @@ With a token (``query_token``) every other request needs ``Authorization: Bearer
 (401 otherwise, compared in constant time). Binding a non-loopback address without one is
 refused at start-up (:mod:`streams_runtime.queries.security`). Every error is a JSON body
 ``{"error": code, "message": ...}``, the code one of ``unknown-store``, ``invalid-key``,
-``bad-request``, ``unauthorized``, ``no-such-path``, ``not-available``,
-``no-replica-within-bound``, ``query-failed`` (:mod:`streams_runtime.queries.results`); no
+``unknown-query-type`` (a read the store's kind does not answer), ``bad-request``,
+``unauthorized``, ``no-such-path``, ``not-available``, ``no-replica-within-bound``,
+``query-failed`` (:mod:`streams_runtime.queries.results`); no
 request can stop the server.
 
 Slow or idle clients cannot starve queries: the connections are owned by

@@ -18,7 +18,10 @@ latest value is a delete. The listener (a table processor) forwards ``Change(new
 Kafka Streams' ``TimestampedCacheFlushListener`` does.
 
 Only the stream thread writes a cache; interactive queries read through it from their own
-threads.
+threads. A range read (:meth:`CachingKeyValueStore.range`, and so ``items`` and ``prefix_scan``)
+merges the store's range with the cached entries in it, sorted the same way: a cached value
+wins over the stored one, a cached delete hides it (Kafka Streams'
+``MergedSortedCacheKeyValueBytesStoreIterator``, forward or reverse).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 from streams_runtime.record import Headers, TopicPartitionId
 from streams_runtime.state.changelog import InputRef, SourcePosition
+from streams_runtime.state.engines import empty_range
 from streams_runtime.state.stores import FlushListener, KeyValueStore
 
 __all__ = [
@@ -256,21 +260,22 @@ V = TypeVar("V")
 
 
 def merge_ordered(
-    stored: Iterable[tuple[K, V]], cached: Iterable[tuple[K, V | None]]
+    stored: Iterable[tuple[K, V]], cached: Iterable[tuple[K, V | None]], *, reverse: bool = False
 ) -> Iterator[tuple[K, V]]:
     """Kafka Streams' ``MergedSortedCacheKeyValueBytesStoreIterator``: the entries of
-    ``stored`` overlaid with ``cached`` (both sorted by key, unique keys), ``None`` in the cache
-    hiding the stored entry; one pass, nothing materialised."""
+    ``stored`` overlaid with ``cached`` (both sorted by key, ascending, or descending with
+    ``reverse``; unique keys), ``None`` in the cache hiding the stored entry; one pass, nothing
+    materialised."""
     stored_it, cached_it = iter(stored), iter(cached)
     s = next(stored_it, None)
     c = next(cached_it, None)
     while s is not None or c is not None:
-        if c is None or (s is not None and s[0] < c[0]):
+        if c is None or (s is not None and (c[0] < s[0] if reverse else s[0] < c[0])):
             assert s is not None
             yield s
             s = next(stored_it, None)
             continue
-        if s is not None and not c[0] < s[0]:  # same key: the cache wins
+        if s is not None and not (s[0] < c[0] if reverse else c[0] < s[0]):  # same key: cache
             s = next(stored_it, None)
         key, value = c
         if value is not None:
@@ -322,8 +327,25 @@ class CachingKeyValueStore(KeyValueStore):
         self.cache.put(key, CacheEntry(value, timestamp, headers, tp, offset, size))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        cached = sorted((key, entry.value) for key, entry in self.cache.snapshot())
-        return merge_ordered(super().items(), cached)
+        return self.range(None, None)
+
+    def range(
+        self, lower: bytes | None, upper: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The store's range merged with the cached entries in it (see the module docstring):
+        the cache is no sorted map, so its entries in range are sorted per read, as Kafka
+        Streams' ``NamedCache.range`` reads its ``TreeMap``."""
+        if empty_range(lower, upper):
+            return iter(())
+        cached = sorted(
+            (
+                (key, entry.value)
+                for key, entry in self.cache.snapshot()
+                if (lower is None or key >= lower) and (upper is None or key <= upper)
+            ),
+            reverse=reverse,
+        )
+        return merge_ordered(super().range(lower, upper, reverse=reverse), cached, reverse=reverse)
 
     def count(self) -> int:
         """Entries in the merged view of cache and store (a scan of both)."""

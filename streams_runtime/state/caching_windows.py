@@ -4,9 +4,10 @@
 A write caches the window ``(key, start, end)`` (``None``: a cached delete, e.g. a session
 merged away), dirty, with the record context of the write. Reads see the merged view of cache
 and store: a point read (:meth:`CachingSessionStore.fetch`) asks the cache first, a range read
-(``find_sessions``, ``fetch_range``, ``items``) overlays the store's windows with the cached
-ones, deletes hiding stored windows, as Kafka Streams' ``MergedSortedCacheSessionStoreIterator``
-and ``MergedSortedCacheWindowStoreIterator`` do. A flush (before every commit, or when the
+(``find_sessions``, and so ``sessions`` and ``fetch_range``; ``windows_starting``, ``items``)
+overlays the store's windows with the cached ones, deletes hiding stored windows, as Kafka
+Streams' ``MergedSortedCacheSessionStoreIterator`` and ``MergedSortedCacheWindowStoreIterator``
+do. A flush (before every commit, or when the
 least recently used entry is evicted) writes each dirty window once to the store, and so to
 its changelog with the source of its latest write, and hands it to the flush listener with the
 value the store held before; a delete of a window the store never held is neither written nor
@@ -126,6 +127,23 @@ class CachingSessionStore(SessionStore):
         stored = (((k, e, s), v) for k, s, e, v in super().items())
         for (key, end, start), value in merge_ordered(stored, cached):
             yield key, start, end, value
+
+    def windows_starting(self, time_from: int, time_to: int) -> list[tuple[bytes, int, int, bytes]]:
+        """The store's windows of every key starting in the range, overlaid with the cached
+        ones there (a cached delete hides the stored window), by ``(start, key, end)``."""
+        stored = super().windows_starting(time_from, time_to)
+        if time_from > time_to:
+            return stored
+        merged = {(start, key, end): value for key, start, end, value in stored}
+        for cache_key, entry in self.cache.snapshot():
+            key, start, end = split_session_changelog_key(cache_key)
+            if not time_from <= start <= time_to:
+                continue
+            if entry.value is None:
+                merged.pop((start, key, end), None)
+            else:
+                merged[(start, key, end)] = entry.value
+        return [(key, start, end, value) for (start, key, end), value in sorted(merged.items())]
 
     def count(self) -> int:
         """Windows in the merged view of cache and store (a scan of both)."""

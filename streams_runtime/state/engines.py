@@ -14,12 +14,21 @@ Three implementations of each kind:
 Engines know nothing about changelogs or serialization; the stores in ``stores.py`` add those.
 Every engine is safe to call from several threads (interactive queries read while the stream
 thread writes); reads see the stream thread's not yet committed writes, as in Kafka Streams.
+
+Ordered reads (Kafka Streams' ``KeyValueStore.range``/``reverseRange`` and the window stores'
+``fetchAll``): a key-value engine iterates a key range in byte order either way
+(:meth:`KeyValueEngine.range`; SQLite and RocksDB seek to the bound and page, memory bisects
+a sorted list of its keys, re-sorted only after a key was added or removed), and a session
+engine lists every key's windows starting in a time range
+(:meth:`SessionEngine.windows_starting`; SQLite narrows by its index on the window end,
+memory and RocksDB scan every window: neither has a time index).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, Protocol, get_args, runtime_checkable
@@ -35,6 +44,7 @@ __all__ = [
     "InMemorySessionEngine",
     "KeyValueEngine",
     "SessionEngine",
+    "empty_range",
     "engine_files",
     "make_kv_engine",
     "make_session_engine",
@@ -71,6 +81,15 @@ class KeyValueEngine(Protocol):
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """All entries, sorted by key. Writes made while iterating are allowed; whether the
         iteration sees them is unspecified."""
+        ...
+
+    def range(
+        self, lower: bytes | None, upper: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The entries with ``lower <= key <= upper`` (``None``: unbounded on that side), in
+        ascending byte order of their keys, descending with ``reverse``; none when ``lower >
+        upper`` (Kafka Streams' ``range``/``reverseRange``). Writes made while iterating: as
+        :meth:`items`."""
         ...
 
     def count(self) -> int:
@@ -119,6 +138,12 @@ class SessionEngine(Protocol):
         while iterating are allowed; whether the iteration sees them is unspecified."""
         ...
 
+    def windows_starting(self, time_from: int, time_to: int) -> list[tuple[bytes, int, int, bytes]]:
+        """Every key's windows ``(key, start, end, value)`` with ``time_from <= start <=
+        time_to``, sorted by ``(start, key, end)``; none when ``time_from > time_to`` (Kafka
+        Streams' ``ReadOnlyWindowStore.fetchAll(timeFrom, timeTo)``)."""
+        ...
+
     def purge_ended_before(self, end: int) -> int:
         """Drop every session whose end is before ``end``; returns how many were dropped.
 
@@ -148,10 +173,15 @@ class SessionEngine(Protocol):
 
 
 class InMemoryKeyValueEngine:
-    """A dict; ``items()`` sorts a snapshot, so writes during iteration are safe."""
+    """A dict, and its keys in byte order (sorted again by the first ordered read after a key
+    was added or removed; an update of a key keeps them). Ordered reads copy the entries in
+    range under the lock, so writes during iteration are safe. A range read of a store whose
+    keys churn is a sort of every key: a sorted scan, not an index (Kafka Streams'
+    ``InMemoryKeyValueStore`` keeps a ``TreeMap``)."""
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
+        self._sorted: list[bytes] | None = []
         self._lock = threading.Lock()
 
     def get(self, key: bytes) -> bytes | None:
@@ -159,15 +189,33 @@ class InMemoryKeyValueEngine:
 
     def put(self, key: bytes, value: bytes) -> None:
         with self._lock:
+            if key not in self._data:
+                self._sorted = None
             self._data[key] = value
 
     def delete(self, key: bytes) -> None:
         with self._lock:
-            self._data.pop(key, None)
+            if self._data.pop(key, None) is not None:
+                self._sorted = None
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.range(None, None)
+
+    def range(
+        self, lower: bytes | None, upper: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        if empty_range(lower, upper):
+            return iter(())
         with self._lock:
-            snapshot = sorted(self._data.items())
+            keys = self._sorted
+            if keys is None:
+                keys = self._sorted = sorted(self._data)
+            first = 0 if lower is None else bisect_left(keys, lower)
+            last = len(keys) if upper is None else bisect_right(keys, upper)
+            data = self._data
+            snapshot = [(key, data[key]) for key in keys[first:last]]
+        if reverse:
+            snapshot.reverse()
         return iter(snapshot)
 
     def count(self) -> int:
@@ -179,6 +227,7 @@ class InMemoryKeyValueEngine:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._sorted = []
 
     def close(self) -> None:
         self.clear()
@@ -240,6 +289,18 @@ class InMemorySessionEngine:
         snapshot.sort(key=lambda s: (s[0], s[2], s[1]))
         return iter(snapshot)
 
+    def windows_starting(self, time_from: int, time_to: int) -> list[tuple[bytes, int, int, bytes]]:
+        # A scan of every window: no index by time (the windows of a key are few, keys many).
+        with self._lock:
+            found = [
+                (key, start, end, value)
+                for key, sessions in self._data.items()
+                for (start, end), value in sessions.items()
+                if time_from <= start <= time_to
+            ]
+        found.sort(key=lambda w: (w[1], w[0], w[2]))
+        return found
+
     def purge_ended_before(self, end: int) -> int:
         purged = 0
         with self._lock:
@@ -267,6 +328,12 @@ class InMemorySessionEngine:
 
     def close(self) -> None:
         self.clear()
+
+
+def empty_range(lower: bytes | None, upper: bytes | None) -> bool:
+    """Whether ``[lower, upper]`` holds no key: both bounds given and ``lower > upper`` (Kafka
+    Streams answers such a range with an empty iterator, not an error)."""
+    return lower is not None and upper is not None and lower > upper
 
 
 def check_session(start: int, end: int) -> None:

@@ -12,6 +12,11 @@ processed (:mod:`streams_runtime.state.manager`), so store and checkpoint never 
 The overlay holds what one commit writes: a commit interval's updates, or, during a restore
 (committed once at its end), every restored entry, as the memory engine would.
 
+A key range is a seek to its first bound (``seek``, or ``seek_for_prev`` going backwards) and a
+scan to the other, a page per short-lived iterator, merged with the overlay's writes in the
+range. A time range across keys (``windows_starting``) scans every window: the keys lead with
+the user key, and there is no time index (Kafka Streams' segments are one per time interval).
+
 Needs the ``rocksdict`` package (the ``runtime`` extra); the factories in ``engines`` check it.
 """
 
@@ -24,7 +29,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from streams_runtime.state.engines import EngineFileError, check_session
+from streams_runtime.state.engines import EngineFileError, check_session, empty_range
 
 __all__ = ["RocksDbKeyValueEngine", "RocksDbSessionEngine"]
 
@@ -65,31 +70,46 @@ class _RocksDbEngine:
     def _reset_pending(self) -> None:
         raise NotImplementedError
 
-    def _page(self, start: bytes, after: bool, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
-        """Up to a page of committed entries from ``start`` (excluded when ``after``) while
-        their keys start with ``prefix``."""
+    def _page(
+        self, start: bytes | None, after: bool, stop: bytes | None, reverse: bool
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to a page of committed entries from ``start`` (``None``: the first, or with
+        ``reverse`` the last; excluded when ``after``) up to ``stop`` included, backwards with
+        ``reverse``."""
         rows: list[tuple[bytes, bytes]] = []
         with self._lock:
             it = self._db.iter()
-            it.seek(start)
+            if start is None and reverse:
+                it.seek_to_last()
+            elif start is None:
+                it.seek_to_first()
+            elif reverse:
+                it.seek_for_prev(start)
+            else:
+                it.seek(start)
+            step = it.prev if reverse else it.next
             if after and it.valid() and it.key() == start:
-                it.next()
+                step()
             while it.valid() and len(rows) < _PAGE_SIZE:
                 key: bytes = it.key()
-                if not key.startswith(prefix):
+                if stop is not None and (key < stop if reverse else key > stop):
                     break
                 rows.append((key, it.value()))
-                it.next()
-            del it  # an open iterator keeps the database open
+                step()
+            del it, step  # an open iterator keeps the database open
         return rows
 
-    def _committed(self, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        rows = self._page(prefix, after=False, prefix=prefix)
+    def _committed(
+        self, lower: bytes | None = None, upper: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The committed entries in ``[lower, upper]``, a page at a time."""
+        start, stop = (upper, lower) if reverse else (lower, upper)
+        rows = self._page(start, False, stop, reverse)
         while rows:
             yield from rows
             if len(rows) < _PAGE_SIZE:
                 return
-            rows = self._page(rows[-1][0], after=True, prefix=prefix)
+            rows = self._page(rows[-1][0], True, stop, reverse)
 
     def commit(self) -> None:
         """Apply the writes since the last commit as one synced write batch."""
@@ -132,12 +152,15 @@ class _RocksDbEngine:
 
 
 def _merge(
-    committed: Iterator[tuple[bytes, bytes]], pending: list[tuple[bytes, bytes | None]]
+    committed: Iterator[tuple[bytes, bytes]],
+    pending: list[tuple[bytes, bytes | None]],
+    reverse: bool = False,
 ) -> Iterator[tuple[bytes, bytes]]:
-    """Committed entries overlaid with ``pending`` (sorted; ``None`` deletes), in key order."""
+    """Committed entries overlaid with ``pending`` (sorted the same way; ``None`` deletes), in
+    key order (descending with ``reverse``)."""
     i, n = 0, len(pending)
     for key, value in committed:
-        while i < n and pending[i][0] < key:
+        while i < n and (pending[i][0] > key if reverse else pending[i][0] < key):
             p_key, p_value = pending[i]
             i += 1
             if p_value is not None:
@@ -185,9 +208,23 @@ class RocksDbKeyValueEngine(_RocksDbEngine):
             self._pending[key] = None
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.range(None, None)
+
+    def range(
+        self, lower: bytes | None, upper: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        if empty_range(lower, upper):
+            return iter(())
         with self._lock:
-            pending = sorted(self._pending.items())
-        return _merge(self._committed(), pending)
+            pending = sorted(
+                (
+                    (key, value)
+                    for key, value in self._pending.items()
+                    if (lower is None or key >= lower) and (upper is None or key <= upper)
+                ),
+                reverse=reverse,
+            )
+        return _merge(self._committed(lower, upper, reverse), pending, reverse)
 
     def count(self) -> int:
         # RocksDB keeps no exact count (only an estimate): count by scanning, which only tests
@@ -280,6 +317,18 @@ class RocksDbSessionEngine(_RocksDbEngine):
         for encoded, value in _merge(self._committed(), pending):
             key, start, end = _split_session_key(encoded)
             yield key, start, end, value
+
+    def windows_starting(self, time_from: int, time_to: int) -> list[tuple[bytes, int, int, bytes]]:
+        # A scan of every window (see the module docstring).
+        if time_from > time_to:
+            return []
+        found = [
+            (key, start, end, value)
+            for key, start, end, value in self.items()
+            if time_from <= start <= time_to
+        ]
+        found.sort(key=lambda w: (w[1], w[0], w[2]))
+        return found
 
     def purge_ended_before(self, end: int) -> int:
         expired = [(key, start, ended) for key, start, ended, _ in self.items() if ended < end]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from streams_runtime.state.engines import check_session
+from streams_runtime.state.engines import check_session, empty_range
 
 __all__ = ["SqliteKeyValueEngine", "SqliteSessionEngine"]
 
@@ -110,16 +110,40 @@ class SqliteKeyValueEngine(_SqliteEngine):
         self._write("DELETE FROM kv WHERE key = ?", (key,))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        rows = self._query_all("SELECT key, value FROM kv ORDER BY key LIMIT ?", (_PAGE_SIZE,))
-        while rows:
+        return self.range(None, None)
+
+    def range(
+        self, lower: bytes | None, upper: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """A page at a time by the primary key's B-tree (``ORDER BY key``, ``DESC`` with
+        ``reverse``), each page after the last key of the one before: BLOBs compare as
+        ``memcmp``, the byte order of Python's ``bytes``."""
+        if empty_range(lower, upper):
+            return
+        # The bound the scan moves from (raised page by page), and the one it stops at.
+        start, stop = (upper, lower) if reverse else (lower, upper)
+        start_op, after_op, stop_op, order = (
+            ("<=", "<", ">=", "DESC") if reverse else (">=", ">", "<=", "ASC")
+        )
+        op = start_op
+        while True:
+            conditions, params = [], []
+            if start is not None:
+                conditions.append(f"key {op} ?")
+                params.append(start)
+            if stop is not None:
+                conditions.append(f"key {stop_op} ?")
+                params.append(stop)
+            where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+            rows = self._query_all(
+                f"SELECT key, value FROM kv{where} ORDER BY key {order} LIMIT ?",  # noqa: S608
+                (*params, _PAGE_SIZE),
+            )
             for key, value in rows:
                 yield bytes(key), bytes(value)
             if len(rows) < _PAGE_SIZE:
                 return
-            rows = self._query_all(
-                "SELECT key, value FROM kv WHERE key > ? ORDER BY key LIMIT ?",
-                (rows[-1][0], _PAGE_SIZE),
-            )
+            start, op = rows[-1][0], after_op
 
 
 class SqliteSessionEngine(_SqliteEngine):
@@ -187,6 +211,19 @@ class SqliteSessionEngine(_SqliteEngine):
                 select + " WHERE (key, session_end, session_start) > (?, ?, ?)" + order,
                 (last[0], last[1], last[2], _PAGE_SIZE),
             )
+
+    def windows_starting(self, time_from: int, time_to: int) -> list[tuple[bytes, int, int, bytes]]:
+        # A window ends at or after its start: ``session_end >= time_from`` lets the index on
+        # the end skip every older window (retention purges those that expired).
+        if time_from > time_to:
+            return []
+        rows = self._query_all(
+            "SELECT key, session_start, session_end, value FROM sessions"
+            " WHERE session_end >= ? AND session_start BETWEEN ? AND ?"
+            " ORDER BY session_start, key, session_end",
+            (time_from, time_from, time_to),
+        )
+        return [(bytes(key), int(start), int(end), bytes(value)) for key, start, end, value in rows]
 
     def purge_ended_before(self, end: int) -> int:
         return self._write("DELETE FROM sessions WHERE session_end < ?", (end,))

@@ -4,10 +4,19 @@ Every write goes to the engine and, when the store is logged, to its changelog p
 the given timestamp and the source header of the input that caused it: the task's current input
 record unless the write names another (a cache's write-back). ``restore``
 applies a changelog record without logging it.
+
+Reads in order, as Kafka Streams' read-only stores give them: a key-value store's key range
+(``range``, ``reverseRange``, ``all``, ``prefixScan``: :meth:`KeyValueStore.range`,
+:meth:`KeyValueStore.prefix_scan`), a session store's sessions of a key by end then start
+(``fetch``, ``findSessions`` and their backward twins: :meth:`SessionStore.sessions`), a window
+store's windows of a key by start (``fetch(key, from, to)``: :meth:`WindowStore.fetch_range`)
+and of every key (``fetchAll(from, to)``: :meth:`SessionStore.windows_starting`). A cached store
+overrides the reads it merges with its cache; the others are built on those.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,16 +37,24 @@ from streams_runtime.state.engines import (
 from streams_runtime.state.spec import StoreSpec
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "FlushListener",
     "KeyValueStore",
     "SessionStore",
     "WindowFlushListener",
     "WindowStore",
     "open_store",
+    "windows_of",
 ]
 
 FlushListener = Callable[[bytes, bytes | None, bytes | None, int, Headers | None], None]
 """``(key, new value, old value, timestamp, headers)`` of one flushed dirty entry."""
+
+EARLIEST = -(2**63)
+"""The earliest time a store holds (Kafka Streams' ``Long.MIN_VALUE``): no bound."""
+LATEST = 2**63 - 1
+"""The latest time a store holds (``Long.MAX_VALUE``): no bound."""
 
 WindowFlushListener = Callable[
     [bytes, int, int, bytes | None, bytes | None, int, Headers | None], None
@@ -100,6 +117,21 @@ class KeyValueStore:
         """All entries, sorted by key."""
         return self.engine.items()
 
+    def range(
+        self, lower: bytes | None, upper: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``lower <= key <= upper`` (``None``: unbounded), ascending by key bytes
+        (descending with ``reverse``); none when ``lower > upper``, as Kafka Streams'
+        ``range``/``reverseRange``."""
+        return self.engine.range(lower, upper, reverse=reverse)
+
+    def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Entries whose key starts with ``prefix``, ascending (Kafka Streams' ``prefixScan``,
+        given the prefix serialized): the range from ``prefix`` on, while keys match."""
+        return itertools.takewhile(
+            lambda entry: entry[0].startswith(prefix), self.range(prefix, None)
+        )
+
     def count(self) -> int:
         """How many entries the store holds (may scan the store: never a truth test)."""
         return self.engine.count()
@@ -140,6 +172,26 @@ class SessionStore:
     def fetch(self, key: bytes, start: int, end: int) -> bytes | None:
         """The value of exactly the session ``(key, start, end)``, or ``None``."""
         return self.engine.get(key, start, end)
+
+    def sessions(
+        self,
+        key: bytes,
+        earliest_end: int = EARLIEST,
+        latest_start: int = LATEST,
+        *,
+        reverse: bool = False,
+    ) -> list[tuple[int, int, bytes]]:
+        """:meth:`find_sessions` in Kafka Streams' order: by end, then start (``fetch(key)``,
+        ``findSessions``; descending with ``reverse``, their ``backward`` twins). Built on
+        :meth:`find_sessions`, so a cached store's merged view is what it orders."""
+        found = self.find_sessions(key, earliest_end, latest_start)
+        found.sort(key=lambda s: (s[1], s[0]), reverse=reverse)
+        return found
+
+    def windows_starting(self, time_from: int, time_to: int) -> list[tuple[bytes, int, int, bytes]]:
+        """Every key's windows ``(key, start, end, value)`` starting in ``[time_from,
+        time_to]``, sorted by ``(start, key, end)``; none when ``time_from > time_to``."""
+        return self.engine.windows_starting(time_from, time_to)
 
     def set_flush_listener(self, listener: WindowFlushListener) -> bool:
         """Forward updates when a record cache flushes them, through ``listener``; whether this
@@ -215,11 +267,22 @@ class WindowStore(SessionStore):
 
     def fetch_range(self, key: bytes, time_from: int, time_to: int) -> list[tuple[int, int, bytes]]:
         """Windows ``(start, end, value)`` of ``key`` starting in ``[time_from, time_to]``,
-        sorted by ``(start, end)``."""
-        return [w for w in self.find_sessions(key, time_from, time_to) if w[0] >= time_from]
+        sorted by ``(start, end)`` (Kafka Streams' ``fetch(key, timeFrom, timeTo)``)."""
+        return windows_of(self, key, time_from, time_to)
 
     def __repr__(self) -> str:
         return f"WindowStore({self.name!r}, partition={self.partition})"
+
+
+def windows_of(
+    store: SessionStore, key: bytes, time_from: int, time_to: int
+) -> list[tuple[int, int, bytes]]:
+    """The windows ``(start, end, value)`` of ``key`` in ``store`` starting in ``[time_from,
+    time_to]``, by ``(start, end)``: :meth:`SessionStore.find_sessions` (a window starting at or
+    after ``time_from`` ends there or later), so any window store, cached or not, answers it."""
+    if time_from > time_to:
+        return []
+    return [w for w in store.find_sessions(key, time_from, time_to) if w[0] >= time_from]
 
 
 def open_store(

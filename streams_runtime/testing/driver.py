@@ -12,7 +12,9 @@ As in Kafka Streams' driver, each record is processed to the end and committed b
 (the record cache then forwards every update: as if ``statestore_cache_max_bytes`` were 0), and
 wall-clock time stands still until :meth:`TopologyTestDriver.advance_wall_clock_time` moves it:
 it is what ``max_task_idle_ms`` deadlines and the progress interval are measured on. Tasks run
-in sub-topology order, one record at a time, until none can take another.
+in sub-topology order, one record at a time, until none can take another. A record piped into a
+global table's topic updates its store at once (the global thread's
+:class:`~streams_runtime.processing.global_thread.GlobalStateUpdateTask` applies it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from progress_control.trust import ControlRecordSource
 from streams_runtime.dsl import StreamsBuilder
 from streams_runtime.errors import BadRecordHandler
 from streams_runtime.metrics import RuntimeMetrics
+from streams_runtime.processing.global_thread import open_global_tables
 from streams_runtime.processing.record_router import RecordRouter
 from streams_runtime.processing.task import StreamTask
 from streams_runtime.progress import TickWriter, WriterTasks, promise
@@ -235,6 +238,12 @@ class TopologyTestDriver:
         """The writer of ticks :meth:`TestInputTopic.pipe_tick` pipes (unsigned)."""
         self._tasks: list[StreamTask] = []
         self._task_of: dict[str, StreamTask] = {}
+        # Global tables' stores, the topology's before its tasks start.
+        self._globals = open_global_tables(
+            self.topology, settings, bad_records=bad_records, metrics=self.metrics
+        )
+        for store in self._globals.state.stores.values() if self._globals else ():
+            self.topology.global_state.register(store)
         try:
             for sub in self.topology.subtopologies:
                 task = StreamTask(
@@ -299,10 +308,11 @@ class TopologyTestDriver:
         start_timestamp_ms: int | None = None,
         auto_advance_ms: int = 0,
     ) -> TestInputTopic[K, V]:
-        """A typed way into ``topic``, one of the topology's sources. Records piped without a
-        timestamp get the topic's time: ``start_timestamp_ms`` (default the driver's wall
-        clock), moved on by ``auto_advance_ms`` after each."""
-        self._reading_task(topic)
+        """A typed way into ``topic``, one of the topology's sources (a global table's topic
+        too). Records piped without a timestamp get the topic's time: ``start_timestamp_ms``
+        (default the driver's wall clock), moved on by ``auto_advance_ms`` after each."""
+        if self._globals is None or topic not in self._globals.topics:
+            self._reading_task(topic)
         return TestInputTopic(
             self,
             topic,
@@ -353,6 +363,10 @@ class TopologyTestDriver:
         """Pipe one serialized record into ``topic`` and process what it makes processable
         (what :class:`TestInputTopic` does after serializing)."""
         self._check_open()
+        if self._globals is not None and topic in self._globals.topics:
+            self._globals.update(self._topics.append(topic, key, value, timestamp, headers))
+            self._globals.state.commit()
+            return
         task = self._reading_task(topic)
         self._add(task, self._topics.append(topic, key, value, timestamp, headers))
         self._process_all()
@@ -367,7 +381,7 @@ class TopologyTestDriver:
             raise ValueError(f"wall-clock time moves forward only, got {ms} ms")
         self._clock.ms += ms
         for task in self._tasks:
-            if task.punctuate_wall_clock():
+            if task.punctuators.punctuate_wall_clock():
                 self._commit(task)
         self._tick()
         self._process_all()
@@ -445,6 +459,8 @@ class TopologyTestDriver:
 
     def _lookup(self, spec: QueryableStore) -> KeyValueStore | SessionStore:
         self._check_open()
+        if spec.name in self.topology.global_stores:
+            return self.topology.global_state.store(spec.name)
         task = next(t for t in self._tasks if t.subtopology.id == spec.subtopology)
         return task.query_store(spec.name)
 
@@ -484,6 +500,9 @@ class TopologyTestDriver:
             return
         self._closed = True
         self._close_tasks()
+        self.topology.global_state.clear()
+        if self._globals is not None:
+            self._globals.state.close()
         shutil.rmtree(self._state_dir, ignore_errors=True)
 
     def __enter__(self) -> TopologyTestDriver:

@@ -53,8 +53,9 @@ def produce(
 
 class ProcessedCheck:
     """Whether a consumer group has committed the end of its inputs and of its application's
-    repartition topics (``<application id>-...-repartition``): everything it will ever output
-    for the input is then written (both engines flush their producer before committing)."""
+    internal topics it reads (``<application id>-...-repartition``, and a foreign-key join's
+    ``...-topic``): everything it will ever output for the input is then written (both engines
+    flush their producer before committing)."""
 
     def __init__(self, bootstrap: str, application_id: str, inputs: list[str]) -> None:
         self._consumer = Consumer(
@@ -72,7 +73,8 @@ class ProcessedCheck:
         topics = self._inputs + [
             name
             for name in metadata.topics
-            if name.startswith(f"{self._application_id}-") and name.endswith("-repartition")
+            if name.startswith(f"{self._application_id}-")
+            and name.endswith(("-repartition", "-topic"))
         ]
         partitions = [
             TopicPartition(topic, p) for topic in topics for p in metadata.topics[topic].partitions

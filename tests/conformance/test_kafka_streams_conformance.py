@@ -44,6 +44,6 @@ def test_runtime_matches_kafka_streams(seed: int, both_engines: RunBoth) -> None
     found = [
         difference
         for name, case in CASES.items()
-        for difference in differences(case, kstreams[name], runtime[name], punctuations=False)
+        for difference in differences(case, kstreams[name], runtime[name], broker=True)
     ]
     assert not found, f"seed {seed}, {windows}:\n" + "\n".join(found)

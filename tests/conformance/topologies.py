@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from streams_runtime import (
+    Branched,
+    BufferConfig,
     JoinWindows,
     Record,
     SessionWindows,
@@ -23,6 +25,7 @@ from streams_runtime import (
     StreamsBuilder,
     Table,
     TimeWindows,
+    until_time_limit,
     until_window_closes,
 )
 from streams_runtime.processor import (
@@ -35,7 +38,14 @@ from streams_runtime.processor import (
 )
 from streams_runtime.serdes import Integer, String
 
-__all__ = ["CASES", "JOIN_CASES", "Case", "build_runtime_case", "join_windows"]
+__all__ = [
+    "CASES",
+    "JOIN_CASES",
+    "Case",
+    "build_runtime_case",
+    "foreign_key",
+    "join_windows",
+]
 
 STRING = String()
 LONG = Integer()
@@ -55,6 +65,9 @@ class Case:
     there); every other output of the case derives its records from them (one each, or none:
     a filter that sends old values forwards nothing for a row absent before and after)."""
     sessions: bool = False  # inputs are generated for session windows (gap and grace apply)
+    timing_ordered: bool = False
+    """Its results cross topics between tasks (a foreign-key join): on a broker their order
+    depends on which task runs first, so only each key's final value is compared there."""
     punctuated: bool = False
     """Its values ``p=...`` come from a stream-time punctuator: Kafka Streams' driver fires it
     after each record, as the runtime does, but its stream threads only after a batch of
@@ -82,6 +95,30 @@ _TIME_WINDOW_CASES = tuple(
     )
 )
 
+# The operators of issue 51: flat maps, split, group_by, to_table, suppression until a time
+# limit, and cogroup (windowed keys: tumbling 8 bytes, sessions 16).
+_OPERATOR_CASES = (
+    Case("flat-map-split", outputs=("out", "out2", "out3")),
+    Case("group-by-count", outputs=("out", "out2")),
+    Case("to-table-suppress", outputs=("out", "out2"), table_output="out2"),
+    Case("cogroup", inputs=("in", "in2"), outputs=("out", "out2")),
+    Case(
+        "cogroup-tumbling",
+        inputs=("in", "in2"),
+        outputs=("out", "out2"),
+        windowed=True,
+        window_bytes=8,
+        sessions=True,
+    ),
+    Case("cogroup-session", inputs=("in", "in2"), outputs=("out", "out2"), windowed=True),
+)
+
+# Table-table joins (issue 51): on the key, and on a foreign key.
+_TABLE_JOIN_CASES = (
+    Case("table-table-join", inputs=("in", "in2"), outputs=("out", "out2", "out3", "out4")),
+    Case("fk-join", inputs=("in", "in2"), outputs=("out", "out2", "out3"), timing_ordered=True),
+)
+
 CASES: dict[str, Case] = {
     case.name: case
     for case in (
@@ -102,6 +139,8 @@ CASES: dict[str, Case] = {
             for name in JOIN_CASES
         ),
         Case("repartition-count", table_output="out"),
+        *_TABLE_JOIN_CASES,
+        *_OPERATOR_CASES,
         *_TIME_WINDOW_CASES,
     )
 }
@@ -346,6 +385,184 @@ def _punctuated_count(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -
     )
 
 
+def _user(key: str, value: str | None) -> str:
+    """A record's user, ``user:n`` values' prefix (the key of a null value)."""
+    return key if value is None else value.split(":")[0]
+
+
+def _flat_map_split(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    """Flat maps (a second record under a derived key, none for a null one: records of every
+    partition would meet there; one or two values), then a split: by a predicate, by
+    position, and the default branch."""
+    branches = (
+        _string_stream(b, t["in"])
+        .flat_map(
+            lambda k, v: [] if v is None else [(k, v), (None if k is None else k + "x", v + "x")],
+            key_serde=STRING,
+            value_serde=STRING,
+        )
+        .flat_map_values(lambda v: [v] if len(v) % 2 else [v, v + "+"], name="fmv")
+        .split(name="split-")
+        .branch(lambda _k, v: v.endswith("x"), Branched.with_name("x"))
+        .branch(lambda _k, v: len(v) % 3 == 0)
+        .default_branch()
+    )
+    branches["split-x"].to(t["out"])
+    branches["split-2"].to(t["out2"])
+    branches["split-0"].to(t["out3"])
+
+
+def _group_by_count(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    """``group_by`` a user (a named repartition), and a flat map regrouped by key."""
+    stream = _string_stream(b, t["in"])
+    (
+        stream.group_by(_user, key_serde=STRING, value_serde=STRING, name="by-user")
+        .count()
+        .to_stream()
+        .to(t["out"], value_serde=LONG)
+    )
+    (
+        stream.flat_map(
+            lambda k, v: [] if v is None else [(v.split(":")[0], v), (v.split(":")[0] + "!", v)],
+            key_serde=STRING,
+            value_serde=STRING,
+        )
+        .group_by_key()
+        .count()
+        .to_stream()
+        .to(t["out2"], value_serde=LONG)
+    )
+
+
+def _to_table_suppress(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -> None:
+    """A stream read as a table and suppressed for a gap of stream time; and one regrouped by
+    user first (repartitioned) read as a table."""
+    stream = _string_stream(b, t["in"])
+    (
+        stream.to_table()
+        .suppress(until_time_limit(w.gap_ms, BufferConfig.unbounded()))
+        .to_stream()
+        .to(t["out"])
+    )
+    stream.select_key(_user, key_serde=STRING).to_table().to_stream().to(t["out2"])
+
+
+def _with_a(_key: str, value: str | None, aggregate: str) -> str:
+    return f"{aggregate}a{_text(value)}"
+
+
+def _with_b(_key: str, value: str | None, aggregate: str) -> str:
+    return f"{aggregate}b{_text(value)}"
+
+
+def _cogroup(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    """Two inputs cogrouped; and both regrouped under keys of their own (two named
+    repartitions), so each key's updates come from one input in offset order."""
+    left, right = _string_stream(b, t["in"]), _string_stream(b, t["in2"])
+    (
+        left.group_by_key()
+        .cogroup(_with_a)
+        .cogroup(right.group_by_key(), _with_b)
+        .aggregate(lambda: "", value_serde=STRING)
+        .to_stream()
+        .to(t["out"])
+    )
+    moved_left = left.group_by(
+        lambda k, _v: None if k is None else "s" + k, key_serde=STRING, name="cg-left"
+    )
+    moved_right = right.group_by(
+        lambda k, _v: None if k is None else "r" + k, key_serde=STRING, name="cg-right"
+    )
+    (
+        moved_left.cogroup(_with_a)
+        .cogroup(moved_right, _with_b)
+        .aggregate(lambda: "", value_serde=STRING)
+        .to_stream()
+        .to(t["out2"])
+    )
+
+
+def _cogroup_windowed(
+    b: StreamsBuilder, t: dict[str, str], w: SessionWindows, *, sessions: bool
+) -> None:
+    """Two inputs cogrouped into tumbling windows (``cogroup-tumbling``) or sessions: every
+    update, and the final results."""
+    cogrouped = (
+        _string_stream(b, t["in"])
+        .group_by_key()
+        .cogroup(_with_a)
+        .cogroup(_string_stream(b, t["in2"]).group_by_key(), _with_b)
+    )
+    if sessions:
+        table = cogrouped.windowed_by(w).aggregate(
+            lambda: "", lambda _k, x, y: x + y, value_serde=STRING
+        )
+    else:
+        table = cogrouped.windowed_by(_tumbling(w)).aggregate(lambda: "", value_serde=STRING)
+    table.to_stream().to(t["out"])
+    table.suppress(until_window_closes()).to_stream().to(t["out2"])
+
+
+_OPERATOR_BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], None]] = {
+    "flat-map-split": _flat_map_split,
+    "group-by-count": _group_by_count,
+    "to-table-suppress": _to_table_suppress,
+    "cogroup": _cogroup,
+    "cogroup-tumbling": lambda b, t, w: _cogroup_windowed(b, t, w, sessions=False),
+    "cogroup-session": lambda b, t, w: _cogroup_windowed(b, t, w, sessions=True),
+}
+
+
+def _table_table_join(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    """Inner, left (with a filtered right table, read through its filter) and outer joins on
+    the key; and the inner join regrouped by key and value and counted, which asks it for old
+    values (the joiner's result of the old value with the other side's current row). Each group
+    holds one key's rows, so its updates reach the repartition topic from one task, in order."""
+    left = _string_table(b, t["in"], f"{t['out']}-left")
+    right = _string_table(b, t["in2"], f"{t['out']}-right")
+    inner = left.join(right, _pair)
+    inner.to_stream().to(t["out"])
+    left.left_join(right.filter(lambda _k, row: int(row) % 3 != 0), _pair).to_stream().to(t["out2"])
+    left.outer_join(right, _pair).to_stream().to(t["out3"])
+    (
+        inner.group_by(
+            lambda key, value: (f"{key}:{value}", key), key_serde=STRING, value_serde=STRING
+        )
+        .count()
+        .to_stream()
+        .to(t["out4"], value_serde=LONG)
+    )
+
+
+def _pair(a: str | None, b: str | None) -> str:
+    return f"{_text(a)}|{_text(b)}"
+
+
+def foreign_key(value: str) -> str | None:
+    """``fk-join``'s foreign key: the part of ``c<n>:<m>`` before the colon, none for ``-``."""
+    key = value.split(":", maxsplit=1)[0]
+    return None if key == "-" else key
+
+
+def _fk_join(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    """Inner and left joins on a foreign key (KIP-213), and the inner one on a table mapped
+    (read through its mapper when answers come back)."""
+    orders = _string_table(b, t["in"], f"{t['out']}-orders")
+    customers = _string_table(b, t["in2"], f"{t['out']}-customers")
+
+    def joined(order: str, customer: str | None) -> str:
+        return f"{order}/{_text(customer)}"
+
+    orders.join(customers, foreign_key, joined).to_stream().to(t["out"])
+    orders.left_join(customers, foreign_key, joined).to_stream().to(t["out2"])
+    (
+        orders.map_values(lambda order: order + "!", value_serde=STRING)
+        .join(customers, foreign_key, joined)
+        .to_stream()
+        .to(t["out3"])
+    )
+
+
 _TIME_WINDOW_BUILDERS: dict[
     str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], None]
 ] = {
@@ -375,5 +592,8 @@ _BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], 
         for name in JOIN_CASES
     },
     "repartition-count": _repartition_count,
+    "table-table-join": _table_table_join,
+    "fk-join": _fk_join,
+    **_OPERATOR_BUILDERS,
     "punctuated-count": _punctuated_count,
 }

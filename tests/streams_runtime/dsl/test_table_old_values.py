@@ -40,6 +40,7 @@ class _Context(MemoryContext):
         headers: Headers | None,
         *,
         partition_key: bytes | None = None,
+        partition: int = -1,
     ) -> None:
         self.sent.append((topic, key, value, timestamp))
 

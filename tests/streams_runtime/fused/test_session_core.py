@@ -162,6 +162,7 @@ def _state(core: Any) -> tuple[Any, ...]:
         core.accepted_time,
         core.dirty_bytes,
         core.pending(),
+        core.keys(),
         [core.fetch(key) for key in KEYS],
     )
 

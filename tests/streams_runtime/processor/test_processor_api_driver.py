@@ -307,3 +307,34 @@ def test_progress_through_user_code_is_what_it_declares(
         source.pipe_tick(9_000)
         driver.advance_wall_clock_time(1_000)
         assert [t.timestamp for t in out.read_ticks()] == ticked
+
+
+class Enricher(Processor[str, str, str, str]):
+    """Appends each record's row of the global table ``users`` (read-only)."""
+
+    progress: ClassVar[Progress | None] = Progress.keeps_order()
+
+    def init(self, context: ProcessorContext[str, str]) -> None:
+        self.context = context
+        self.users: TypedKeyValueStore[str, str] = context.get_state_store("users")
+
+    def process(self, record: Record[str, str]) -> None:
+        self.context.forward(record.with_value(f"{record.value}|{self.users.get(record.key)}"))
+        if record.value == "write":
+            self.users.put(record.key, "x")
+
+
+def test_a_processor_reads_a_global_table_and_may_not_write_it() -> None:
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())
+    builder.global_table("users-topic", store_name="users")
+    builder.stream("clicks").process(Enricher).to("enriched")
+    with TopologyTestDriver(builder) as driver:
+        driver.create_input_topic("users-topic", String(), String()).pipe_input("u1", "Ada", 1)
+        clicks = driver.create_input_topic("clicks", String(), String())
+        clicks.pipe_input("u1", "home", timestamp=2)
+        clicks.pipe_input("u2", "home", timestamp=3)
+        out = driver.create_output_topic("enriched", String(), String())
+        assert out.read_values() == ["home|Ada", "home|None"]
+        with pytest.raises(BadRecordError) as raised:
+            clicks.pipe_input("u1", "write", timestamp=4)
+        assert "read-only" in str(raised.value.__cause__)

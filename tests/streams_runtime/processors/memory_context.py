@@ -19,6 +19,7 @@ class MemoryContext:
     not expected (``send`` fails the test)."""
 
     application_id = "app"
+    partition = 0
     stream_time = -1
 
     def __init__(self) -> None:

@@ -55,6 +55,7 @@ class _Task:
         headers: Headers | None,
         *,
         partition_key: bytes | None = None,
+        partition: int = -1,
     ) -> None:
         self.sent.append((topic, timestamp, self.promised.get(topic, NO_PROGRESS)))
 

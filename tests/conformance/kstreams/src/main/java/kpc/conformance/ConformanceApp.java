@@ -36,12 +36,16 @@ import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
+import org.apache.kafka.streams.kstream.Branched;
+import org.apache.kafka.streams.kstream.CogroupedKStream;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
+import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
@@ -484,6 +488,13 @@ public final class ConformanceApp {
             .process(() -> new PunctuatedCount(store, t.gapMs), store)
             .to(t.out, Produced.with(STRING, STRING));
       }
+      case "flat-map-split" -> flatMapSplit(builder, t);
+      case "group-by-count" -> groupByCount(builder, t);
+      case "to-table-suppress" -> toTableSuppress(builder, t);
+      case "cogroup" -> cogroup(builder, t);
+      case "cogroup-tumbling", "cogroup-session" -> cogroupWindowed(builder, t);
+      case "table-table-join" -> tableTableJoins(builder, t);
+      case "fk-join" -> foreignKeyJoins(builder, t);
       case "results-tumbling-sum" -> resultsTumblingSum(builder, t);
       default -> {
         if (!buildTimeWindowed(builder, t)) {
@@ -598,6 +609,55 @@ public final class ConformanceApp {
    * (and so materialises the source table). Built in this order: a groupBy built first would
    * materialise the source before the other filters ask whether it sends old values.
    */
+  /**
+   * Inner, left (with a filtered right table, read through its filter) and outer joins on the
+   * key; and the inner join regrouped by key and value and counted, which asks it for old values
+   * (each group holds one key's rows: its updates come from one task, in order).
+   */
+  private static void tableTableJoins(final StreamsBuilder builder, final Instance t) {
+    final KTable<String, String> left = table(builder, t.in, t.out + "-left");
+    final KTable<String, String> right = table(builder, t.in2, t.out + "-right");
+    final KTable<String, String> inner = left.join(right, (a, b) -> a + "|" + b);
+    inner.toStream().to(t.out, Produced.with(STRING, STRING));
+    left.leftJoin(right.filter((key, row) -> number(row) % 3 != 0), (a, b) -> a + "|" + b)
+        .toStream()
+        .to(t.out2, Produced.with(STRING, STRING));
+    left.outerJoin(right, (a, b) -> a + "|" + b).toStream().to(t.out3, Produced.with(STRING, STRING));
+    inner
+        .groupBy((key, value) -> KeyValue.pair(key + ":" + value, key), Grouped.with(STRING, STRING))
+        .count(Materialized.with(STRING, LONG))
+        .toStream()
+        .to(t.out4, Produced.with(STRING, LONG));
+  }
+
+  /** The foreign key of {@code c<n>:<m>}: the part before the colon, none for {@code -}. */
+  private static String foreignKey(final String value) {
+    final String key = value.split(":")[0];
+    return key.equals("-") ? null : key;
+  }
+
+  /**
+   * Inner and left joins on a foreign key (KIP-213), and the inner one on a table mapped (read
+   * through its mapper when answers come back).
+   */
+  private static void foreignKeyJoins(final StreamsBuilder builder, final Instance t) {
+    final KTable<String, String> orders = table(builder, t.in, t.out + "-orders");
+    final KTable<String, String> customers = table(builder, t.in2, t.out + "-customers");
+    orders
+        .join(customers, ConformanceApp::foreignKey, (order, customer) -> order + "/" + customer)
+        .toStream()
+        .to(t.out, Produced.with(STRING, STRING));
+    orders
+        .leftJoin(customers, ConformanceApp::foreignKey, (order, customer) -> order + "/" + customer)
+        .toStream()
+        .to(t.out2, Produced.with(STRING, STRING));
+    orders
+        .mapValues(order -> order + "!")
+        .join(customers, ConformanceApp::foreignKey, (order, customer) -> order + "/" + customer)
+        .toStream()
+        .to(t.out3, Produced.with(STRING, STRING));
+  }
+
   private static void tableFilter(final StreamsBuilder builder, final Instance t) {
     final KTable<String, String> table = builder.table(t.in, Consumed.with(STRING, STRING));
     table.toStream().to(t.out, Produced.with(STRING, STRING));
@@ -645,6 +705,133 @@ public final class ConformanceApp {
         .to(t.out2, Produced.with(STRING, STRING));
     left.outerJoin(right, (a, b) -> a + "|" + b, windows, serdes)
         .to(t.out3, Produced.with(STRING, STRING));
+  }
+
+  /**
+   * Flat maps (a second record under a derived key; one or two values), then a split: by a
+   * predicate, by position, and the default branch. Control records are left out first: the
+   * runtime never sees them as data, and here they would make records under a derived key.
+   */
+  private static void flatMapSplit(final StreamsBuilder builder, final Instance t) {
+    final Map<String, KStream<String, String>> branches =
+        stream(builder, t.in)
+            .filterNot((key, value) -> SENTINEL.equals(key))
+            .flatMap(
+                (key, value) ->
+                    value == null
+                        ? List.<KeyValue<String, String>>of()
+                        : List.of(KeyValue.pair(key, value), KeyValue.pair(key == null ? null : key + "x", value + "x")))
+            .flatMapValues(
+                value -> value.length() % 2 == 1 ? List.of(value) : List.of(value, value + "+"),
+                Named.as("fmv"))
+            .split(Named.as("split-"))
+            .branch((key, value) -> value.endsWith("x"), Branched.as("x"))
+            .branch((key, value) -> value.length() % 3 == 0)
+            .defaultBranch();
+    branches.get("split-x").to(t.out, Produced.with(STRING, STRING));
+    branches.get("split-2").to(t.out2, Produced.with(STRING, STRING));
+    branches.get("split-0").to(t.out3, Produced.with(STRING, STRING));
+  }
+
+  /** A record's user, {@code user:n} values' prefix (the key of a null value). */
+  private static String user(final String key, final String value) {
+    return value == null ? key : value.split(":")[0];
+  }
+
+  /** {@code groupBy} a user (a named repartition), and a flat map regrouped by key. */
+  private static void groupByCount(final StreamsBuilder builder, final Instance t) {
+    final KStream<String, String> in = stream(builder, t.in);
+    in.groupBy(ConformanceApp::user, Grouped.with("by-user", STRING, STRING))
+        .count(Materialized.with(STRING, LONG))
+        .toStream()
+        .to(t.out, Produced.with(STRING, LONG));
+    in.flatMap(
+            (key, value) ->
+                value == null
+                    ? List.<KeyValue<String, String>>of()
+                    : List.of(
+                        KeyValue.pair(value.split(":")[0], value),
+                        KeyValue.pair(value.split(":")[0] + "!", value)))
+        .groupByKey(Grouped.with(STRING, STRING))
+        .count(Materialized.with(STRING, LONG))
+        .toStream()
+        .to(t.out2, Produced.with(STRING, LONG));
+  }
+
+  /**
+   * A stream read as a table and suppressed for a gap of stream time; and one regrouped by user
+   * first (repartitioned) read as a table.
+   */
+  private static void toTableSuppress(final StreamsBuilder builder, final Instance t) {
+    final KStream<String, String> in = stream(builder, t.in);
+    in.toTable(Materialized.with(STRING, STRING))
+        .suppress(
+            Suppressed.untilTimeLimit(
+                Duration.ofMillis(t.gapMs), Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .to(t.out, Produced.with(STRING, STRING));
+    in.selectKey(ConformanceApp::user)
+        .toTable(Materialized.with(STRING, STRING))
+        .toStream()
+        .to(t.out2, Produced.with(STRING, STRING));
+  }
+
+  /**
+   * Two inputs cogrouped; and both regrouped under keys of their own (two named repartitions),
+   * so each key's updates come from one input in offset order.
+   */
+  private static void cogroup(final StreamsBuilder builder, final Instance t) {
+    final KStream<String, String> left = stream(builder, t.in);
+    final KStream<String, String> right = stream(builder, t.in2);
+    left.groupByKey(Grouped.with(STRING, STRING))
+        .<String>cogroup((key, value, aggregate) -> aggregate + "a" + value)
+        .cogroup(
+            right.groupByKey(Grouped.with(STRING, STRING)),
+            (key, value, aggregate) -> aggregate + "b" + value)
+        .aggregate(() -> "", Materialized.with(STRING, STRING))
+        .toStream()
+        .to(t.out, Produced.with(STRING, STRING));
+    left.groupBy((key, value) -> key == null ? null : "s" + key, Grouped.with("cg-left", STRING, STRING))
+        .<String>cogroup((key, value, aggregate) -> aggregate + "a" + value)
+        .cogroup(
+            right.groupBy((key, value) -> key == null ? null : "r" + key, Grouped.with("cg-right", STRING, STRING)),
+            (key, value, aggregate) -> aggregate + "b" + value)
+        .aggregate(() -> "", Materialized.with(STRING, STRING))
+        .toStream()
+        .to(t.out2, Produced.with(STRING, STRING));
+  }
+
+  /** Two inputs cogrouped into tumbling windows or sessions: every update, and final results. */
+  private static void cogroupWindowed(final StreamsBuilder builder, final Instance t) {
+    final CogroupedKStream<String, String> cogrouped =
+        stream(builder, t.in)
+            .groupByKey(Grouped.with(STRING, STRING))
+            .<String>cogroup((key, value, aggregate) -> aggregate + "a" + value)
+            .cogroup(
+                stream(builder, t.in2).groupByKey(Grouped.with(STRING, STRING)),
+                (key, value, aggregate) -> aggregate + "b" + value);
+    final KTable<Windowed<String>, String> table;
+    final Serde<Windowed<String>> keySerde;
+    if (t.type.equals("cogroup-session")) {
+      table =
+          cogrouped
+              .windowedBy(t.windows)
+              .aggregate(() -> "", (key, a, b) -> a + b, Materialized.with(STRING, STRING));
+      keySerde = SESSION_KEY;
+    } else {
+      table =
+          cogrouped
+              .windowedBy(
+                  TimeWindows.ofSizeAndGrace(
+                      Duration.ofMillis(t.gapMs), Duration.ofMillis(t.graceMs)))
+              .aggregate(() -> "", Materialized.with(STRING, STRING));
+      keySerde = new WindowedSerdes.TimeWindowedSerde<>(Serdes.String(), t.gapMs);
+    }
+    table.toStream().to(t.out, Produced.with(keySerde, STRING));
+    table
+        .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .to(t.out2, Produced.with(keySerde, STRING));
   }
 
   private static SessionWindowedKStream<String, String> sessions(
