@@ -172,21 +172,11 @@ class _TrailingUserNode(UserProcessorNode):
 
     keeps_order = False
 
-    def __init__(
-        self,
-        processor: Processor[Any, Any, Any, Any],
-        stores: Mapping[str, StoreBuilder],
-        *,
-        fixed_key: bool = False,
-        global_stores: Mapping[str, GlobalStore] | None = None,
-    ) -> None:
-        super().__init__(processor, stores, fixed_key=fixed_key, global_stores=global_stores)
-        assert processor.progress is not None
-        self._trails_ms = processor.progress.trails_ms
-
     def control_progress(self) -> int:
+        declared = type(self.user).progress
+        assert declared is not None
         seen = self.parents_progress()
-        held = seen - self._trails_ms
+        held = seen - declared.trails_ms
         return held if seen >= 0 and held >= 0 else NO_PROGRESS
 
 
