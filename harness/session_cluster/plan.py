@@ -11,9 +11,12 @@ from harness.session_cluster.checks import Behind, SessionCheck
 from harness.session_cluster.clicks import Session
 from harness.session_cluster.config import Guarantee, TopologyName
 
-ScenarioName = Literal["kill", "pause", "rolling", "far-behind", "kill-then-pause", "plain"]
+ScenarioName = Literal[
+    "kill", "pause", "rolling", "far-behind", "kill-then-pause", "kill-then-rolling", "plain"
+]
 SCENARIOS: tuple[ScenarioName, ...] = ("kill", "pause", "rolling", "far-behind")
-"""The test suite's; the benchmark runs ``kill-then-pause`` and a ``plain`` baseline."""
+"""The test suite's; the benchmark runs ``kill-then-pause`` and a ``plain`` baseline, the
+Processor API's test ``kill-then-rolling``."""
 
 
 @dataclass(frozen=True)

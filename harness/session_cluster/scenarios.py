@@ -155,8 +155,21 @@ def _pause_and_resume(run: _Run, view: GroupView) -> GroupView:
 
 
 def _rolling(run: _Run) -> None:
+    view = run.start(run.plan.instances)
+    _roll(run, view)
+
+
+def _kill_then_rolling(run: _Run) -> None:
+    view = run.start(run.plan.instances)
+    run.wave(run.plan.wave_s)
+    view = _kill_and_replace(run, view)
+    _roll(run, view)
+
+
+def _roll(run: _Run, view: GroupView) -> None:
+    """A rolling restart: each instance in turn SIGTERMed while input goes on (on its
+    partitions only), restarted, and the group recovered; then input on every partition."""
     cluster, plan = run.cluster, run.plan
-    view = run.start(plan.instances)
     for slot in range(plan.instances):
         run.wave(plan.victim_s)
         instance = cluster.slot(slot)
@@ -212,6 +225,7 @@ _STEPS: dict[ScenarioName, Callable[[_Run], None]] = {
     "rolling": _rolling,
     "far-behind": _far_behind,
     "kill-then-pause": _kill_then_pause,
+    "kill-then-rolling": _kill_then_rolling,
     "plain": _plain,
 }
 
