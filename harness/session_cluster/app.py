@@ -56,8 +56,9 @@ class Sessionizer(Processor[str, Any, str, Any]):
     """Per-user sessions (gap 2 s, grace 1 s) as a user would write them with the Processor
     API: each record merges the sessions of its key within a gap in the session store; every
     :data:`PUNCTUATE_MS` of stream time, the sessions that closed go out as ``{start, end,
-    count}`` stamped with their end, and leave the store. A record older than stream time -
-    grace is late, and dropped."""
+    count}`` stamped with their end, and leave the store. As in the DSL's session windows, a
+    record is late, and dropped, when the session it would make ends before stream time - gap
+    - grace."""
 
     # A session goes out at most CLOSE_MS + PUNCTUATE_MS of stream time after its end.
     progress: ClassVar[Progress | None] = Progress.trails_by(CLOSE_MS + PUNCTUATE_MS)
@@ -69,11 +70,13 @@ class Sessionizer(Processor[str, Any, str, Any]):
 
     def process(self, record: Record[str, Any]) -> None:
         t = record.timestamp
-        if record.key is None or t < self.context.current_stream_time_ms() - GRACE_MS:
+        if record.key is None:
             return
         merged = self.sessions.find_sessions(record.key, t - GAP_MS, t + GAP_MS)
         start = min([t, *(s for s, _, _ in merged)])
         end = max([t, *(e for _, e, _ in merged)])
+        if end + CLOSE_MS < self.context.current_stream_time_ms():
+            return
         for s, e, _ in merged:
             self.sessions.remove(record.key, s, e)
         self.sessions.put(record.key, start, end, 1 + sum(n for *_, n in merged))

@@ -85,7 +85,9 @@ Mode = str
 MODES: tuple[Mode, Mode] = ("ticks", "clean")
 
 KAFKA_STREAMS_TIMEOUT_S = 60.0
-SPARK_TIMEOUT_S = 60.0
+SPARK_TIMEOUT_S = 120.0
+"""How long a Spark job's watermark may take to reach what it was fed: a few micro-batches, which
+took over 60 s once with four test workers on two cores."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
