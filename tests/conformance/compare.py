@@ -21,8 +21,9 @@ documented differences (README, "Semantics and differences from Kafka Streams"):
 
 4. **Punctuations on a broker** (``Case.punctuated``). Kafka Streams' stream threads fire
    stream-time punctuators after a batch of records, its test driver after each record as the
-   runtime does: what punctuators forward (values ``p=...``) is compared between the drivers,
-   not between broker runs (``broker=True``).
+   runtime does, and wall-clock punctuators follow a real clock on a broker, the drivers' wall
+   clocks only as the input moves them: what punctuators forward (values ``p=...`` and
+   ``w=...``) is compared between the drivers, not between broker runs (``broker=True``).
 5. **Order by timing on a broker** (``Case.timing_ordered``). A foreign-key join's answers
    cross two topics between two tasks: on a broker, which comes first, and so the intermediate
    results and their order, depends on which task ran first, in either engine. The drivers
@@ -185,7 +186,7 @@ def differences(
 
 def _without_punctuations(outputs: dict[str, list[OutputRecord]]) -> dict[str, list[OutputRecord]]:
     return {
-        role: [r for r in records if not (r.value or b"").startswith(b"p=")]
+        role: [r for r in records if not (r.value or b"").startswith((b"p=", b"w="))]
         for role, records in outputs.items()
     }
 

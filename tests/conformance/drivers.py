@@ -22,7 +22,7 @@ from streams_runtime.testing import TopologyTestDriver
 from streams_runtime.testing.driver import MEMORY_DIR
 from tests.conformance.broker_runs import Outputs
 from tests.conformance.compare import OutputRecord
-from tests.conformance.inputs import InputRecord
+from tests.conformance.inputs import WALL_CLOCK, InputRecord
 from tests.conformance.kstreams import KafkaStreamsApps
 from tests.conformance.topologies import CASES, JOIN_CASES, build_runtime_case
 
@@ -136,6 +136,9 @@ def run_runtime_driver(
                 initial_wall_clock_time_ms=WALL_CLOCK_MS,
             ) as driver:
                 for sequence, record in piped:
+                    if record.role == WALL_CLOCK:
+                        driver.advance_wall_clock_time(record.timestamp)
+                        continue
                     driver.pipe_raw(
                         topics[record.role],
                         record.key,

@@ -20,12 +20,15 @@ from dataclasses import dataclass
 
 from progress_control.protocol import CONTROL_HEADER, ControlMarker
 from streams_runtime import JoinWindows, SessionWindows
-from tests.conformance.topologies import JOIN_CASES, join_windows
+from tests.conformance.topologies import JOIN_CASES, WALL_CLOCK_INTERVAL_MS, join_windows
 
-__all__ = ["ID_HEADER", "SENTINEL_KEY", "InputRecord", "generate"]
+__all__ = ["ID_HEADER", "SENTINEL_KEY", "WALL_CLOCK", "InputRecord", "generate"]
 
 SENTINEL_KEY = b"__progress_control__"
 ID_HEADER = "conformance-id"
+WALL_CLOCK = "wall-clock"
+"""The role of an input event that is no record: the drivers' wall clock moves by its
+timestamp (ms). Broker runs leave it out (their wall clocks are real)."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,45 @@ def _join_partition(stream: _Partition, table: _Partition, count: int) -> list[I
     return records
 
 
+def _global_join_partition(stream: _Partition, table: _Partition, count: int) -> list[InputRecord]:
+    """A stream-global table join's inputs on one partition: table updates (``in2``, some
+    deletes), stream records (``in``) valued ``TARGET:sN`` where ``TARGET`` is the table key to
+    join (one the table may never have, or empty: no key), and control records on both."""
+    rng = stream.rng
+    clock = stream.now
+    targets = ["", "kz", *(key.decode() for key in table.keys)]
+    records = []
+    for n in range(count):
+        clock += rng.randrange(1, 300)
+        roll = rng.random()
+        if roll < 0.35:  # a table update, sometimes a delete
+            value = None if rng.random() < 0.12 else str(rng.randrange(6)).encode()
+            records.append(InputRecord("in2", table.partition, table.key(0.03), value, clock))
+        elif roll < 0.42:
+            role = "in" if rng.random() < 0.5 else "in2"
+            records.append(InputRecord(role, stream.partition, SENTINEL_KEY, None, clock, True))
+        else:
+            value = None if rng.random() < 0.06 else f"{rng.choice(targets)}:s{n}".encode()
+            records.append(InputRecord("in", stream.partition, stream.key(0.08), value, clock))
+    return records
+
+
+def _with_wall_clock(part: _Partition, records: list[InputRecord]) -> list[InputRecord]:
+    """``records`` with the wall clock moving between them (role :data:`WALL_CLOCK`, the
+    advance in ms as timestamp): not at all, by less than, exactly or just over one interval
+    (:data:`topologies.WALL_CLOCK_INTERVAL_MS`), or by several at once (a punctuator fires once
+    however many intervals passed)."""
+    interval = WALL_CLOCK_INTERVAL_MS
+    advances = (0, 1, interval - 1, interval, interval + 1, 3 * interval + 7)
+    moved: list[InputRecord] = []
+    for record in records:
+        moved.append(record)
+        if part.rng.random() < 0.3:
+            advance = part.rng.choice(advances)
+            moved.append(InputRecord(WALL_CLOCK, part.partition, None, None, advance))
+    return moved
+
+
 def generate(  # noqa: PLR0912 - a branch per kind of input
     case: str, seed: int, partitions: int, windows: SessionWindows, size: int
 ) -> list[InputRecord]:
@@ -255,6 +297,10 @@ def generate(  # noqa: PLR0912 - a branch per kind of input
         part = _Partition(rng, p, keys[p])
         if case.startswith("session-") or case == "punctuated-count":
             records += _session_partition(part, "in", windows, size, "v")
+        elif case == "wall-clock-punctuated":
+            records += _with_wall_clock(part, _session_partition(part, "in", windows, size, "v"))
+        elif case == "stream-global-join":
+            records += _global_join_partition(part, _Partition(rng, p, keys[p]), size)
         elif case.startswith(("tumbling-", "hopping-", "sliding-")):
             records += _window_partition(part, windows, size)
         elif case == "merge-session-count":

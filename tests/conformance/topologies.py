@@ -41,6 +41,7 @@ from streams_runtime.serdes import Integer, String
 __all__ = [
     "CASES",
     "JOIN_CASES",
+    "WALL_CLOCK_INTERVAL_MS",
     "Case",
     "build_runtime_case",
     "foreign_key",
@@ -49,6 +50,9 @@ __all__ = [
 
 STRING = String()
 LONG = Integer()
+
+WALL_CLOCK_INTERVAL_MS = 1_000
+"""How often the ``wall-clock-punctuated`` case's punctuator fires, in wall-clock time."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,12 @@ class Case:
     """Its results cross topics between tasks (a foreign-key join): on a broker their order
     depends on which task runs first, so only each key's final value is compared there."""
     punctuated: bool = False
-    """Its values ``p=...`` come from a stream-time punctuator: Kafka Streams' driver fires it
-    after each record, as the runtime does, but its stream threads only after a batch of
-    records, so on a broker only the other values are compared."""
+    """Its values ``p=...`` come from a stream-time punctuator, ``w=...`` from a wall-clock one:
+    Kafka Streams' driver fires the first after each record, as the runtime does, but its
+    stream threads only after a batch of records, and wall clocks on a broker are real, so on a
+    broker only the other values are compared."""
+    global_inputs: tuple[str, ...] = ()
+    """Inputs read as global tables: no consumer group commits their offsets."""
     unjoined: bool = False
     """Left and outer join results missing a side (``x|null``, ``null|x``) come out at scans,
     which the runtime also makes at ticks (Kafka Streams only at in-order data records, with
@@ -128,6 +135,13 @@ CASES: dict[str, Case] = {
         Case("session-aggregate-suppressed", windowed=True, sessions=True),
         Case("merge-session-count", inputs=("in", "in2"), windowed=True, sessions=True),
         Case("punctuated-count", sessions=True, punctuated=True),
+        Case("wall-clock-punctuated", sessions=True, punctuated=True),
+        Case(
+            "stream-global-join",
+            inputs=("in", "in2"),
+            outputs=("out", "out2"),
+            global_inputs=("in2",),
+        ),
         Case("table-count", table_output="out"),
         Case("table-reduce", table_output="out"),
         Case("table-aggregate", table_output="out"),
@@ -159,8 +173,8 @@ def _text(value: object) -> str:
     return "null" if value is None else str(value)
 
 
-def _join(value: str, row: str | None) -> str:
-    return f"{value}|{_text(row)}"
+def _join(value: str | None, row: str | None) -> str:
+    return f"{_text(value)}|{_text(row)}"
 
 
 def build_runtime_case(
@@ -385,6 +399,59 @@ def _punctuated_count(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -
     )
 
 
+class _WallClockCount(Processor[str, str, str, str]):
+    """Counts records per key in a store and forwards ``c=COUNT`` per record; every
+    :data:`WALL_CLOCK_INTERVAL_MS` of wall-clock time, forwards ``w=COUNT@ELAPSED`` for every
+    key (``ELAPSED``: the wall clock since ``init``), stamped with the stream time."""
+
+    progress: ClassVar[Progress | None] = Progress.keeps_order()
+
+    def __init__(self, store: str) -> None:
+        self._store = store
+
+    def init(self, context: ProcessorContext[str, str]) -> None:
+        self.context = context
+        self.counts: TypedKeyValueStore[str, int] = context.get_state_store(self._store)
+        self.started = context.current_system_time_ms()
+        context.schedule(WALL_CLOCK_INTERVAL_MS, PunctuationType.WALL_CLOCK_TIME, self._punctuate)
+
+    def process(self, record: Record[str, str]) -> None:
+        if record.key is None:
+            return
+        count = (self.counts.get(record.key) or 0) + 1
+        self.counts.put(record.key, count)
+        self.context.forward(record.with_value(f"c={count}"))
+
+    def _punctuate(self, now: int) -> None:
+        stream_time = self.context.current_stream_time_ms()
+        for key, count in self.counts.all():
+            self.context.forward(Record(key, f"w={count}@{now - self.started}", stream_time))
+
+
+def _wall_clock_punctuated(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    store = f"{t['out']}-counts"
+    b.add_state_store(Stores.key_value_store_builder(store, STRING, LONG))
+    _string_stream(b, t["in"]).process(lambda: _WallClockCount(store), store).to(
+        t["out"], key_serde=STRING, value_serde=STRING
+    )
+
+
+def _global_key(_key: str | None, value: str | None) -> str | None:
+    """The global table's key a ``stream-global-join`` record joins: its value up to ``:``
+    (none if that is empty)."""
+    return None if value is None else value.split(":")[0] or None
+
+
+def _stream_global_join(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
+    """Inner and left joins of a stream with a global table, through a key mapper."""
+    table = b.global_table(
+        t["in2"], key_serde=STRING, value_serde=STRING, store_name=f"{t['out']}-global"
+    )
+    stream = _string_stream(b, t["in"])
+    stream.join(table, _global_key, _join, value_serde=STRING).to(t["out"])
+    stream.left_join(table, _global_key, _join, value_serde=STRING).to(t["out2"])
+
+
 def _user(key: str, value: str | None) -> str:
     """A record's user, ``user:n`` values' prefix (the key of a null value)."""
     return key if value is None else value.split(":")[0]
@@ -596,4 +663,6 @@ _BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], 
     "fk-join": _fk_join,
     **_OPERATOR_BUILDERS,
     "punctuated-count": _punctuated_count,
+    "wall-clock-punctuated": _wall_clock_punctuated,
+    "stream-global-join": _stream_global_join,
 }

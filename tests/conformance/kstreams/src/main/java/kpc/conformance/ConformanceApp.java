@@ -39,6 +39,7 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThr
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.CogroupedKStream;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.GlobalKTable;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KGroupedStream;
@@ -256,6 +257,10 @@ public final class ConformanceApp {
             new TopologyTestDriver(builder.build(config), config, Instant.ofEpochMilli(0))) {
           final Map<String, TestInputTopic<byte[], byte[]>> in = new LinkedHashMap<>();
           for (final String[] f : group.getValue()) {
+            if (f[2].equals("wall-clock")) { // no record: the wall clock moves by its timestamp
+              driver.advanceWallClockTime(Duration.ofMillis(Long.parseLong(f[5])));
+              continue;
+            }
             final String topic = spec.getProperty(f[0] + "." + f[2]);
             final RecordHeaders headers = new RecordHeaders();
             if (!f[6].equals("-")) {
@@ -297,6 +302,65 @@ public final class ConformanceApp {
                       headers.isEmpty() ? "-" : String.join(",", headers)));
             }
           }
+        }
+      }
+    }
+  }
+
+  /**
+   * The table key a {@code stream-global-join} record joins: its value up to {@code :} (none if
+   * that is empty).
+   */
+  private static String globalKey(final String key, final String value) {
+    if (value == null) {
+      return null;
+    }
+    final String target = value.substring(0, Math.max(0, value.indexOf(':')));
+    return target.isEmpty() ? null : target;
+  }
+
+  /**
+   * The wall-clock Processor API case: counts records per key in a store and forwards {@code
+   * c=COUNT} per record; every second of wall-clock time a punctuator forwards {@code
+   * w=COUNT@ELAPSED} for every key (the wall clock since {@code init}), stamped with the stream
+   * time.
+   */
+  private static final class WallClockCount implements Processor<String, String, String, String> {
+    private final String storeName;
+    private ProcessorContext<String, String> context;
+    private KeyValueStore<String, Long> counts;
+    private long started;
+
+    WallClockCount(final String storeName) {
+      this.storeName = storeName;
+    }
+
+    @Override
+    public void init(final ProcessorContext<String, String> context) {
+      this.context = context;
+      counts = context.getStateStore(storeName);
+      started = context.currentSystemTimeMs();
+      context.schedule(Duration.ofMillis(1_000), PunctuationType.WALL_CLOCK_TIME, this::punctuate);
+    }
+
+    @Override
+    public void process(final Record<String, String> record) {
+      if (record.key() == null) {
+        return;
+      }
+      final Long old = counts.get(record.key());
+      final long count = old == null ? 1 : old + 1;
+      counts.put(record.key(), count);
+      context.forward(record.withValue("c=" + count));
+    }
+
+    private void punctuate(final long now) {
+      final long streamTime = context.currentStreamTimeMs();
+      try (KeyValueIterator<String, Long> all = counts.all()) {
+        while (all.hasNext()) {
+          final KeyValue<String, Long> entry = all.next();
+          context.forward(
+              new Record<>(entry.key, "w=" + entry.value + "@" + (now - started), streamTime));
         }
       }
     }
@@ -487,6 +551,30 @@ public final class ConformanceApp {
         stream(builder, t.in)
             .process(() -> new PunctuatedCount(store, t.gapMs), store)
             .to(t.out, Produced.with(STRING, STRING));
+      }
+      case "wall-clock-punctuated" -> {
+        final String store = t.out + "-counts";
+        builder.addStateStore(
+            Stores.keyValueStoreBuilder(Stores.inMemoryKeyValueStore(store), STRING, LONG));
+        stream(builder, t.in)
+            .process(() -> new WallClockCount(store), store)
+            .to(t.out, Produced.with(STRING, STRING));
+      }
+      case "stream-global-join" -> {
+        final GlobalKTable<String, String> table =
+            builder.globalTable(
+                t.in2,
+                Consumed.with(STRING, STRING),
+                Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as(t.out + "-global")
+                    .withKeySerde(STRING)
+                    .withValueSerde(STRING));
+        final KStream<String, String> stream = stream(builder, t.in);
+        stream
+            .join(table, ConformanceApp::globalKey, (value, row) -> value + "|" + row)
+            .to(t.out, Produced.with(STRING, STRING));
+        stream
+            .leftJoin(table, ConformanceApp::globalKey, (value, row) -> value + "|" + row)
+            .to(t.out2, Produced.with(STRING, STRING));
       }
       case "flat-map-split" -> flatMapSplit(builder, t);
       case "group-by-count" -> groupByCount(builder, t);
