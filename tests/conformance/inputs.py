@@ -219,11 +219,15 @@ def _table_filter_partition(part: _Partition, count: int) -> list[InputRecord]:
     return records
 
 
-def _join_partition(stream: _Partition, table: _Partition, count: int) -> list[InputRecord]:
+def _join_partition(
+    stream: _Partition, table: _Partition, count: int, *, global_table: bool = False
+) -> list[InputRecord]:
     """Both inputs of a stream-table join on one partition; timestamps are unique across the
     two (each is drawn from one shared clock), though each topic on its own may be out of
-    order."""
+    order. With ``global_table``, stream values are ``TARGET:sN``, ``TARGET`` the table key to
+    join (one the table may never have, or empty: none)."""
     rng = stream.rng
+    targets = ["", "kz", *(key.decode() for key in table.keys)]
     used: set[int] = set()
     records = []
     clock = stream.now
@@ -241,31 +245,9 @@ def _join_partition(stream: _Partition, table: _Partition, count: int) -> list[I
             role = "in" if rng.random() < 0.5 else "in2"
             records.append(InputRecord(role, stream.partition, SENTINEL_KEY, None, ts, True))
         else:
-            value = None if rng.random() < 0.06 else f"s{n}".encode()
-            records.append(InputRecord("in", stream.partition, stream.key(0.08), value, ts))
-    return records
-
-
-def _global_join_partition(stream: _Partition, table: _Partition, count: int) -> list[InputRecord]:
-    """A stream-global table join's inputs on one partition: table updates (``in2``, some
-    deletes), stream records (``in``) valued ``TARGET:sN`` where ``TARGET`` is the table key to
-    join (one the table may never have, or empty: no key), and control records on both."""
-    rng = stream.rng
-    clock = stream.now
-    targets = ["", "kz", *(key.decode() for key in table.keys)]
-    records = []
-    for n in range(count):
-        clock += rng.randrange(1, 300)
-        roll = rng.random()
-        if roll < 0.35:  # a table update, sometimes a delete
-            value = None if rng.random() < 0.12 else str(rng.randrange(6)).encode()
-            records.append(InputRecord("in2", table.partition, table.key(0.03), value, clock))
-        elif roll < 0.42:
-            role = "in" if rng.random() < 0.5 else "in2"
-            records.append(InputRecord(role, stream.partition, SENTINEL_KEY, None, clock, True))
-        else:
-            value = None if rng.random() < 0.06 else f"{rng.choice(targets)}:s{n}".encode()
-            records.append(InputRecord("in", stream.partition, stream.key(0.08), value, clock))
+            value = f"{rng.choice(targets)}:s{n}" if global_table else f"s{n}"
+            payload = None if rng.random() < 0.06 else value.encode()
+            records.append(InputRecord("in", stream.partition, stream.key(0.08), payload, ts))
     return records
 
 
@@ -300,7 +282,7 @@ def generate(  # noqa: PLR0912 - a branch per kind of input
         elif case == "wall-clock-punctuated":
             records += _with_wall_clock(part, _session_partition(part, "in", windows, size, "v"))
         elif case == "stream-global-join":
-            records += _global_join_partition(part, _Partition(rng, p, keys[p]), size)
+            records += _join_partition(part, _Partition(rng, p, keys[p]), size, global_table=True)
         elif case.startswith(("tumbling-", "hopping-", "sliding-")):
             records += _window_partition(part, windows, size)
         elif case == "merge-session-count":

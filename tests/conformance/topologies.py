@@ -365,19 +365,23 @@ def _hopping_aggregate(
 
 
 class _PunctuatedCount(Processor[str, str, str, str]):
-    """Counts records per key in a store and forwards ``c=COUNT`` per record; every gap of
-    stream time, forwards ``p=COUNT@TIME`` for every key, stamped with the punctuation's time."""
+    """Counts records per key in a store and forwards ``c=COUNT`` per record. Every interval of
+    stream time, forwards ``p=COUNT@TIME`` for every key, stamped with the punctuation's time;
+    of wall-clock time, ``w=COUNT@ELAPSED`` (the wall clock since ``init``), stamped with the
+    stream time."""
 
     progress: ClassVar[Progress | None] = Progress.keeps_order()
 
-    def __init__(self, store: str, interval_ms: int) -> None:
+    def __init__(self, store: str, interval_ms: int, kind: PunctuationType) -> None:
         self._store = store
         self._interval_ms = interval_ms
+        self._kind = kind
 
     def init(self, context: ProcessorContext[str, str]) -> None:
         self.context = context
         self.counts: TypedKeyValueStore[str, int] = context.get_state_store(self._store)
-        context.schedule(self._interval_ms, PunctuationType.STREAM_TIME, self._punctuate)
+        self.started = context.current_system_time_ms()
+        context.schedule(self._interval_ms, self._kind, self._punctuate)
 
     def process(self, record: Record[str, str]) -> None:
         if record.key is None:
@@ -387,53 +391,27 @@ class _PunctuatedCount(Processor[str, str, str, str]):
         self.context.forward(record.with_value(f"c={count}"))
 
     def _punctuate(self, timestamp: int) -> None:
+        if self._kind is PunctuationType.STREAM_TIME:
+            label, stamp = f"p=%d@{timestamp}", timestamp
+        else:
+            label, stamp = f"w=%d@{timestamp - self.started}", self.context.current_stream_time_ms()
         for key, count in self.counts.all():
-            self.context.forward(Record(key, f"p={count}@{timestamp}", timestamp))
+            self.context.forward(Record(key, label % count, stamp))
 
 
-def _punctuated_count(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -> None:
-    store = f"{t['out']}-counts"
-    b.add_state_store(Stores.key_value_store_builder(store, STRING, LONG))
-    _string_stream(b, t["in"]).process(lambda: _PunctuatedCount(store, w.gap_ms), store).to(
-        t["out"], key_serde=STRING, value_serde=STRING
-    )
+def _punctuated(
+    kind: PunctuationType, interval_ms: Callable[[SessionWindows], int]
+) -> Callable[[StreamsBuilder, dict[str, str], SessionWindows], None]:
+    """A case of :class:`_PunctuatedCount` punctuating by ``kind`` every ``interval_ms(w)``."""
 
+    def build(b: StreamsBuilder, t: dict[str, str], w: SessionWindows) -> None:
+        store = f"{t['out']}-counts"
+        b.add_state_store(Stores.key_value_store_builder(store, STRING, LONG))
+        _string_stream(b, t["in"]).process(
+            lambda: _PunctuatedCount(store, interval_ms(w), kind), store
+        ).to(t["out"], key_serde=STRING, value_serde=STRING)
 
-class _WallClockCount(Processor[str, str, str, str]):
-    """Counts records per key in a store and forwards ``c=COUNT`` per record; every
-    :data:`WALL_CLOCK_INTERVAL_MS` of wall-clock time, forwards ``w=COUNT@ELAPSED`` for every
-    key (``ELAPSED``: the wall clock since ``init``), stamped with the stream time."""
-
-    progress: ClassVar[Progress | None] = Progress.keeps_order()
-
-    def __init__(self, store: str) -> None:
-        self._store = store
-
-    def init(self, context: ProcessorContext[str, str]) -> None:
-        self.context = context
-        self.counts: TypedKeyValueStore[str, int] = context.get_state_store(self._store)
-        self.started = context.current_system_time_ms()
-        context.schedule(WALL_CLOCK_INTERVAL_MS, PunctuationType.WALL_CLOCK_TIME, self._punctuate)
-
-    def process(self, record: Record[str, str]) -> None:
-        if record.key is None:
-            return
-        count = (self.counts.get(record.key) or 0) + 1
-        self.counts.put(record.key, count)
-        self.context.forward(record.with_value(f"c={count}"))
-
-    def _punctuate(self, now: int) -> None:
-        stream_time = self.context.current_stream_time_ms()
-        for key, count in self.counts.all():
-            self.context.forward(Record(key, f"w={count}@{now - self.started}", stream_time))
-
-
-def _wall_clock_punctuated(b: StreamsBuilder, t: dict[str, str], _w: SessionWindows) -> None:
-    store = f"{t['out']}-counts"
-    b.add_state_store(Stores.key_value_store_builder(store, STRING, LONG))
-    _string_stream(b, t["in"]).process(lambda: _WallClockCount(store), store).to(
-        t["out"], key_serde=STRING, value_serde=STRING
-    )
+    return build
 
 
 def _global_key(_key: str | None, value: str | None) -> str | None:
@@ -662,7 +640,9 @@ _BUILDERS: dict[str, Callable[[StreamsBuilder, dict[str, str], SessionWindows], 
     "table-table-join": _table_table_join,
     "fk-join": _fk_join,
     **_OPERATOR_BUILDERS,
-    "punctuated-count": _punctuated_count,
-    "wall-clock-punctuated": _wall_clock_punctuated,
+    "punctuated-count": _punctuated(PunctuationType.STREAM_TIME, lambda w: w.gap_ms),
+    "wall-clock-punctuated": _punctuated(
+        PunctuationType.WALL_CLOCK_TIME, lambda _w: WALL_CLOCK_INTERVAL_MS
+    ),
     "stream-global-join": _stream_global_join,
 }

@@ -307,6 +307,19 @@ public final class ConformanceApp {
     }
   }
 
+  private static void punctuatedCount(
+      final StreamsBuilder builder,
+      final Instance t,
+      final long intervalMs,
+      final PunctuationType type) {
+    final String store = t.out + "-counts";
+    builder.addStateStore(
+        Stores.keyValueStoreBuilder(Stores.inMemoryKeyValueStore(store), STRING, LONG));
+    stream(builder, t.in)
+        .process(() -> new PunctuatedCount(store, intervalMs, type), store)
+        .to(t.out, Produced.with(STRING, STRING));
+  }
+
   /**
    * The table key a {@code stream-global-join} record joins: its value up to {@code :} (none if
    * that is empty).
@@ -320,19 +333,23 @@ public final class ConformanceApp {
   }
 
   /**
-   * The wall-clock Processor API case: counts records per key in a store and forwards {@code
-   * c=COUNT} per record; every second of wall-clock time a punctuator forwards {@code
-   * w=COUNT@ELAPSED} for every key (the wall clock since {@code init}), stamped with the stream
-   * time.
+   * The Processor API cases: count records per key in a store and forward {@code c=COUNT} per
+   * record. Every interval of stream time a punctuator forwards {@code p=COUNT@TIME} for every
+   * key, stamped with the punctuation's time; of wall-clock time, {@code w=COUNT@ELAPSED} (the
+   * wall clock since {@code init}), stamped with the stream time.
    */
-  private static final class WallClockCount implements Processor<String, String, String, String> {
+  private static final class PunctuatedCount implements Processor<String, String, String, String> {
     private final String storeName;
+    private final long intervalMs;
+    private final PunctuationType type;
     private ProcessorContext<String, String> context;
     private KeyValueStore<String, Long> counts;
     private long started;
 
-    WallClockCount(final String storeName) {
+    PunctuatedCount(final String storeName, final long intervalMs, final PunctuationType type) {
       this.storeName = storeName;
+      this.intervalMs = intervalMs;
+      this.type = type;
     }
 
     @Override
@@ -340,53 +357,7 @@ public final class ConformanceApp {
       this.context = context;
       counts = context.getStateStore(storeName);
       started = context.currentSystemTimeMs();
-      context.schedule(Duration.ofMillis(1_000), PunctuationType.WALL_CLOCK_TIME, this::punctuate);
-    }
-
-    @Override
-    public void process(final Record<String, String> record) {
-      if (record.key() == null) {
-        return;
-      }
-      final Long old = counts.get(record.key());
-      final long count = old == null ? 1 : old + 1;
-      counts.put(record.key(), count);
-      context.forward(record.withValue("c=" + count));
-    }
-
-    private void punctuate(final long now) {
-      final long streamTime = context.currentStreamTimeMs();
-      try (KeyValueIterator<String, Long> all = counts.all()) {
-        while (all.hasNext()) {
-          final KeyValue<String, Long> entry = all.next();
-          context.forward(
-              new Record<>(entry.key, "w=" + entry.value + "@" + (now - started), streamTime));
-        }
-      }
-    }
-  }
-
-  /**
-   * The Processor API case: counts records per key in a store and forwards {@code c=COUNT} per
-   * record; every gap of stream time a punctuator forwards {@code p=COUNT@TIME} for every key,
-   * stamped with the punctuation's time.
-   */
-  private static final class PunctuatedCount implements Processor<String, String, String, String> {
-    private final String storeName;
-    private final long intervalMs;
-    private ProcessorContext<String, String> context;
-    private KeyValueStore<String, Long> counts;
-
-    PunctuatedCount(final String storeName, final long intervalMs) {
-      this.storeName = storeName;
-      this.intervalMs = intervalMs;
-    }
-
-    @Override
-    public void init(final ProcessorContext<String, String> context) {
-      this.context = context;
-      counts = context.getStateStore(storeName);
-      context.schedule(Duration.ofMillis(intervalMs), PunctuationType.STREAM_TIME, this::punctuate);
+      context.schedule(Duration.ofMillis(intervalMs), type, this::punctuate);
     }
 
     @Override
@@ -401,10 +372,14 @@ public final class ConformanceApp {
     }
 
     private void punctuate(final long timestamp) {
+      final boolean streamTime = type == PunctuationType.STREAM_TIME;
+      final String at = streamTime ? "@" + timestamp : "@" + (timestamp - started);
+      final long stamp = streamTime ? timestamp : context.currentStreamTimeMs();
       try (KeyValueIterator<String, Long> all = counts.all()) {
         while (all.hasNext()) {
           final KeyValue<String, Long> entry = all.next();
-          context.forward(new Record<>(entry.key, "p=" + entry.value + "@" + timestamp, timestamp));
+          final String label = (streamTime ? "p=" : "w=") + entry.value + at;
+          context.forward(new Record<>(entry.key, label, stamp));
         }
       }
     }
@@ -544,22 +519,10 @@ public final class ConformanceApp {
               .count(Materialized.with(STRING, LONG))
               .toStream()
               .to(t.out, Produced.with(STRING, LONG));
-      case "punctuated-count" -> {
-        final String store = t.out + "-counts";
-        builder.addStateStore(
-            Stores.keyValueStoreBuilder(Stores.inMemoryKeyValueStore(store), STRING, LONG));
-        stream(builder, t.in)
-            .process(() -> new PunctuatedCount(store, t.gapMs), store)
-            .to(t.out, Produced.with(STRING, STRING));
-      }
-      case "wall-clock-punctuated" -> {
-        final String store = t.out + "-counts";
-        builder.addStateStore(
-            Stores.keyValueStoreBuilder(Stores.inMemoryKeyValueStore(store), STRING, LONG));
-        stream(builder, t.in)
-            .process(() -> new WallClockCount(store), store)
-            .to(t.out, Produced.with(STRING, STRING));
-      }
+      case "punctuated-count" ->
+          punctuatedCount(builder, t, t.gapMs, PunctuationType.STREAM_TIME);
+      case "wall-clock-punctuated" ->
+          punctuatedCount(builder, t, 1_000, PunctuationType.WALL_CLOCK_TIME);
       case "stream-global-join" -> {
         final GlobalKTable<String, String> table =
             builder.globalTable(
