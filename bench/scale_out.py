@@ -1,4 +1,4 @@
-"""Scale-out of one session application over 1, 2 and 3 runtime processes: how its tasks are
+"""Scale-out of one session application over 1 to 5 runtime processes: how its tasks are
 spread, how fast the group gets through a backlog, and what a SIGKILL costs, on a real broker.
 
 The application and the harness are ``harness/session_cluster/`` (the promise suite's):
@@ -14,10 +14,11 @@ the runtime's membership topic. Records processed come from each instance's
 ``streams_records_processed_total{task}``. ``BENCH_PHASES`` (default
 ``balance,throughput,failover``) selects the phases:
 
-- **balance**: for 1, 2 and 3 instances, ``BENCH_BALANCE_RUNS`` (3) times each on a fresh
-  application id and topics, no input: once the group is stable (exactly the running instances
-  as members, every partition owned, the same assignment in 3 polls 0.5 s apart), the tasks of
-  each sub-topology on each instance, and the standby tasks on each (once every instance
+- **balance**: for ``BENCH_BALANCE_INSTANCES`` (1 to 5) instances, ``BENCH_BALANCE_RUNS`` (3)
+  times each on a fresh application id and topics, no input: once the group is stable (exactly
+  the running instances as members, every partition owned, the same assignment in 3 polls 0.5 s
+  apart), the tasks of each sub-topology on each instance, each instance's total and the
+  busiest / least busy of those totals, and the standby tasks on each (once every instance
   published a record after the group settled, with one standby per stateful task, the same in
   two reads 1 s apart; at most 30 s).
 - **throughput**: ``BENCH_EVENTS`` (200,000) clicks of ``BENCH_USERS`` (1,000) users written to
@@ -90,6 +91,9 @@ from harness.session_cluster.writer import ClickWriter
 
 PHASES = os.environ.get("BENCH_PHASES", "balance,throughput,failover").split(",")
 BALANCE_RUNS = int(os.environ.get("BENCH_BALANCE_RUNS", "3"))
+BALANCE_INSTANCES = [
+    int(n) for n in os.environ.get("BENCH_BALANCE_INSTANCES", "1,2,3,4,5").split(",")
+]
 EVENTS = int(os.environ.get("BENCH_EVENTS", "200000"))
 USERS = int(os.environ.get("BENCH_USERS", "1000"))
 SPAN_MS = int(os.environ.get("BENCH_SPAN_MS", "2000"))
@@ -180,8 +184,11 @@ def _balance_run(n: int, bootstrap: str, workdir: Path) -> str:
         instances = app.cluster.live()
         counts = tasks_per_instance(view, app.topology, [i.client_id for i in instances])
         tasks = "  ".join(f"sub-topology {s}: {c}" for s, c in counts.items())
+        totals = [sum(column) for column in zip(*counts.values(), strict=True)]
+        ratio = f"{max(totals) / min(totals):.2f}" if min(totals) else "inf"
         return (
-            f"{tasks};  standbys {_standbys(app, instances, since_ms)}  "
+            f"{tasks};  in all {totals} (busiest / least busy {ratio});  "
+            f"standbys {_standbys(app, instances, since_ms)}  "
             f"(stable after {stable_s:.1f} s)"
         )
     finally:
@@ -194,7 +201,7 @@ def _balance(bootstrap: str, workdir: Path) -> None:
         f"{GROUP_PROTOCOL} group protocol",
         flush=True,
     )
-    for n in (1, 2, 3):
+    for n in BALANCE_INSTANCES:
         for run in range(1, BALANCE_RUNS + 1):
             label = f"  {n} instance{'s' if n > 1 else ' '}, run {run}:"
             try:
