@@ -392,11 +392,12 @@ class _PunctuatedCount(Processor[str, str, str, str]):
 
     def _punctuate(self, timestamp: int) -> None:
         if self._kind is PunctuationType.STREAM_TIME:
-            label, stamp = f"p=%d@{timestamp}", timestamp
+            prefix, at, stamp = "p", timestamp, timestamp
         else:
-            label, stamp = f"w=%d@{timestamp - self.started}", self.context.current_stream_time_ms()
+            prefix, at = "w", timestamp - self.started
+            stamp = self.context.current_stream_time_ms()
         for key, count in self.counts.all():
-            self.context.forward(Record(key, label % count, stamp))
+            self.context.forward(Record(key, f"{prefix}={count}@{at}", stamp))
 
 
 def _punctuated(
