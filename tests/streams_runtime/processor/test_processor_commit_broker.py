@@ -46,9 +46,8 @@ def test_a_processor_asks_for_a_commit(
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     reader = reader_for(sink, 1)
 
-    def produce(*values: str) -> None:
-        for value in values:
-            producer.produce(source, key=b"k", value=value.encode())
+    def produce(value: str) -> None:
+        producer.produce(source, key=b"k", value=value.encode())
         assert producer.flush(10) == 0
 
     def processed(count: int) -> bool:

@@ -14,10 +14,10 @@ import pytest
 from streams_runtime import App, Record, StreamsBuilder
 from streams_runtime.processor import Processor, ProcessorContext, Stores, TypedKeyValueStore
 from streams_runtime.queries import QueryError, RangeResult
-from streams_runtime.queries.reads import KeyRange
 from streams_runtime.serdes import String
 from tests.helpers import unique_name, wait_for
-from tests.streams_runtime.queries.test_queries import TOKEN, produce_table
+from tests.streams_runtime.queries.test_queries import produce_table, query_settings
+from tests.streams_runtime.queries.test_range_queries_broker import caught_up_standby
 
 pytestmark = pytest.mark.broker
 
@@ -40,18 +40,7 @@ def _instance(bootstrap: str, topic: str, application_id: str, state_dir: Path) 
     builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())
     builder.add_state_store(Stores.key_value_store_builder(STORE, String(), String()))
     builder.stream(topic).process(LatestPerKey, STORE)
-    return App(
-        builder,
-        application_id=application_id,
-        bootstrap_servers=bootstrap,
-        state_dir=state_dir,
-        commit_interval_ms=100,
-        application_server="127.0.0.1:0",
-        num_standby_replicas=1,
-        membership_interval_ms=300,
-        query_token=TOKEN,
-        consumer={"session.timeout.ms": "6000"},
-    )
+    return App(builder, state_dir=state_dir, **query_settings(bootstrap, application_id))
 
 
 def _from_both_actives(app: App) -> RangeResult | None:
@@ -101,17 +90,7 @@ def test_a_user_processors_store_is_replicated_and_queried_like_a_dsl_store(
         }
         [standby] = {0, 1} - active_here
         from_active = apps[1].range(STORE, partitions=[standby])
-
-        def from_standby() -> RangeResult | None:
-            assert app.queries is not None
-            try:
-                return app.queries.range_local(
-                    STORE, KeyRange(), [standby], allow_stale=True, max_lag=0
-                )
-            except QueryError:
-                return None
-
-        stale = wait_for(from_standby, timeout_s=30, message="a caught-up standby")
+        stale = caught_up_standby(app, STORE, standby)
         assert stale.entries == from_active.entries
         assert [(p.served_by, p.offset_lag) for p in stale.partitions] == [("standby", 0)]
     finally:

@@ -204,6 +204,22 @@ def high_watermark(bootstrap: str, topic: str, partition: int) -> int:
         consumer.close()
 
 
+def query_settings(bootstrap: str, application_id: str, **settings: Any) -> dict[str, Any]:
+    """An instance's settings in the query tests (``settings`` override): queries served on a
+    free port with a token, one standby per store partition, quick membership and failover."""
+    return {
+        "application_id": application_id,
+        "bootstrap_servers": bootstrap,
+        "commit_interval_ms": 100,
+        "application_server": "127.0.0.1:0",
+        "num_standby_replicas": 1,
+        "membership_interval_ms": 300,
+        "query_token": TOKEN,
+        "consumer": {"session.timeout.ms": "6000"},
+        **settings,
+    }
+
+
 @contextlib.contextmanager
 def table_instances(
     bootstrap: str,
@@ -216,17 +232,7 @@ def table_instances(
     table, one standby per store partition, a query token (``settings`` override)."""
     strings, ints = create_topic("strings", partitions=2), create_topic("ints", partitions=2)
     application_id = unique_name("queries")
-    options: dict[str, Any] = {
-        "application_id": application_id,
-        "bootstrap_servers": bootstrap,
-        "commit_interval_ms": 100,
-        "application_server": "127.0.0.1:0",
-        "num_standby_replicas": 1,
-        "membership_interval_ms": 300,
-        "query_token": TOKEN,
-        "consumer": {"session.timeout.ms": "6000"},
-        **settings,
-    }
+    options = query_settings(bootstrap, application_id, **settings)
     apps = []
     for n in range(count):
         builder = StreamsBuilder(default_key_serde=String(), default_value_serde=String())

@@ -59,6 +59,22 @@ def _spread(app: App, store: str, count: int) -> RangeResult | None:
     return result
 
 
+def caught_up_standby(app: App, store: str, partition: int) -> RangeResult:
+    """Every entry of ``store``'s ``partition`` read from ``app``'s standby copy of it, once
+    that copy caught up (lag 0)."""
+
+    def read() -> RangeResult | None:
+        assert app.queries is not None
+        try:
+            return app.queries.range_local(
+                store, KeyRange(), [partition], allow_stale=True, max_lag=0
+            )
+        except QueryError:
+            return None
+
+    return wait_for(read, timeout_s=30, message=f"a caught-up standby of {store}/{partition}")
+
+
 @pytest.mark.broker
 def test_a_table_spread_over_two_instances_reads_every_key_once(  # noqa: PLR0915 - one scenario
     kafka_bootstrap: str, create_topic: Callable[..., str], tmp_path: Path
@@ -118,17 +134,7 @@ def test_a_table_spread_over_two_instances_reads_every_key_once(  # noqa: PLR091
         }
         [standby] = {0, 1} - active_here
         from_active = apps[1].range("strings", partitions=[standby])
-
-        def from_standby() -> RangeResult | None:
-            assert app.queries is not None
-            try:
-                return app.queries.range_local(
-                    "strings", KeyRange(), [standby], allow_stale=True, max_lag=0
-                )
-            except QueryError:
-                return None
-
-        stale = wait_for(from_standby, timeout_s=30, message="a caught-up standby")
+        stale = caught_up_standby(app, "strings", standby)
         assert stale.entries == from_active.entries
         assert [(p.served_by, p.offset_lag) for p in stale.partitions] == [("standby", 0)]
         assert stale.stale
