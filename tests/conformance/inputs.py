@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from progress_control.protocol import CONTROL_HEADER, ControlMarker
 from streams_runtime import JoinWindows, SessionWindows
-from tests.conformance.topologies import JOIN_CASES, WALL_CLOCK_INTERVAL_MS, join_windows
+from tests.conformance.operator_topologies import WALL_CLOCK_INTERVAL_MS
+from tests.conformance.topologies import JOIN_CASES, join_windows
 
 __all__ = ["ID_HEADER", "SENTINEL_KEY", "WALL_CLOCK", "InputRecord", "generate"]
 
