@@ -10,6 +10,7 @@ BENCHMARKS = {
     "producer-throughput": "bench.producer_throughput",
     "runtime-throughput": "bench.runtime_throughput",
     "engines": "bench.engines",
+    "soak": "bench.soak",
     "query-failover": "bench.query_failover",
     "promise-at-scale": "bench.promise_at_scale",
     "scale-out": "bench.scale_out",

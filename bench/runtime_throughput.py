@@ -12,7 +12,10 @@ Three variants, each reading all the events from a fresh consumer group:
     ``flush()`` at the end;
 (b) the runtime, at_least_once (commit interval 1 s): ``group_by_key().windowed_by(SessionWindows(
     gap_ms=60_000)).count().suppress(until_window_closes()).to_stream().map(...).to(out)``;
-(c) the same topology, exactly_once (commit interval 100 ms, the default).
+(c) the same topology, exactly_once (commit interval 100 ms, the default);
+(d) (b) with the count written as the user's own ``aggregate(initializer, aggregator, merger)``
+    (the same sessions and counts), which the native core runs calling those functions;
+(e) (d) processor by processor (``native_core=False``): the chain the native core replaces.
 
 (a) is timed from the consumer's creation until ``flush()`` returns; (b) and (c) from
 ``app.start()`` until the runtime's ``streams_records_processed_total`` reaches the event count
@@ -35,8 +38,8 @@ from bench._kafka import create_topic, end_offsets, unique_name
 from bench._plain_loop import consume_produce
 from harness.sessions_app import session_counts
 from progress_control_apps.dev.broker import EmbeddedKafkaBroker
-from streams_runtime import App
-from streams_runtime.serdes import Json
+from streams_runtime import App, SessionWindows, StreamsBuilder, until_window_closes
+from streams_runtime.serdes import Integer, Json, String
 
 SESSION_CLICKS = int(os.environ.get("BENCH_SESSION_CLICKS", "10"))  # per user per session
 TIMEOUT_S = 1_800.0  # per variant
@@ -45,7 +48,27 @@ VARIANTS = {
     "a": "plain consume->produce loop",
     "b": "runtime, at_least_once",
     "c": "runtime, exactly_once",
+    "d": "user aggregate, native",
+    "e": "user aggregate, chain",
 }
+
+
+def _user_counts(source: str, sink: str) -> StreamsBuilder:
+    """Per-user session counts by the user's own functions (as (b) counts them)."""
+    builder = StreamsBuilder()
+    (
+        builder.stream(source, key_serde=String(), value_serde=Json())
+        .group_by_key()
+        .windowed_by(SessionWindows(gap_ms=GAP_MS))
+        .aggregate(
+            lambda: 0, lambda _k, _v, n: n + 1, lambda _k, a, b: a + b, value_serde=Integer()
+        )
+        .suppress(until_window_closes())
+        .to_stream()
+        .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
+        .to(sink, key_serde=String(), value_serde=Json())
+    )
+    return builder
 
 
 def _plain_loop(bootstrap_servers: str, source: str, events: int) -> float:
@@ -74,17 +97,21 @@ class StartupError(RuntimeError):
 def _runtime(
     variant: str, bootstrap_servers: str, source: str, events: int, state_dir: Path
 ) -> tuple[float, float, int, int]:
-    """(b) or (c): returns records per second from start, records per second from the first
+    """(b) to (e): returns records per second from start, records per second from the first
     processed record, sessions emitted and the clicks they count."""
     sink = create_topic(bootstrap_servers, unique_name(f"bench-runtime-{variant}-out"), PARTITIONS)
     settings: dict[str, Any] = (
-        {"processing_guarantee": "at_least_once", "commit_interval_ms": 1_000}
-        if variant == "b"
-        else {"processing_guarantee": "exactly_once"}
+        {"processing_guarantee": "exactly_once"}
+        if variant == "c"
+        else {"processing_guarantee": "at_least_once", "commit_interval_ms": 1_000}
     )
+    if variant == "e":
+        settings["native_core"] = False
     app_id = unique_name(f"bench-runtime-{variant}")
     app = App(
-        session_counts(source, sink, GAP_MS, value_serde=Json()),
+        _user_counts(source, sink)
+        if variant in {"d", "e"}
+        else session_counts(source, sink, GAP_MS, value_serde=Json()),
         application_id=app_id,
         bootstrap_servers=bootstrap_servers,
         state_dir=state_dir / app_id,
@@ -135,7 +162,7 @@ def main() -> None:
         print(f"pre-loaded {events:,} events in {time.perf_counter() - started:.1f} s", flush=True)
         rates["a"] = _plain_loop(bootstrap, source, events)
         print(f"(a) done: {rates['a']:,.0f} records/s", flush=True)
-        for variant in ("b", "c"):
+        for variant in ("b", "c", "d", "e"):
             try:
                 result = _runtime(variant, bootstrap, source, events, Path(tmp))
             except StartupError as exc:
@@ -165,6 +192,8 @@ def main() -> None:
         print(line)
     print(f"(b)/(a) runtime ALOS / plain loop: {rates['b'] / rates['a']:.3f}")
     print(f"(c)/(b) EOS / ALOS:                {rates['c'] / rates['b']:.3f}")
+    print(f"(d)/(e) user aggregate, native / chain: {rates['d'] / rates['e']:.3f}")
+    print(f"(d)/(b) user aggregate / built-in count: {rates['d'] / rates['b']:.3f}")
 
 
 if __name__ == "__main__":

@@ -24,12 +24,13 @@ the runtime's membership topic. Records processed come from each instance's
 - **throughput**: ``BENCH_EVENTS`` (200,000) clicks of ``BENCH_USERS`` (1,000) users written to
   one input topic off the clock, stamped within ``BENCH_SPAN_MS`` (2,000 ms) of each other (less
   than gap + grace: no record is late whatever order the tasks take them in, so nothing is
-  dropped and the figure is throughput alone). Then 1 instance, and 2, each from a fresh
-  application id reading that input (``BENCH_THROUGHPUT_RUNS``, 1, rounds, order rotating):
+  dropped and the figure is throughput alone). Then ``BENCH_THROUGHPUT_INSTANCES`` (1 to 5)
+  instances, each from a fresh application id reading that input (``BENCH_THROUGHPUT_RUNS``,
+  1, rounds, order rotating):
   the time from starting the processes until the group's committed offsets (polled every
   0.2 s) reach the end of the input and, on the repartition topic, the offset after its last
   data record: clicks/s of the whole group, records processed per instance per sub-topology,
-  and 2 instances / 1.
+  and each count's rate / 1 instance's.
 - **failover**, ``BENCH_KILLS`` (10) seeded kills, each on a fresh application: 3 instances; once
   stable, clicks of 36 users on every partition for ``BENCH_WAVE_S`` (3 s), then SIGKILL one
   instance (``random.Random(seed).choice``), the clicks going on for ``BENCH_AFTER_KILL_S``
@@ -98,6 +99,9 @@ EVENTS = int(os.environ.get("BENCH_EVENTS", "200000"))
 USERS = int(os.environ.get("BENCH_USERS", "1000"))
 SPAN_MS = int(os.environ.get("BENCH_SPAN_MS", "2000"))
 THROUGHPUT_RUNS = int(os.environ.get("BENCH_THROUGHPUT_RUNS", "1"))
+THROUGHPUT_INSTANCES = [
+    int(n) for n in os.environ.get("BENCH_THROUGHPUT_INSTANCES", "1,2,3,4,5").split(",")
+]
 KILLS = int(os.environ.get("BENCH_KILLS", "10"))
 WAVE_S = float(os.environ.get("BENCH_WAVE_S", "3"))
 AFTER_KILL_S = float(os.environ.get("BENCH_AFTER_KILL_S", "1"))
@@ -143,8 +147,8 @@ def _spread(values: Sequence[float]) -> str:
 
 
 def _standbys(app: _App, instances: Sequence[Instance], since_ms: int) -> str:
-    """Standby store partitions per instance, and the stateful tasks with every store's
-    standby on one instance (see the module docstring)."""
+    """Standby tasks (every store of the task's stores kept there) per sub-topology and per
+    instance, and their totals (see the module docstring)."""
     ids = [i.runtime_instance_id or "" for i in instances]
     stores = {spec.name: sub.id for sub in app.topology.subtopologies for spec in sub.stores}
     wanted = len(stores) * INPUT_PARTITIONS if len(instances) > 1 else 0
@@ -160,16 +164,26 @@ def _standbys(app: _App, instances: Sequence[Instance], since_ms: int) -> str:
             break
         last = held if settled else None
         time.sleep(1.0)
-    whole = sum(
-        1
-        for p in range(INPUT_PARTITIONS)
-        for sub in {*stores.values()}
-        if any(all((name, p) in h for name, s in stores.items() if s == sub) for h in held)
+    subs = sorted({*stores.values()})
+    per_sub = {
+        sub: [
+            sum(
+                all((name, p) in h for name, s in stores.items() if s == sub)
+                for p in range(INPUT_PARTITIONS)
+            )
+            for h in held
+        ]
+        for sub in subs
+    }
+    totals = [sum(column) for column in zip(*per_sub.values(), strict=True)]
+    split = sum(map(len, held)) - sum(
+        len([n for n, s in stores.items() if s == sub]) * sum(per_sub[sub]) for sub in subs
     )
     return (
-        f"store partitions {[len(h) for h in held]} of {wanted} ({len(stores)} stores x "
-        f"{INPUT_PARTITIONS}); tasks with all their stores' standbys on one instance: "
-        f"{whole} of {len({*stores.values()}) * INPUT_PARTITIONS}{note}"
+        "  ".join(f"sub-topology {sub}: {c}" for sub, c in per_sub.items())
+        + f";  in all {totals}"
+        + (f";  {split} store partitions apart from their task's others" if split else "")
+        + note
     )
 
 
@@ -188,7 +202,7 @@ def _balance_run(n: int, bootstrap: str, workdir: Path) -> str:
         ratio = f"{max(totals) / min(totals):.2f}" if min(totals) else "inf"
         return (
             f"{tasks};  in all {totals} (busiest / least busy {ratio});  "
-            f"standbys {_standbys(app, instances, since_ms)}  "
+            f"standby tasks {_standbys(app, instances, since_ms)}  "
             f"(stable after {stable_s:.1f} s)"
         )
     finally:
@@ -293,7 +307,7 @@ def _throughput(bootstrap: str, workdir: Path) -> None:
         f"(off the clock); {THROUGHPUT_RUNS} round(s)",
         flush=True,
     )
-    results: dict[str, list[_Throughput]] = {"1": [], "2": []}
+    results: dict[str, list[_Throughput]] = {str(n): [] for n in THROUGHPUT_INSTANCES}
 
     def run(name: str) -> float:
         try:
@@ -306,12 +320,15 @@ def _throughput(bootstrap: str, workdir: Path) -> None:
         return result.rate
 
     interleaved(run, list(results), THROUGHPUT_RUNS)
-    if results["1"] and results["2"]:
-        one = median(r.rate for r in results["1"])
-        two = median(r.rate for r in results["2"])
+    rates = {int(n): median(r.rate for r in rs) for n, rs in results.items() if rs}
+    if 1 in rates:
         print(
-            f"  clicks/s (median): 1 instance {one:,.0f}, 2 instances {two:,.0f}; "
-            f"2 instances / 1 = {two / one:.2f} (this machine: {os.cpu_count()} cores)"
+            "  clicks/s (median): "
+            + ", ".join(
+                f"{n} instance(s) {rate:,.0f} ({rate / rates[1]:.2f}x 1)"
+                for n, rate in rates.items()
+            )
+            + f" (this machine: {os.cpu_count()} cores)"
         )
 
 

@@ -90,8 +90,8 @@ def standby_stores(
 ) -> dict[str, tuple[int, frozenset[tuple[str, int]]]]:
     """Per runtime instance id, its latest membership record's heartbeat (epoch ms) and the
     store partitions (store, partition) it keeps standby copies of; instances that left (a
-    tombstone) are left out. The runtime places each store partition's standbys on its own
-    (rendezvous hashing), so one task's stores may have their standbys on different instances."""
+    tombstone) are left out. The runtime places a task's stores together, but an instance may
+    report one store of a task before another (a membership record is a moment's view)."""
     topic = f"{application_id}-membership"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     metadata = admin.list_topics(topic, timeout=10).topics.get(topic)

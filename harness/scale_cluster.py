@@ -65,6 +65,7 @@ from harness.session_cluster.reader import high_watermarks, read_topic, results_
 from harness.session_cluster.writer import ClickWriter
 from harness.waiting import unique_name
 from streams_runtime import StreamsBuilder
+from streams_runtime.cluster.assignment import front_lane_instance
 from streams_runtime.cluster.membership import MemberInfo
 from streams_runtime.serdes import Json, String
 from streams_runtime.topology import Topology
@@ -259,7 +260,7 @@ class Placement:
 
 def _task_problems(placement: Placement) -> list[str]:
     """Each task's inputs on one member, each task owned, tasks per instance differing by at
-    most one in every sub-topology."""
+    most one in every sub-topology and in all."""
     problems = []
     owner_of = {
         tp: client for client, member in placement.members.items() for tp in member.partitions
@@ -272,6 +273,9 @@ def _task_problems(placement: Placement) -> list[str]:
         loads = [len(placement.tasks_of(i)[sub.id]) for i in placement.instances.values()]
         if loads and max(loads) - min(loads) > 1:
             problems.append(f"sub-topology {sub.id}: tasks per instance {loads}")
+    totals = [sum(map(len, placement.tasks_of(i).values())) for i in placement.instances.values()]
+    if totals and max(totals) - min(totals) > 1:
+        problems.append(f"tasks per instance in all: {totals}")
     return problems
 
 
@@ -303,7 +307,8 @@ def _record_problems(placement: Placement) -> list[str]:
 
 def _standby_problems(placement: Placement, standbys: int) -> list[str]:
     """``standbys`` standbys per logged store partition (fewer with fewer other instances),
-    none on its active's instance."""
+    none on its active's instance, per store as many on every instance as on any other, give
+    or take one."""
     problems = []
     wanted = min(standbys, len(placement.instances) - 1)
     for store, sub in placement.spec.stores().items():
@@ -319,6 +324,12 @@ def _standby_problems(placement: Placement, standbys: int) -> list[str]:
                 problems.append(f"a standby of {store}/{p} on its active's instance {active}")
             if len(holders) != wanted:
                 problems.append(f"{store}/{p}: standbys on {holders}, wanted {wanted}")
+        counts = [
+            len(record.standby.get(store, ())) if (record := placement.record_of(i)) else 0
+            for i in placement.instances.values()
+        ]
+        if counts and max(counts) - min(counts) > 1:
+            problems.append(f"{store}: standbys per instance {counts}")
     return problems
 
 
@@ -385,17 +396,27 @@ class ScaleCluster(SessionCluster):
             return None
         if stable and found.state != ConsumerGroupState.STABLE:
             return None
-        return {
-            m.client_id: Member(
-                m.member_id,
-                m.client_id,
-                frozenset(
-                    (tp.topic, tp.partition)
-                    for tp in (m.assignment.topic_partitions if m.assignment else [])
-                ),
+        # An instance with lanes (streams_runtime/processing/lanes.py) is two members of one
+        # client id: its front lane (front_lane_instance names its instance) and its back
+        # lane, whose member id its membership record names. The placeholder is no task's.
+        placeholder = f"{group_id}-lanes"
+        members: dict[str, Member] = {}
+        for m in sorted(
+            found.members, key=lambda m: front_lane_instance(m.group_instance_id) is not None
+        ):
+            partitions = frozenset(
+                (tp.topic, tp.partition)
+                for tp in (m.assignment.topic_partitions if m.assignment else [])
+                if tp.topic != placeholder
             )
-            for m in found.members
-        }
+            if m.client_id in members:  # the front lane, after its back
+                known = members[m.client_id]
+                members[m.client_id] = Member(
+                    known.member_id, m.client_id, known.partitions | partitions
+                )
+            else:
+                members[m.client_id] = Member(m.member_id, m.client_id, partitions)
+        return members
 
     def membership_records(self) -> dict[str, MemberInfo]:
         """The latest record of every instance on ``<application_id>-membership``, by runtime

@@ -8,6 +8,12 @@
  * the ack, and a count. It runs on librdkafka's broker threads and never touches Python; Python
  * drains the entries changed since its last look from its scheduler thread.
  *
+ * Its on_send() interceptor (on the application's thread, in produce()) also keeps, per topic, the
+ * timestamps of the records sent and not acknowledged yet (on_acknowledgement() settles every
+ * one, delivered or failed: librdkafka unrolls a failed produce's on_send by an on_ack). Ticks go
+ * through a producer of their own, so a record still in flight may land after a tick: a tick is
+ * never dated above the oldest record in flight to its topic (in_flight()).
+ *
  * Nothing here links against librdkafka: the wheel's copy has a hashed name and is loaded
  * RTLD_LOCAL, so Python resolves the few functions used here on the already-loaded library
  * (ctypes) and hands their addresses to bind() before any producer loads the plugin. Only the
@@ -43,6 +49,7 @@ typedef int rd_kafka_timestamp_type_t;
 #define RK_CONF_UNKNOWN (-2)
 #define RK_CONF_INVALID (-1)
 #define RK_CONF_OK 0
+#define RK_TIMESTAMP_LOG_APPEND_TIME 2
 
 /* The leading members of rd_kafka_message_t, in their public order. */
 typedef struct {
@@ -59,6 +66,7 @@ typedef rd_kafka_resp_err_t(on_conf_destroy_f)(void *);
 typedef rd_kafka_resp_err_t(on_new_f)(rd_kafka_t *, const rd_kafka_conf_t *, void *, char *,
                                       size_t);
 typedef rd_kafka_resp_err_t(on_acknowledgement_f)(rd_kafka_t *, rk_message_head_t *, void *);
+typedef rd_kafka_resp_err_t(on_send_f)(rd_kafka_t *, rk_message_head_t *, void *);
 
 static struct {
     rd_kafka_resp_err_t (*add_on_conf_set)(rd_kafka_conf_t *, const char *, on_conf_set_f *,
@@ -70,6 +78,7 @@ static struct {
     rd_kafka_resp_err_t (*add_on_new)(rd_kafka_conf_t *, const char *, on_new_f *, void *);
     rd_kafka_resp_err_t (*add_on_acknowledgement)(rd_kafka_t *, const char *,
                                                   on_acknowledgement_f *, void *);
+    rd_kafka_resp_err_t (*add_on_send)(rd_kafka_t *, const char *, on_send_f *, void *);
     const char *(*topic_name)(const rd_kafka_topic_t *);
     int64_t (*message_timestamp)(const rk_message_head_t *, rd_kafka_timestamp_type_t *);
 } rk;
@@ -90,6 +99,30 @@ typedef struct {
     int dirty;
 } ack_entry_t;
 
+/* Timestamps with a count each, ascending: a multiset. */
+typedef struct {
+    int64_t stamp;
+    uint32_t count;
+} stamp_count_t;
+
+typedef struct {
+    stamp_count_t *items;
+    size_t len, capacity;
+} stamp_set_t;
+
+/* One topic's records in flight: its sends less its acknowledgements (delivered or failed).
+ * The application's threads add sends under flight_lock, the broker threads acknowledgements
+ * under the table's lock, each to a set of its own, so neither waits on the other per record;
+ * flights_merge() subtracts one set from the other now and then, under both. */
+typedef struct {
+    char *topic;
+    /* The topic's acks carry the broker's append time: sends cannot be matched to acks, and
+     * the broker dates ticks and data alike, so nothing needs holding back. */
+    atomic_int log_append_time;
+    stamp_set_t sent;    /* flight_lock */
+    stamp_set_t settled; /* the table's lock */
+} flight_t;
+
 typedef struct ack_table {
     pthread_mutex_t lock;
     atomic_long refs;
@@ -101,6 +134,10 @@ typedef struct ack_table {
     uint32_t *dirty; /* indexes of entries changed since the last drain; capacity entries */
     size_t dirty_count;
     uint64_t acks, dropped;
+    pthread_mutex_t flight_lock; /* the sends; taken before the table's lock when both are */
+    flight_t *flights;           /* per topic; added under both locks */
+    size_t flight_count, flight_capacity;
+    uint64_t untracked; /* records not tracked (out of memory); flight_lock */
     struct ack_table *next_registered;
 } ack_table_t;
 
@@ -120,10 +157,18 @@ static void table_release(ack_table_t *table) {
         return;
     for (size_t i = 0; i < table->count; i++)
         free(table->entries[i].topic);
+    for (size_t i = 0; i < table->flight_count; i++) {
+        flight_t *flight = &table->flights[i];
+        free(flight->topic);
+        free(flight->sent.items);
+        free(flight->settled.items);
+    }
+    free(table->flights);
     free(table->entries);
     free(table->slots);
     free(table->dirty);
     pthread_mutex_destroy(&table->lock);
+    pthread_mutex_destroy(&table->flight_lock);
     free(table);
 }
 
@@ -183,6 +228,112 @@ static ack_entry_t *table_entry(ack_table_t *table, const char *topic, int32_t p
     return entry;
 }
 
+/* ---- Records in flight (sent, not acknowledged yet). ---- */
+
+/* The topic's flight; NULL when it has none. Either lock held. */
+static flight_t *flight_find(ack_table_t *table, const char *topic) {
+    for (size_t i = 0; i < table->flight_count; i++)
+        if (strcmp(table->flights[i].topic, topic) == 0)
+            return &table->flights[i];
+    return NULL;
+}
+
+/* The topic's flight, added when new; NULL when out of memory. flight_lock held. */
+static flight_t *flight_add_topic(ack_table_t *table, const char *topic) {
+    flight_t *flight = flight_find(table, topic);
+    if (flight)
+        return flight;
+    char *name = strdup(topic);
+    if (!name)
+        return NULL;
+    pthread_mutex_lock(&table->lock); /* the broker threads look topics up under it */
+    if (table->flight_count == table->flight_capacity) {
+        size_t capacity = table->flight_capacity ? table->flight_capacity * 2 : 4;
+        flight_t *flights = realloc(table->flights, capacity * sizeof *flights);
+        if (!flights) {
+            pthread_mutex_unlock(&table->lock);
+            free(name);
+            return NULL;
+        }
+        table->flights = flights;
+        table->flight_capacity = capacity;
+    }
+    flight = &table->flights[table->flight_count++];
+    memset(flight, 0, sizeof *flight);
+    flight->topic = name;
+    pthread_mutex_unlock(&table->lock);
+    return flight;
+}
+
+/* One more record at stamp (mostly at the end: records come in order); -1 when out of memory. */
+static int stamps_add(stamp_set_t *set, int64_t stamp) {
+    stamp_count_t *items = set->items;
+    size_t at = set->len;
+    if (at && items[at - 1].stamp >= stamp) {
+        if (items[at - 1].stamp > stamp) { /* out of order: the first entry at or above stamp */
+            size_t low = 0, high = at;
+            while (low < high) {
+                size_t mid = low + (high - low) / 2;
+                if (items[mid].stamp < stamp)
+                    low = mid + 1;
+                else
+                    high = mid;
+            }
+            at = low;
+        } else {
+            at--; /* the common case: the same millisecond as the last */
+        }
+        if (items[at].stamp == stamp) {
+            items[at].count++;
+            return 0;
+        }
+    }
+    if (set->len == set->capacity) {
+        size_t capacity = set->capacity ? set->capacity * 2 : 64;
+        items = realloc(items, capacity * sizeof *items);
+        if (!items)
+            return -1;
+        set->items = items;
+        set->capacity = capacity;
+    }
+    memmove(items + at + 1, items + at, (set->len - at) * sizeof *items);
+    items[at] = (stamp_count_t){stamp, 1};
+    set->len++;
+    return 0;
+}
+
+/* sent -= settled, settled emptied: both locks held. Every acknowledgement's send was added
+ * before it (on_send runs before the record can be acknowledged), so each finds its stamp. */
+static void flight_merge(flight_t *flight) {
+    stamp_set_t *sent = &flight->sent, *settled = &flight->settled;
+    if (atomic_load(&flight->log_append_time)) {
+        sent->len = settled->len = 0;
+        return;
+    }
+    size_t kept = 0, j = 0;
+    for (size_t i = 0; i < sent->len; i++) {
+        stamp_count_t item = sent->items[i];
+        while (j < settled->len && settled->items[j].stamp < item.stamp)
+            j++; /* a send not tracked (out of memory) */
+        if (j < settled->len && settled->items[j].stamp == item.stamp) {
+            uint32_t done = settled->items[j++].count;
+            item.count -= done < item.count ? done : item.count;
+        }
+        if (item.count)
+            sent->items[kept++] = item;
+    }
+    sent->len = kept;
+    settled->len = 0;
+}
+
+/* Merge every topic's flight: flight_lock held; takes the table's lock. */
+static void flights_merge(ack_table_t *table) {
+    pthread_mutex_lock(&table->lock);
+    for (size_t i = 0; i < table->flight_count; i++)
+        flight_merge(&table->flights[i]);
+    pthread_mutex_unlock(&table->lock);
+}
+
 /* ---- The plugin: one instance per producer configuration. ---- */
 
 typedef struct {
@@ -194,18 +345,52 @@ static on_conf_dup_f on_conf_dup;
 static on_conf_destroy_f on_conf_destroy;
 static on_new_f on_new;
 static on_acknowledgement_f on_acknowledgement;
+static on_send_f on_send;
+
+static rd_kafka_resp_err_t on_send(rd_kafka_t *rk_, rk_message_head_t *message, void *opaque) {
+    (void)rk_;
+    if (!message->rkt)
+        return RK_ERR_NO_ERROR;
+    ack_table_t *table = opaque;
+    rd_kafka_timestamp_type_t timestamp_type = 0;
+    int64_t timestamp_ms = rk.message_timestamp(message, &timestamp_type);
+    const char *topic = rk.topic_name(message->rkt);
+    pthread_mutex_lock(&table->flight_lock);
+    flight_t *flight = flight_add_topic(table, topic);
+    if (flight && !atomic_load(&flight->log_append_time)) {
+        if (flight->sent.len == flight->sent.capacity)
+            flights_merge(table); /* before growing: most of it is acknowledged by now */
+        if (stamps_add(&flight->sent, timestamp_ms))
+            flight = NULL;
+    }
+    if (!flight)
+        table->untracked++;
+    pthread_mutex_unlock(&table->flight_lock);
+    return RK_ERR_NO_ERROR;
+}
 
 static rd_kafka_resp_err_t on_acknowledgement(rd_kafka_t *rk_, rk_message_head_t *message,
                                               void *opaque) {
     (void)rk_;
-    if (message->err != RK_ERR_NO_ERROR || !message->rkt)
-        return RK_ERR_NO_ERROR; /* only successful deliveries are acks */
+    if (!message->rkt)
+        return RK_ERR_NO_ERROR;
     ack_table_t *table = opaque;
     rd_kafka_timestamp_type_t timestamp_type = 0;
     int64_t timestamp_ms = rk.message_timestamp(message, &timestamp_type);
     const char *topic = rk.topic_name(message->rkt);
     struct timespec now;
     pthread_mutex_lock(&table->lock);
+    flight_t *flight = flight_find(table, topic);
+    if (flight && !atomic_load(&flight->log_append_time)) {
+        if (message->err == RK_ERR_NO_ERROR && timestamp_type == RK_TIMESTAMP_LOG_APPEND_TIME)
+            atomic_store(&flight->log_append_time, 1); /* its sets are left to the next merge */
+        else if (stamps_add(&flight->settled, timestamp_ms))
+            table->dropped++; /* out of memory: the record stays held, never released early */
+    }
+    if (message->err != RK_ERR_NO_ERROR) { /* only successful deliveries are acks */
+        pthread_mutex_unlock(&table->lock);
+        return RK_ERR_NO_ERROR;
+    }
     /* Read under the lock: a partition's ack times never go backwards. */
     clock_gettime(CLOCK_MONOTONIC, &now);
     ack_entry_t *entry = table_entry(table, topic, message->partition);
@@ -312,7 +497,8 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *client, const rd_kafka_conf_t *con
         return RK_ERR_NO_ERROR; /* loaded without a table: records nothing */
     /* The configuration's reference keeps the table alive: librdkafka destroys the client's
      * configuration (on_conf_destroy) only after its threads, and so its acks, have ended. */
-    return rk.add_on_acknowledgement(client, IC_NAME, on_acknowledgement, plugin->table);
+    rd_kafka_resp_err_t err = rk.add_on_send(client, IC_NAME, on_send, plugin->table);
+    return err ? err : rk.add_on_acknowledgement(client, IC_NAME, on_acknowledgement, plugin->table);
 }
 
 /* The plugin entry point librdkafka looks up by name. */
@@ -361,6 +547,11 @@ static PyObject *AckTable_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     if (!table)
         return PyErr_NoMemory();
     if (pthread_mutex_init(&table->lock, NULL) != 0) {
+        free(table);
+        return PyErr_NoMemory();
+    }
+    if (pthread_mutex_init(&table->flight_lock, NULL) != 0) {
+        pthread_mutex_destroy(&table->lock);
         free(table);
         return PyErr_NoMemory();
     }
@@ -413,6 +604,11 @@ static PyObject *AckTable_drain(AckTableObject *self, PyObject *unused) {
     drained_t *copies = NULL;
     size_t count = 0;
     int out_of_memory = 0;
+    /* Drained often (a quarter second at most): merging here bounds what records in flight
+     * take, on a producer whose ticks are never due. */
+    pthread_mutex_lock(&table->flight_lock);
+    flights_merge(table);
+    pthread_mutex_unlock(&table->flight_lock);
     pthread_mutex_lock(&table->lock);
     if (table->dirty_count) {
         copies = malloc(table->dirty_count * sizeof *copies);
@@ -452,15 +648,51 @@ static PyObject *AckTable_drain(AckTableObject *self, PyObject *unused) {
     return result;
 }
 
+static PyObject *AckTable_in_flight(AckTableObject *self, PyObject *unused) {
+    (void)unused;
+    ack_table_t *table = self->table;
+    typedef struct {
+        const char *topic;
+        int64_t stamp;
+    } oldest_t;
+    oldest_t *oldest = NULL;
+    size_t count = 0;
+    int out_of_memory = 0;
+    pthread_mutex_lock(&table->flight_lock);
+    flights_merge(table);
+    if (table->flight_count) {
+        oldest = malloc(table->flight_count * sizeof *oldest);
+        out_of_memory = !oldest;
+        for (size_t i = 0; oldest && i < table->flight_count; i++) {
+            flight_t *flight = &table->flights[i];
+            if (flight->sent.len) /* topic names live as long as the table */
+                oldest[count++] = (oldest_t){flight->topic, flight->sent.items[0].stamp};
+        }
+    }
+    pthread_mutex_unlock(&table->flight_lock);
+    PyObject *result = out_of_memory ? PyErr_NoMemory() : PyDict_New();
+    for (size_t i = 0; result && i < count; i++) {
+        PyObject *stamp = PyLong_FromLongLong((long long)oldest[i].stamp);
+        if (!stamp || PyDict_SetItemString(result, oldest[i].topic, stamp) < 0)
+            Py_CLEAR(result);
+        Py_XDECREF(stamp);
+    }
+    free(oldest);
+    return result;
+}
+
 static PyObject *AckTable_stats(AckTableObject *self, PyObject *unused) {
     (void)unused;
     ack_table_t *table = self->table;
     pthread_mutex_lock(&table->lock);
     unsigned long long partitions = table->count, acks = table->acks, dropped = table->dropped;
     pthread_mutex_unlock(&table->lock);
+    pthread_mutex_lock(&table->flight_lock);
+    unsigned long long untracked = table->untracked;
+    pthread_mutex_unlock(&table->flight_lock);
     long references = atomic_load(&table->refs);
-    return Py_BuildValue("{sKsKsKsl}", "partitions", partitions, "acks", acks, "dropped", dropped,
-                         "references", references);
+    return Py_BuildValue("{sKsKsKsKsl}", "partitions", partitions, "acks", acks, "dropped",
+                         dropped, "untracked", untracked, "references", references);
 }
 
 static PyObject *AckTable_id(AckTableObject *self, void *closure) {
@@ -472,8 +704,11 @@ static PyMethodDef AckTable_methods[] = {
     {"drain", (PyCFunction)AckTable_drain, METH_NOARGS,
      "drain() -> [(topic, partition, timestamp_type, timestamp_ms, ack_monotonic, acks)]\n\n"
      "The partitions acked since the last drain, each with its last successful ack."},
+    {"in_flight", (PyCFunction)AckTable_in_flight, METH_NOARGS,
+     "in_flight() -> {topic: timestamp_ms}\n\n"
+     "Per topic with records sent and not acknowledged yet, the oldest one's timestamp."},
     {"stats", (PyCFunction)AckTable_stats, METH_NOARGS,
-     "stats() -> {'partitions', 'acks', 'dropped', 'references'}"},
+     "stats() -> {'partitions', 'acks', 'dropped', 'untracked', 'references'}"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -501,11 +736,12 @@ static PyType_Spec AckTable_spec = {
 
 static PyObject *bind(PyObject *module, PyObject *args) {
     (void)module;
-    unsigned long long addresses[7];
-    if (!PyArg_ParseTuple(args, "KKKKKKK:bind", &addresses[0], &addresses[1], &addresses[2],
-                          &addresses[3], &addresses[4], &addresses[5], &addresses[6]))
+    unsigned long long addresses[8];
+    if (!PyArg_ParseTuple(args, "KKKKKKKK:bind", &addresses[0], &addresses[1], &addresses[2],
+                          &addresses[3], &addresses[4], &addresses[5], &addresses[6],
+                          &addresses[7]))
         return NULL;
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         if (!addresses[i]) {
             PyErr_SetString(PyExc_ValueError, "bind(): a null function address");
             return NULL;
@@ -525,8 +761,9 @@ static PyObject *bind(PyObject *module, PyObject *args) {
     *(void **)&rk.add_on_conf_destroy = (void *)(uintptr_t)addresses[2];
     *(void **)&rk.add_on_new = (void *)(uintptr_t)addresses[3];
     *(void **)&rk.add_on_acknowledgement = (void *)(uintptr_t)addresses[4];
-    *(void **)&rk.topic_name = (void *)(uintptr_t)addresses[5];
-    *(void **)&rk.message_timestamp = (void *)(uintptr_t)addresses[6];
+    *(void **)&rk.add_on_send = (void *)(uintptr_t)addresses[5];
+    *(void **)&rk.topic_name = (void *)(uintptr_t)addresses[6];
+    *(void **)&rk.message_timestamp = (void *)(uintptr_t)addresses[7];
     atomic_store(&rk_bound, 1);
     Py_RETURN_NONE;
 }
@@ -534,7 +771,8 @@ static PyObject *bind(PyObject *module, PyObject *args) {
 static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS,
      "bind(conf_interceptor_add_on_conf_set, ..._on_conf_dup, ..._on_conf_destroy, "
-     "..._on_new, interceptor_add_on_acknowledgement, topic_name, message_timestamp)\n\n"
+     "..._on_new, interceptor_add_on_acknowledgement, interceptor_add_on_send, topic_name, "
+     "message_timestamp)\n\n"
      "Give the plugin the addresses of these librdkafka functions (once per process)."},
     {NULL, NULL, 0, NULL},
 };

@@ -5,16 +5,18 @@ from __future__ import annotations
 import logging
 import threading
 import types
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 
 from interceptor.native import AckTableLike
 from interceptor.report import ReportSender
 from interceptor.settings import InterceptorSettings, Mode
 from progress_control.ticks.activity import PartitionActivity, TopicPartition
 from progress_control.ticks.idle_scheduler import IdlePartitionScheduler
+from progress_control.ticks.in_flight import RecordsInFlight
 from progress_control.ticks.metrics import (
     MetricsSnapshot,
     ProgressControlMetrics,
@@ -28,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
+_LOG_APPEND = TIMESTAMP_LOG_APPEND_TIME
 _TICK_REPORT_POLL_S = 1.0  # serve tick delivery reports even when no tick is due
 # The native recorder's table is drained right before every tick decision; between those, this
 # often (at most), so that a new partition is tracked well before its first deadline.
@@ -55,7 +58,8 @@ class ProgressControl:
     Acks arrive one of two ways: with ``ack_table``, the native recorder (a librdkafka
     interceptor, :mod:`interceptor.native`) stores them in C and :meth:`drain_acks` reads them
     from the scheduler thread; without, the producer wraps its delivery callbacks with
-    :meth:`delivery_callback` and calls :meth:`commit_acks` after serving them.
+    :meth:`delivery_callback` and calls :meth:`commit_acks` after serving them, and tells
+    :attr:`in_flight` of every record it sends (the native recorder sees sends itself).
     """
 
     def __init__(
@@ -73,6 +77,9 @@ class ProgressControl:
         self._activity = PartitionActivity(settings.tick_schedule(), include_topic=include_topic)
         self.pending_acks: dict[Any, Any] = self._activity.pending
         """Acks recorded and not yet committed; the producer tests it before :meth:`commit_acks`."""
+        self.in_flight: RecordsInFlight | None = None
+        """The Python path's records sent and not yet settled, when it sends ticks (the
+        native recorder sees sends itself; a sidecar's ticks do not use them)."""
         self._metrics = ProgressControlMetrics(
             self._activity.idle_partitions, ack_recording=self.ack_recording
         )
@@ -92,15 +99,20 @@ class ProgressControl:
             self._scheduler = IdlePartitionScheduler(self._activity, lambda _: None)
             self._scheduler.add_interval_job(self._report, settings.report_interval_ms / 1000)
         else:
-            self._sender = TickSender(settings, host_config, self._metrics)
+            if ack_table is None:
+                self.in_flight = RecordsInFlight()
+                in_flight = self.in_flight.oldest
+            else:
+                in_flight = ack_table.in_flight
+            self._sender = TickSender(settings, host_config, self._metrics, in_flight=in_flight)
             self._scheduler = IdlePartitionScheduler(
                 self._activity, self._sender.send, before_wake=self.drain_acks
             )
             self._scheduler.add_interval_job(self._sender.poll, _TICK_REPORT_POLL_S)
-            if ack_table is not None:
-                self._scheduler.add_interval_job(
-                    self.drain_acks, _drain_period_s(settings.start_ms)
-                )
+            self._scheduler.add_interval_job(
+                self.drain_acks if self.in_flight is None else self.in_flight.fold,
+                _drain_period_s(settings.start_ms),
+            )
         self._scheduler.start()
 
     def drain_acks(self) -> None:
@@ -137,11 +149,16 @@ class ProgressControl:
         """A delivery callback that records the ack, then calls ``user_callback`` (if any) with
         the same arguments. Recording never raises into the host; the ack reaches the activity
         map at the next :meth:`commit_acks`."""
-        # The host's hot path, once per record: one dict store, no clock reading (commit_acks
-        # takes one per poll), no lock. A delivered message always has a topic and partition.
+        # The host's hot path, once per record: one dict store and the record settled, no clock
+        # reading (commit_acks takes one per poll). A reported message always has a topic.
         pending: dict[Any, Any] = self._activity.pending
+        # Settles go to the in-flight log (RecordsInFlight.settled, inlined: one append).
+        settles: deque[Any] | None = None if self.in_flight is None else self.in_flight.settles
 
         def record(error: KafkaError | None, msg: Message) -> None:
+            if settles is not None:
+                kind, timestamp_ms = msg.timestamp()
+                settles.append((msg.topic(), timestamp_ms, error is None and kind == _LOG_APPEND))
             if error is None:
                 pending[msg.topic(), msg.partition()] = msg
 
@@ -149,9 +166,12 @@ class ProgressControl:
             return record
         call = _direct(user_callback)
 
-        # The same line as record(), inlined: calling record() here would add a Python call
+        # The same lines as record(), inlined: calling record() here would add a Python call
         # per ack.
         def record_then_call(error: KafkaError | None, msg: Message) -> None:
+            if settles is not None:
+                kind, timestamp_ms = msg.timestamp()
+                settles.append((msg.topic(), timestamp_ms, error is None and kind == _LOG_APPEND))
             if error is None:
                 pending[msg.topic(), msg.partition()] = msg
             call(error, msg)

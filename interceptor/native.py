@@ -51,6 +51,7 @@ _FUNCTIONS = (
     "rd_kafka_conf_interceptor_add_on_conf_destroy",
     "rd_kafka_conf_interceptor_add_on_new",
     "rd_kafka_interceptor_add_on_acknowledgement",
+    "rd_kafka_interceptor_add_on_send",
     "rd_kafka_topic_name",
     "rd_kafka_message_timestamp",
 )
@@ -64,6 +65,8 @@ class AckTableLike(Protocol):
     def id(self) -> int: ...
 
     def drain(self) -> list[tuple[str, int, int, int, float, int]]: ...
+
+    def in_flight(self) -> dict[str, int]: ...
 
     def stats(self) -> dict[str, int]: ...
 

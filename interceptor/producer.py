@@ -18,7 +18,9 @@ Acks are recorded one of two ways (``progress.control.ack.recording``, :mod:`int
   same thread; a producer without a callback of its own gets one that only records. The acks a
   call serves (``poll()``, ``flush()``, committing or aborting a transaction) are stamped with one
   clock reading when that call returns; ``flush()`` returns to stamp them every ``_ACK_COMMIT_S``
-  while it waits.
+  while it waits. ``produce()`` and ``produce_batch()`` register each record as in flight until
+  its delivery report (:mod:`progress_control.ticks.in_flight`); a record without a timestamp of
+  its own at a clock reading taken before the send, at or below the one librdkafka dates it with.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from confluent_kafka.serializing_producer import SerializingProducer as KafkaSer
 from interceptor.control import DeliveryCallback, ProgressControl
 from interceptor.native import native_acks
 from interceptor.settings import InterceptorSettings, split_config
+from progress_control.ticks.in_flight import RecordsInFlight
 from progress_control.ticks.metrics import MetricsSnapshot, PrometheusCollector
 
 __all__ = ["Producer", "SerializingProducer"]
@@ -59,6 +62,8 @@ class _ProgressControlled:
     """The acks recorded since the last commit (empty or ``None`` means nothing to do)."""
     _wrap: Callable[[DeliveryCallback | None], DeliveryCallback] | None
     """Wraps a callback to record acks in Python; ``None`` when acks are recorded natively."""
+    _in_flight: RecordsInFlight | None
+    """Where the Python path registers sends; ``None`` when acks are recorded natively."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         ours, theirs = split_config({**(config or {}), **kwargs})
@@ -66,6 +71,7 @@ class _ProgressControlled:
         self._progress = None
         self._pending = None
         self._wrap = None
+        self._in_flight = None
         if settings.enabled:
             native = native_acks(settings.ack_recording)
             table = None if native is None else native.new_table()
@@ -76,6 +82,7 @@ class _ProgressControlled:
                 theirs["on_delivery"] = progress.delivery_callback(theirs.get("on_delivery"))
                 self._pending = progress.pending_acks
                 self._wrap = progress.delivery_callback
+                self._in_flight = progress.in_flight
             self._progress = progress
         try:
             super().__init__(theirs)  # type: ignore[call-arg]
@@ -166,6 +173,13 @@ class _ProgressControlled:
         own = [(m, m["callback"]) for m in messages if isinstance(m, dict) and m.get("callback")]
         for message, message_callback in own:
             message["callback"] = wrap(message_callback)
+        # librdkafka dates a batch's records itself, at or after this reading (produce_batch
+        # takes no timestamps): in flight from here, settled below when not queued.
+        in_flight = self._in_flight
+        sent_at = int(_time() * 1000)
+        if in_flight is not None:
+            in_flight.sends.extend([(topic, sent_at)] * len(messages))  # sent(), once for all
+        queued = 0
         try:
             if user_callback is None:
                 queued = _kafka_produce_batch(self, topic, messages, partition)
@@ -180,6 +194,9 @@ class _ProgressControlled:
         finally:
             for message, message_callback in own:
                 message["callback"] = message_callback
+            if in_flight is not None:  # those not queued never were in flight
+                for _ in range(len(messages) - queued):
+                    in_flight.settled(topic, sent_at)
         return queued
 
     def _commit(self) -> None:
@@ -219,6 +236,9 @@ _kafka_flush: Callable[..., int] = KafkaProducer.flush
 _kafka_produce_batch: Callable[..., int] = KafkaProducer.produce_batch
 
 
+_time = time.time
+
+
 class Producer(_ProgressControlled, KafkaProducer):
     """``confluent_kafka.Producer`` with progress control."""
 
@@ -234,25 +254,35 @@ class Producer(_ProgressControlled, KafkaProducer):
         headers: Headers = None,
     ) -> None:
         user_callback = on_delivery or callback
-        if user_callback is None and timestamp == 0 and headers is None:
-            # Only the arguments given: the C method parses each one it is passed.
-            if key is None and partition == -1:
-                _kafka_produce(self, topic, value)
-            else:
-                _kafka_produce(self, topic, value, key, partition)
-            return
-        if user_callback is not None and self._wrap is not None:
-            user_callback = self._wrap(user_callback)
-        _kafka_produce(
-            self,
-            topic,
-            value,
-            key,
-            partition,
-            on_delivery=user_callback,
-            timestamp=timestamp,
-            headers=headers,
-        )
+        in_flight = self._in_flight
+        sent = 0
+        if in_flight is not None:
+            sent = timestamp or int(_time() * 1000)
+            in_flight.sends.append((topic, sent))  # RecordsInFlight.sent, inlined
+        try:
+            if user_callback is None and timestamp == 0 and headers is None:
+                # Only the arguments given: the C method parses each one it is passed.
+                if key is None and partition == -1:
+                    _kafka_produce(self, topic, value)
+                else:
+                    _kafka_produce(self, topic, value, key, partition)
+                return
+            if user_callback is not None and self._wrap is not None:
+                user_callback = self._wrap(user_callback)
+            _kafka_produce(
+                self,
+                topic,
+                value,
+                key,
+                partition,
+                on_delivery=user_callback,
+                timestamp=timestamp,
+                headers=headers,
+            )
+        except BaseException:
+            if in_flight is not None:  # not queued: never in flight
+                in_flight.settled(topic, sent)
+            raise
 
 
 class SerializingProducer(_ProgressControlled, KafkaSerializingProducer):
@@ -268,9 +298,23 @@ class SerializingProducer(_ProgressControlled, KafkaSerializingProducer):
         timestamp: int = 0,
         headers: Headers = None,
     ) -> None:
+        in_flight = self._in_flight
+        if in_flight is None:
+            _serializing_produce(
+                self, topic, key, value, partition, on_delivery, timestamp, headers
+            )
+            return
+        sent = timestamp or int(_time() * 1000)
+        in_flight.sends.append((topic, sent))  # RecordsInFlight.sent, inlined
         if on_delivery is not None and self._wrap is not None:
             on_delivery = self._wrap(on_delivery)
-        _serializing_produce(self, topic, key, value, partition, on_delivery, timestamp, headers)
+        try:
+            _serializing_produce(
+                self, topic, key, value, partition, on_delivery, timestamp, headers
+            )
+        except BaseException:
+            in_flight.settled(topic, sent)  # not queued (or not serialised): never in flight
+            raise
 
 
 class _NativeAcksProducer(Producer):

@@ -59,6 +59,7 @@ COMPONENT_FIELDS: Mapping[str, frozenset[str]] = {
         query_bind_host query_max_connections query_request_timeout_ms query_timeout_ms
         query_tls_ca_file query_tls_cert_file query_tls_key_file query_token query_token_file
         query_workers repartition_purge_interval_ms replication_factor restore_timeout_s
+        rocksdb_memory_bytes
         signing_key_file signing_key_id signing_key_secret state_dir state_engine
         static_membership statestore_cache_max_bytes warmup_timeout_ms"""
     ),

@@ -290,7 +290,10 @@ def _sidecar(args: argparse.Namespace) -> int:
     sidecar = ProgressControlSidecar(settings).start()
     # A log line, so a JSON log stream holds nothing else.
     logging.getLogger("sidecar").info("serving HTTP on port %(port)d", {"port": sidecar.http.port})
-    stop.wait()
+    # Woken now and then: a signal the kernel delivered to another thread only runs its Python
+    # handler once the main thread is back in the interpreter, and a bare wait() never is.
+    while not stop.wait(0.5):
+        pass
     # A hard bound on the whole exit, librdkafka's teardown included: the clean stop below
     # takes at most 80% of shutdown_timeout_s; should anything hang, SIGALRM ends the process.
     signal.setitimer(signal.ITIMER_REAL, settings.shutdown_timeout_s)

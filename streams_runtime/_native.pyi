@@ -1,9 +1,9 @@
-# The native core (native/src/): the interfaces of its pure-Python references in
-# streams_runtime/fused/ (session_core.py, time_window_core.py).
+# The native core (native/src/); its pure-Python twins, the oracle of its tests, are in
+# tests/streams_runtime/fused/oracle/.
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from streams_runtime.fused.window_core import Failure, Final, StateWrite
+from streams_runtime.fused import Failure, Final, StateWrite
 from streams_runtime.record import Headers
 
 class _WindowCore:
@@ -17,6 +17,7 @@ class _WindowCore:
         offsets: Sequence[int],
         headers: Sequence[Headers | None],
         values: Sequence[Any] | None = None,
+        key_objects: Sequence[Any] | None = None,
     ) -> tuple[list[Final], int, int, Failure | None]: ...
     def advance(self, timestamp: int, offset: int) -> list[Final]: ...
     def take_writes(self) -> list[StateWrite]: ...
@@ -31,6 +32,7 @@ class SessionCore(_WindowCore):
         keep_headers: bool,
         *,
         aggregation: str = "count",
+        functions: Any = None,
         normalize: Callable[[Any], Any] | None = None,
         exact_ints: bool = True,
         exact_floats: bool = True,
@@ -49,6 +51,7 @@ class TimeWindowCore(_WindowCore):
         keep_headers: bool,
         *,
         aggregation: str = "count",
+        functions: Any = None,
         normalize: Callable[[Any], Any] | None = None,
         exact_ints: bool = True,
         exact_floats: bool = True,

@@ -37,6 +37,7 @@ from streams_runtime.queries.router import InteractiveQueries
 from streams_runtime.queries.security import query_address
 from streams_runtime.serdes import Serde
 from streams_runtime.settings import RuntimeSettings
+from streams_runtime.state import bound_engine_memory
 from streams_runtime.state.directory import application_directory
 from streams_runtime.state.stores import EARLIEST, LATEST
 from streams_runtime.topology import Topology
@@ -100,7 +101,8 @@ class App:
         _require_confluent_kafka()
         self._before_offset_commit = before_offset_commit
         self.settings = settings or load_settings(RuntimeSettings, **overrides)
-        self.topology: Topology = builder.build(self.settings.application_id)
+        self.topology: Topology = builder.build(self.settings.application_id, self.settings)
+        bound_engine_memory(self.settings.state_engine.value, self.settings.rocksdb_memory_bytes)
         problem = self.settings.signing_problem(
             has_repartition_topics=bool(self.topology.repartition_topics)
         )

@@ -17,6 +17,7 @@ __all__ = [
     "DLQ_HEADERS",
     "BadRecordError",
     "BadRecordHandler",
+    "CacheFlushError",
     "PunctuationError",
     "StreamsError",
     "TaskMigratedError",
@@ -80,6 +81,11 @@ class PunctuationError(StreamsError):
     "Exception caught while punctuating processor")."""
 
 
+class CacheFlushError(StreamsError):
+    """User code below a cached store raised on an entry the record cache flushed at a commit,
+    under the ``fail`` policy. The commit does not happen: the input is processed again."""
+
+
 class BadRecordHandler:
     """Applies the bad-record policy to one record."""
 
@@ -99,14 +105,32 @@ class BadRecordHandler:
         """A punctuator raised: :class:`PunctuationError` under ``fail``; otherwise logged and
         counted (reason ``punctuation``), the punctuation dropped (no record to dead-letter), as
         Kafka Streams' processing exception handler continues."""
+        self._without_record(task, "punctuation", "a punctuator raised", PunctuationError, error)
+
+    def handle_flush(self, task: str, error: BaseException) -> None:
+        """User code below a cached store raised on an entry the cache flushed at a commit:
+        :class:`CacheFlushError` under ``fail``; otherwise logged and counted (reason
+        ``processing``) and the flush goes on (the input that wrote the entry is committed
+        already, so there is no record to dead-letter)."""
+        what = "user code raised on a record flushed from the record cache"
+        self._without_record(task, "processing", what, CacheFlushError, error)
+
+    def _without_record(
+        self,
+        task: str,
+        reason: str,
+        what: str,
+        failure: type[StreamsError],
+        error: BaseException,
+    ) -> None:
         if self.policy is BadRecordPolicy.FAIL:
-            self._metrics.bad_records("punctuation", "failed").inc()
-            raise PunctuationError(f"task {task}: a punctuator raised: {error!r}") from error
+            self._metrics.bad_records(reason, "failed").inc()
+            raise failure(f"task {task}: {what}: {error!r}") from error
         logger.warning(
-            "task %(task)s: a punctuator raised, skipped: %(error_type)s: %(error)s",
-            {"task": task, "error": str(error), "error_type": type(error).__name__},
+            "task %(task)s: %(what)s, skipped: %(error_type)s: %(error)s",
+            {"task": task, "what": what, "error": str(error), "error_type": type(error).__name__},
         )
-        self._metrics.bad_records("punctuation", "skipped").inc()
+        self._metrics.bad_records(reason, "skipped").inc()
 
     def handle(self, record: SourceRecord, reason: str, error: BaseException) -> None:
         """Skip, dead-letter, or raise :class:`BadRecordError` (chained to ``error``)."""

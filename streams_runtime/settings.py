@@ -168,10 +168,11 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     )
     native_core: bool = Field(
         True,
-        description="Run the chains the native core has an operator for (a session count "
-        "suppressed until its sessions close) as one operator, a batch of records per call, "
-        "on the native core, or on its pure-Python reference where it is not built; false: "
-        "processor by processor.",
+        description="Run the chains the native core has an operator for (a windowed count, "
+        "sum, min, max, reduce or aggregate suppressed until its windows close) as one "
+        "operator, a batch of records per call: the topology is rewritten when it is built, "
+        "as Topology.describe() shows. False, or a native core not built: processor by "
+        "processor.",
     )
     state_dir: Path = Field(
         Path(tempfile.gettempdir()) / "progress-control-streams",
@@ -181,6 +182,14 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
         StateEngine.MEMORY,
         description="memory: restored from the changelog on every start; sqlite or rocksdb "
         "(the runtime extra): files in state_dir, reused after a clean commit.",
+    )
+    rocksdb_memory_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        description="With state_engine=rocksdb: the memory every RocksDB store of the process "
+        "shares (Kafka Streams' BoundedMemoryRocksDBConfig), one block cache of this size that "
+        "the memtables are charged to, half of it at most (default 64 MiB). 0: RocksDB's "
+        "defaults for each store, unbounded across stores.",
     )
     num_repartition_partitions: int | None = Field(
         None,
@@ -409,6 +418,12 @@ class RuntimeSettings(ControlTrustSettings, SigningSettings):
     def membership_enabled(self) -> bool:
         """Whether this instance publishes to and reads the membership topic."""
         return self.application_server is not None or self.num_standby_replicas > 0
+
+    @property
+    def lanes_topic(self) -> str:
+        """The one-partition placeholder topic every lane subscribes to, never read
+        (``<application_id>-lanes``, :mod:`streams_runtime.processing.lanes`)."""
+        return f"{self.application_id}-lanes"
 
     @property
     def membership_topic(self) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from streams_runtime import processors as p
+from streams_runtime.operations import NodeOperation, ReadTopics
 from streams_runtime.serde_context import BoundSerde, ContextualSerde, Field, rebind
 from streams_runtime.serdes import Serde
 from streams_runtime.state import StoreSpec
@@ -36,6 +37,9 @@ __all__ = [
 ]
 
 ProcessorFactory = Callable[[], p.Processor]
+SubtopologyRewrite = Callable[[Sequence["Node"], tuple[str, ...]], Sequence["Node"]]
+"""Takes a sub-topology's nodes (parents before children) and its source topics; returns its
+nodes as they should run (Kafka Streams' topology optimizations)."""
 
 
 class TopologyError(ValueError):
@@ -57,6 +61,12 @@ class Node:
     stores: tuple[StoreSpec, ...] = ()
     uses_stores: tuple[str, ...] = ()  # stores owned by another node (a join reads a table's)
     num_partitions: int | None = None  # of a repartition topic; None: as its upstream's inputs
+    operation: NodeOperation | None = None
+    """What the node computes, where planning needs to know (:mod:`streams_runtime.operations`)."""
+    fuses: tuple[str, ...] = ()
+    """The nodes this one runs in place of, when a rewrite made it (a fused operator)."""
+    runs_as: str = ""
+    """How a fused node runs, as :meth:`Topology.describe` says it."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +163,8 @@ class Topology:
                     f" stores [{', '.join(s.name for s in node.stores)}]" if node.stores else ""
                 )
                 sink = f" topic {node.sink_topic}" if node.sink_topic else ""
-                lines.append(f"  {node.name}{sink}{stores}{arrow}")
+                fused = f" ({node.runs_as}: {' + '.join(node.fuses)})" if node.fuses else ""
+                lines.append(f"  {node.name}{fused}{sink}{stores}{arrow}")
         for store in self.global_stores.values():
             lines.append(f"Global store {store.name}: source {store.topic}")
         return "\n".join(lines)
@@ -203,8 +214,9 @@ class TopologyBuilder:
         """Make ``store`` queryable (its sub-topology is resolved by :meth:`build`)."""
         self._queryable[store.name] = store
 
-    def build(self, application_id: str) -> Topology:
-        """Resolve internal topic names and split the graph into sub-topologies."""
+    def build(self, application_id: str, rewrite: SubtopologyRewrite | None = None) -> Topology:
+        """Resolve internal topic names and split the graph into sub-topologies, each rewritten
+        by ``rewrite`` when given (this builder's nodes stay as they are)."""
 
         def resolve(node: Node, topic: str) -> str:
             return _internal(application_id, topic) if node.internal_topic else topic
@@ -239,14 +251,17 @@ class TopologyBuilder:
         subs = []
         repartition: dict[str, int | None] = {}
         global_state = GlobalStores()  # one per build: each app opens its own stores
-        for index, nodes in enumerate(groups.values()):
-            node_sources = tuple(tuple(resolve(n, t) for t in n.source_topics) for n in nodes)
-            sources = tuple(t for topics in node_sources for t in topics)
+        for index, grouped in enumerate(groups.values()):
+            sources = tuple(resolve(n, t) for n in grouped for t in n.source_topics)
             if not sources:
-                raise TopologyError(f"nodes {[n.name for n in nodes]} have no source topic")
-            for n in nodes:
-                if n.internal_topic and n.source_topics:
-                    repartition[resolve(n, n.source_topics[0])] = n.num_partitions
+                raise TopologyError(f"nodes {[n.name for n in grouped]} have no source topic")
+            repartition.update(
+                (resolve(n, n.source_topics[0]), n.num_partitions)
+                for n in grouped
+                if n.internal_topic and n.source_topics
+            )
+            nodes = grouped if rewrite is None else list(rewrite(grouped, sources))
+            node_sources = tuple(tuple(resolve(n, t) for t in n.source_topics) for n in nodes)
             subs.append(
                 Subtopology(
                     id=index,
@@ -319,6 +334,7 @@ class TopologyBuilder:
             [],
             source_topics=topics,
             internal_topic=internal,
+            operation=ReadTopics(ks, vs),
         )
 
 

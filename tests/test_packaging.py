@@ -277,11 +277,12 @@ def test_the_release_wheel_is_manylinux_with_both_extensions_and_passes_its_smok
     dist.smoke_test(repaired, __version__)
 
 
-def test_the_sdist_installs_without_a_rust_toolchain_and_runs_on_the_python_path(
+def test_the_sdist_installs_without_a_rust_toolchain_and_runs_the_chain(
     source: Path, tmp_path: Path
 ) -> None:
     """The sdist carries the native core's crate; built where cargo is not on PATH, the
-    install still works, and fused operators run on their pure-Python reference, saying so."""
+    install still works, and every chain runs processor by processor (nothing is fused), the
+    log says so."""
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "build", "--sdist", "--outdir", str(dist), str(source)],
@@ -320,9 +321,13 @@ def test_the_sdist_installs_without_a_rust_toolchain_and_runs_on_the_python_path
     code = (
         "import streams_runtime, pathlib, sys\n"
         f"assert pathlib.Path(streams_runtime.__file__).is_relative_to({str(target)!r})\n"
-        "from streams_runtime.fused import native_available, session_core_type\n"
-        "from streams_runtime.fused.session_core import SessionCore\n"
-        "assert not native_available() and session_core_type() is SessionCore\n"
+        "from streams_runtime import RuntimeSettings, SessionWindows, StreamsBuilder\n"
+        "from streams_runtime import until_window_closes\n"
+        "builder = StreamsBuilder()\n"
+        "builder.stream('in').group_by_key().windowed_by(SessionWindows(gap_ms=1)).count()"
+        ".suppress(until_window_closes()).to_stream().to('out')\n"
+        "settings = RuntimeSettings(application_id='a', bootstrap_servers='b:1')\n"
+        "assert settings.native_core and 'native' not in builder.build('a', settings).describe()\n"
     )
     # -S: without site, so this checkout's editable install (a .pth file) stays out of the way;
     # the dependencies from this environment's site-packages, after the install.

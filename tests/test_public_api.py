@@ -234,6 +234,7 @@ PUBLIC: dict[str, list[str]] = {
     "streams_runtime.errors": [
         "BadRecordError",
         "BadRecordHandler",
+        "CacheFlushError",
         "DLQ_HEADERS",
         "PunctuationError",
         "StreamsError",

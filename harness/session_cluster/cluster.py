@@ -138,13 +138,17 @@ class SessionCluster:
             description = self._admin.describe_consumer_groups([group_id])[group_id].result(10)
         except (KafkaException, TimeoutError):  # no answer in 10 s, e.g. a broker just started
             return None
-        assignment = {
-            self._client_of(m): frozenset(
+        # An instance with lanes (streams_runtime/processing/lanes.py) is two members: its
+        # partitions are both's. The lanes' placeholder topic is no task's.
+        placeholder = f"{group_id}-lanes"
+        assignment: dict[str, frozenset[TopicPartitionKey]] = {}
+        for m in description.members:
+            client = self._client_of(m)
+            assignment[client] = assignment.get(client, frozenset()) | {
                 (tp.topic, tp.partition)
                 for tp in (m.assignment.topic_partitions if m.assignment else [])
-            )
-            for m in description.members
-        }
+                if tp.topic != placeholder
+            }
         return GroupView(description.state == ConsumerGroupState.STABLE, assignment)
 
     def _client_of(self, member: MemberDescription) -> str:

@@ -1,7 +1,8 @@
 //! The native session core: a session-window built-in aggregation (a count, sum, min or max)
-//! suppressed until each session closes, a whole batch of records per call. Its semantics are those of the pure-Python reference,
-//! streams_runtime/fused/session_core.py (whose docstring states them), call for call; the
-//! differential test (tests/streams_runtime/fused/test_session_core.py) holds the two together.
+//! suppressed until each session closes, a whole batch of records per call. Its semantics are
+//! those of its pure-Python twin, the tests' oracle (tests/streams_runtime/fused/oracle/
+//! session_core.py, whose docstring states them), call for call; the differential test
+//! (tests/streams_runtime/fused/test_session_core.py) holds the two together.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -73,6 +74,7 @@ impl WindowCore for SessionCore {
         &mut self,
         py: Python<'_>,
         key: &[u8],
+        key_object: Option<&Bound<'_, PyAny>>,
         t: i64,
         offset: i64,
         headers: &Bound<'_, PyAny>,
@@ -104,24 +106,12 @@ impl WindowCore for SessionCore {
             return Ok(());
         }
         self.accepted_time = self.accepted_time.max(t);
-        let mut aggregate: Option<Agg> = None;
+        let mut aggregate = self.aggregation.start(py)?;
         for &(s_start, s_end) in &found {
             let other = self.value(key, s_start, s_end);
-            aggregate = Some(match aggregate {
-                Some(a) if !a.is_none(py) => {
-                    if other.is_none(py) {
-                        a
-                    } else {
-                        self.aggregation.combine(py, &a, other)?
-                    }
-                }
-                _ => other.clone_ref(py),
-            });
+            aggregate = self.aggregation.merge(py, key_object, aggregate, other)?;
         }
-        let aggregate = match aggregate {
-            Some(a) if !a.is_none(py) => self.aggregation.combine(py, &a, &value)?,
-            _ => value,
-        };
+        let aggregate = self.aggregation.fold(py, key_object, aggregate, value)?;
         let aggregate = self.aggregation.finish(py, aggregate)?;
         // Removed once the aggregate is known, as Kafka Streams does: a record the reducer or
         // the serde refuses leaves the sessions it would have merged.
@@ -197,6 +187,10 @@ impl WindowCore for SessionCore {
     fn counts(&self) -> bool {
         self.aggregation.kind == Kind::Count
     }
+
+    fn needs_keys(&self) -> bool {
+        self.aggregation.needs_keys()
+    }
 }
 
 #[pymethods]
@@ -204,7 +198,7 @@ impl SessionCore {
     #[new]
     #[pyo3(signature = (
         gap_ms, grace_ms, observed_time, keep_headers, *,
-        aggregation="count", normalize=None, exact_ints=true, exact_floats=true
+        aggregation="count", functions=None, normalize=None, exact_ints=true, exact_floats=true
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -214,6 +208,7 @@ impl SessionCore {
         observed_time: i64,
         keep_headers: bool,
         aggregation: &str,
+        functions: Option<Bound<'_, PyAny>>,
         normalize: Option<Py<PyAny>>,
         exact_ints: bool,
         exact_floats: bool,
@@ -228,7 +223,14 @@ impl SessionCore {
             by_end: BinaryHeap::new(),
             live: 0,
             writes: WriteBehind::new(VALUE_BYTES),
-            aggregation: Aggregation::new(py, aggregation, normalize, exact_ints, exact_floats)?,
+            aggregation: Aggregation::new(
+                py,
+                aggregation,
+                functions.as_ref(),
+                normalize,
+                exact_ints,
+                exact_floats,
+            )?,
         })
     }
 
@@ -251,7 +253,8 @@ impl SessionCore {
 
     /// Aggregate a batch of data records: (the windows emitted, late window updates, keyless
     /// records, the record whose aggregation raised or None).
-    #[pyo3(signature = (keys, timestamps, offsets, headers, values=None))]
+    #[pyo3(signature = (keys, timestamps, offsets, headers, values=None, key_objects=None))]
+    #[allow(clippy::too_many_arguments)]
     fn process<'py>(
         &mut self,
         py: Python<'py>,
@@ -260,6 +263,7 @@ impl SessionCore {
         offsets: Vec<i64>,
         headers: &Bound<'py, PyList>,
         values: Option<Bound<'py, PyList>>,
+        key_objects: Option<Bound<'py, PyList>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         window_core::process_batch(
             self,
@@ -269,6 +273,7 @@ impl SessionCore {
             &offsets,
             headers,
             values.as_ref(),
+            key_objects.as_ref(),
         )
     }
 

@@ -1,8 +1,8 @@
 //! The native time-window core: a tumbling or hopping window built-in aggregation (a count,
-//! sum, min or max) suppressed until each window closes, a whole batch of records per call. Its semantics are those of the
-//! pure-Python reference, streams_runtime/fused/time_window_core.py (whose docstring states
-//! them), call for call; tests/streams_runtime/fused/test_time_window_core.py holds the two
-//! together.
+//! sum, min or max) suppressed until each window closes, a whole batch of records per call. Its
+//! semantics are those of its pure-Python twin, the tests' oracle
+//! (tests/streams_runtime/fused/oracle/time_window_core.py, whose docstring states them), call
+//! for call; tests/streams_runtime/fused/test_time_window_core.py holds the two together.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -61,6 +61,7 @@ impl WindowCore for TimeWindowCore {
         &mut self,
         py: Python<'_>,
         key: &[u8],
+        key_object: Option<&Bound<'_, PyAny>>,
         t: i64,
         offset: i64,
         headers: &Bound<'_, PyAny>,
@@ -80,21 +81,18 @@ impl WindowCore for TimeWindowCore {
             }
             self.accepted_time = self.accepted_time.max(t);
             let skey = state_key(key, start, end);
-            let (aggregate, timestamp, exists) = match self.windows.get(&skey) {
-                Some(window) if !window.value.is_none(py) => {
-                    let combined = self.aggregation.combine(py, &window.value, &value)?;
-                    (
-                        self.aggregation.finish(py, combined)?,
-                        t.max(window.timestamp),
-                        true,
-                    )
-                }
-                existing => (
-                    self.aggregation.finish(py, value.clone_ref(py))?,
-                    t,
-                    existing.is_some(),
+            let (acc, timestamp, exists) = match self.windows.get(&skey) {
+                Some(window) if !window.value.is_none(py) => (
+                    Some(window.value.clone_ref(py)),
+                    t.max(window.timestamp),
+                    true,
                 ),
+                existing => (self.aggregation.start(py)?, t, existing.is_some()),
             };
+            let folded = self
+                .aggregation
+                .fold(py, key_object, acc, value.clone_ref(py))?;
+            let aggregate = self.aggregation.finish(py, folded)?;
             if aggregate.is_none(py) {
                 if exists {
                     self.drop_window(key, start, &skey);
@@ -166,6 +164,10 @@ impl WindowCore for TimeWindowCore {
     fn counts(&self) -> bool {
         self.aggregation.kind == Kind::Count
     }
+
+    fn needs_keys(&self) -> bool {
+        self.aggregation.needs_keys()
+    }
 }
 
 #[pymethods]
@@ -173,7 +175,7 @@ impl TimeWindowCore {
     #[new]
     #[pyo3(signature = (
         size_ms, advance_ms, grace_ms, observed_time, keep_headers, *,
-        aggregation="count", normalize=None, exact_ints=true, exact_floats=true
+        aggregation="count", functions=None, normalize=None, exact_ints=true, exact_floats=true
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -184,6 +186,7 @@ impl TimeWindowCore {
         observed_time: i64,
         keep_headers: bool,
         aggregation: &str,
+        functions: Option<Bound<'_, PyAny>>,
         normalize: Option<Py<PyAny>>,
         exact_ints: bool,
         exact_floats: bool,
@@ -199,7 +202,14 @@ impl TimeWindowCore {
             by_key: FxHashMap::default(),
             by_end: BinaryHeap::new(),
             writes: WriteBehind::new(VALUE_BYTES),
-            aggregation: Aggregation::new(py, aggregation, normalize, exact_ints, exact_floats)?,
+            aggregation: Aggregation::new(
+                py,
+                aggregation,
+                functions.as_ref(),
+                normalize,
+                exact_ints,
+                exact_floats,
+            )?,
         })
     }
 
@@ -219,7 +229,8 @@ impl TimeWindowCore {
 
     /// Aggregate a batch of data records: (the windows emitted, late window updates, keyless
     /// records, the record whose aggregation raised or None).
-    #[pyo3(signature = (keys, timestamps, offsets, headers, values=None))]
+    #[pyo3(signature = (keys, timestamps, offsets, headers, values=None, key_objects=None))]
+    #[allow(clippy::too_many_arguments)]
     fn process<'py>(
         &mut self,
         py: Python<'py>,
@@ -228,6 +239,7 @@ impl TimeWindowCore {
         offsets: Vec<i64>,
         headers: &Bound<'py, PyList>,
         values: Option<Bound<'py, PyList>>,
+        key_objects: Option<Bound<'py, PyList>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         window_core::process_batch(
             self,
@@ -237,6 +249,7 @@ impl TimeWindowCore {
             &offsets,
             headers,
             values.as_ref(),
+            key_objects.as_ref(),
         )
     }
 

@@ -1,168 +1,18 @@
-//! What a fused operator's cores share (streams_runtime/fused/window_core.py is its Python
-//! twin): how an aggregate folds values in (`Aggregation`, over `Agg`), the batch loop
-//! (`WindowCore`), the state written behind (every change since the last write, in the order
-//! of its latest change), and handing emitted windows to Python.
+//! What a fused operator's cores share (tests/streams_runtime/fused/oracle/window_core.py is
+//! its Python twin): the batch loop (`WindowCore`), the state written behind (every change since
+//! the last write, in the order of its latest change), and handing emitted windows to Python;
+//! how an aggregate folds values in is `aggregation`.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyFloat, PyInt, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+pub use crate::aggregation::{Agg, Aggregation, Kind};
 
 /// Bytes counted per written-behind entry besides key and value (as the record cache counts).
 const ENTRY_OVERHEAD: i64 = 64;
-
-/// The one NaN an aggregate holds: Python's `math.nan`, and what Kafka's `DoubleSerializer`
-/// writes for every NaN (`Double.doubleToLongBits`).
-const CANONICAL_NAN: f64 = f64::from_bits(0x7ff8_0000_0000_0000);
-
-/// An aggregate: an exact `int` of 64 bits or an exact `float` held natively (what Python
-/// would compute for them is computed here, bit for bit), anything else as the Python object.
-pub enum Agg {
-    Int(i64),
-    Float(f64),
-    Obj(Py<PyAny>),
-}
-
-impl Agg {
-    /// The aggregate a Python value is.
-    pub fn of(value: &Bound<'_, PyAny>) -> Agg {
-        if value.is_exact_instance_of::<PyInt>() {
-            if let Ok(i) = value.extract::<i64>() {
-                return Agg::Int(i);
-            }
-        } else if value.is_exact_instance_of::<PyFloat>() {
-            if let Ok(f) = value.cast::<PyFloat>() {
-                return Agg::Float(f.value());
-            }
-        }
-        Agg::Obj(value.clone().unbind())
-    }
-
-    /// As a Python object.
-    pub fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(match self {
-            Agg::Int(i) => i.into_pyobject(py)?.into_any(),
-            Agg::Float(f) => PyFloat::new(py, *f).into_any(),
-            Agg::Obj(o) => o.bind(py).clone(),
-        })
-    }
-
-    pub fn clone_ref(&self, py: Python<'_>) -> Agg {
-        match self {
-            Agg::Int(i) => Agg::Int(*i),
-            Agg::Float(f) => Agg::Float(*f),
-            Agg::Obj(o) => Agg::Obj(o.clone_ref(py)),
-        }
-    }
-
-    /// Whether this is Python's `None`.
-    pub fn is_none(&self, py: Python<'_>) -> bool {
-        matches!(self, Agg::Obj(o) if o.is_none(py))
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Count,
-    Sum,
-    Min,
-    Max,
-}
-
-/// A built-in aggregation as the chain computes it (the Python twin's `Aggregation` says
-/// how): `combine` is `operator.add` (a count's merge, a sum), `min` or `max`, natively where
-/// both sides are exact ints (checked add) or exact floats; `finish` is what the chain's
-/// round trip through its store does to an aggregate (`normalize`, skipped where the value
-/// serde keeps the value as it is), and every NaN the one NaN.
-pub struct Aggregation {
-    pub kind: Kind,
-    reducer: Py<PyAny>,
-    normalize: Option<Py<PyAny>>,
-    exact_ints: bool,
-    exact_floats: bool,
-}
-
-impl Aggregation {
-    pub fn new(
-        py: Python<'_>,
-        kind: &str,
-        normalize: Option<Py<PyAny>>,
-        exact_ints: bool,
-        exact_floats: bool,
-    ) -> PyResult<Self> {
-        let (kind, module, name) = match kind {
-            "count" => (Kind::Count, "operator", "add"),
-            "sum" => (Kind::Sum, "operator", "add"),
-            "min" => (Kind::Min, "builtins", "min"),
-            "max" => (Kind::Max, "builtins", "max"),
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "not a built-in aggregation: {other:?}"
-                )))
-            }
-        };
-        let reducer = py.import(module)?.getattr(name)?.unbind();
-        Ok(Aggregation {
-            kind,
-            reducer,
-            normalize,
-            exact_ints,
-            exact_floats,
-        })
-    }
-
-    /// `reducer(a, b)`.
-    pub fn combine(&self, py: Python<'_>, a: &Agg, b: &Agg) -> PyResult<Agg> {
-        match (self.kind, a, b) {
-            (Kind::Count | Kind::Sum, Agg::Int(x), Agg::Int(y)) => {
-                if let Some(sum) = x.checked_add(*y) {
-                    return Ok(Agg::Int(sum));
-                }
-            }
-            (Kind::Count | Kind::Sum, Agg::Float(x), Agg::Float(y)) => {
-                return Ok(Agg::Float(x + y));
-            }
-            // min and max keep the first of equal ones, as Python's do.
-            (Kind::Min, Agg::Int(x), Agg::Int(y)) => {
-                return Ok(Agg::Int(if y < x { *y } else { *x }))
-            }
-            (Kind::Min, Agg::Float(x), Agg::Float(y)) => {
-                return Ok(Agg::Float(if y < x { *y } else { *x }))
-            }
-            (Kind::Max, Agg::Int(x), Agg::Int(y)) => {
-                return Ok(Agg::Int(if y > x { *y } else { *x }))
-            }
-            (Kind::Max, Agg::Float(x), Agg::Float(y)) => {
-                return Ok(Agg::Float(if y > x { *y } else { *x }))
-            }
-            _ => {}
-        }
-        let result = self.reducer.bind(py).call1((a.to_py(py)?, b.to_py(py)?))?;
-        Ok(Agg::of(&result))
-    }
-
-    /// The aggregate as the chain reads it back from its store.
-    pub fn finish(&self, py: Python<'_>, aggregate: Agg) -> PyResult<Agg> {
-        let kept = match aggregate {
-            Agg::Int(_) => self.exact_ints,
-            Agg::Float(_) => self.exact_floats,
-            Agg::Obj(_) => aggregate.is_none(py),
-        };
-        let aggregate = match &self.normalize {
-            Some(normalize) if !kept => {
-                Agg::of(&normalize.bind(py).call1((aggregate.to_py(py)?,))?)
-            }
-            _ => aggregate,
-        };
-        Ok(match aggregate {
-            // One NaN, as Kafka's DoubleSerializer writes every NaN: an addition's NaN takes
-            // its sign from whichever operand LLVM (free to swap them) and the hardware pick.
-            Agg::Float(f) if f.is_nan() => Agg::Float(CANONICAL_NAN),
-            other => other,
-        })
-    }
-}
 
 /// An emitted window: (key, start, end, aggregate, timestamp, headers).
 pub type Final = (Vec<u8>, i64, i64, Agg, i64, Option<Py<PyAny>>);
@@ -280,12 +130,15 @@ pub trait WindowCore {
         &mut self,
         py: Python<'_>,
         key: &[u8],
+        key_object: Option<&Bound<'_, PyAny>>,
         t: i64,
         offset: i64,
         headers: &Bound<'_, PyAny>,
         value: Agg,
         late: &mut i64,
     ) -> PyResult<()>;
+    /// Whether the aggregation's functions take the records' keys (an aggregate's).
+    fn needs_keys(&self) -> bool;
     /// Append the windows now closed, in (end, state key) order, and remove them.
     fn emit_closed(&mut self, py: Python<'_>, emitted: &mut Vec<Final>, offset: i64);
     /// Move the stream time to at least `t`.
@@ -305,14 +158,21 @@ pub fn process_batch<'py, C: WindowCore>(
     offsets: &[i64],
     headers: &Bound<'py, PyList>,
     values: Option<&Bound<'py, PyList>>,
+    key_objects: Option<&Bound<'py, PyList>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let n = keys.len();
     if timestamps.len() != n
         || offsets.len() != n
         || headers.len() != n
         || values.is_some_and(|v| v.len() != n)
+        || key_objects.is_some_and(|k| k.len() != n)
     {
         return Err(PyValueError::new_err("batch columns differ in length"));
+    }
+    if core.needs_keys() && key_objects.is_none() {
+        return Err(PyValueError::new_err(
+            "an aggregate's functions need the records' keys",
+        ));
     }
     let counts = core.counts();
     let values = match values {
@@ -338,9 +198,14 @@ pub fn process_batch<'py, C: WindowCore>(
             Some(vs) => Agg::of(&vs.get_item(i)?),
             None => Agg::Int(1),
         };
+        let key_object = match key_objects {
+            Some(objects) => Some(objects.get_item(i)?),
+            None => None,
+        };
         let result = core.aggregate(
             py,
             key.as_bytes(),
+            key_object.as_ref(),
             timestamps[i],
             offsets[i],
             &header,

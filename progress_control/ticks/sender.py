@@ -118,12 +118,16 @@ class TickSender:
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         eager: bool = False,
+        in_flight: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
         self._monotonic = monotonic
         self._wall_clock = wall_clock
         self._host_config = dict(host_config)
+        # The host's records in flight, oldest per topic: they may land after a tick sent now
+        # (progress_control.ticks.in_flight), so no tick is dated above them.
+        self._in_flight = in_flight
         # Created on the first tick unless eager: a host producer that never goes idle opens no
         # extra connections. A long-running sidecar creates it at once, so the first tick does not
         # wait for the idempotent producer id (a window in which replicas would both tick).
@@ -151,9 +155,13 @@ class TickSender:
                 on_delivery=self._on_delivery,
             )
 
+        held = self._in_flight() if self._in_flight is not None and ticks else {}
         for due in ticks:
             try:
-                self._source.emit(due.topic, due.partition, self._timestamp_ms(due), produce)
+                timestamp_ms = self._timestamp_ms(due)
+                if due.topic in held:
+                    timestamp_ms = min(timestamp_ms, held[due.topic])
+                self._source.emit(due.topic, due.partition, timestamp_ms, produce)
             except BufferError:
                 self._metrics.tick_skipped()
                 logger.warning(

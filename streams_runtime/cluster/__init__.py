@@ -21,7 +21,7 @@ from streams_runtime.cluster.membership import (
     MembershipView,
     StorePartition,
 )
-from streams_runtime.cluster.placement import rendezvous_standbys, standby_placement
+from streams_runtime.cluster.placement import copy_placement
 
 if TYPE_CHECKING:
     from streams_runtime.cluster.replicator import Replicator
@@ -34,8 +34,7 @@ __all__ = [
     "Replicator",
     "StandbyReplica",
     "StorePartition",
-    "rendezvous_standbys",
-    "standby_placement",
+    "copy_placement",
 ]
 
 

@@ -106,6 +106,7 @@ class MemberInfo:
     {"version": 1, "instance_id": "...", "endpoint": "host:port" | null,
      "heartbeat_ms": <epoch ms>, "interval_ms": 1000,
      "group_member_id": "..." | null, "group_instance_id": "..." | null, "joining": false,
+     "lanes": false,
      "active": {"store": [0, 2]}, "restoring": {...}, "standby": {...},
      "lags": {"store": {"0": {"current_offset": .., "end_offset": .., "offset_lag": ..,
                               "time_lag_ms": ..}}}}
@@ -125,6 +126,9 @@ class MemberInfo:
     """Its ``group.instance.id`` under static membership."""
     joining: bool = False
     """Warming up the tasks it will own before it joins the group (docs/runtime/scaling.md)."""
+    lanes: bool = False
+    """It joins with a front and a back lane (:mod:`streams_runtime.processing.lanes`); the
+    member id and ``group.instance.id`` above are its back lane's."""
 
     @property
     def group_member(self) -> GroupMember | None:
@@ -132,7 +136,9 @@ class MemberInfo:
         id."""
         if self.group_member_id is None:
             return None
-        return GroupMember.of(self.instance_id, self.group_instance_id, self.group_member_id)
+        return GroupMember.of(
+            self.instance_id, self.group_instance_id, self.group_member_id, lanes=self.lanes
+        )
 
     def live(self, now_ms: int, at_least_ms: int = 0) -> bool:
         """Whether the heartbeat is younger than three publishing intervals (or
@@ -172,6 +178,7 @@ class MemberInfo:
                 "group_member_id": self.group_member_id,
                 "group_instance_id": self.group_instance_id,
                 "joining": self.joining,
+                "lanes": self.lanes,
                 "active": {s: list(p) for s, p in self.active.items()},
                 "restoring": {s: list(p) for s, p in self.restoring.items()},
                 "standby": {s: list(p) for s, p in self.standby.items()},
@@ -214,6 +221,7 @@ class MemberInfo:
                 group_member_id=None if member_id is None else str(member_id),
                 group_instance_id=None if group_instance_id is None else str(group_instance_id),
                 joining=bool(data.get("joining", False)),
+                lanes=bool(data.get("lanes", False)),
             )
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a membership record: {exc}") from exc

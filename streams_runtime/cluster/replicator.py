@@ -47,7 +47,7 @@ from streams_runtime.cluster.membership import (
     store_partitions,
 )
 from streams_runtime.cluster.membership_auth import MembershipAuthenticator, membership_key
-from streams_runtime.cluster.placement import standby_placement
+from streams_runtime.cluster.placement import copy_placement
 from streams_runtime.cluster.standby_set import LoggedStore, StandbySet
 from streams_runtime.metrics import RuntimeMetrics, security_metrics
 from streams_runtime.queries.security import is_loopback_host
@@ -88,7 +88,11 @@ class Replicator:
         metrics: RuntimeMetrics,
         active_tasks: Callable[[], frozenset[TaskId]],
         restoring_tasks: Callable[[], frozenset[TaskId]],
-        group_member: Callable[[], tuple[str | None, str | None]] = lambda: (None, None),
+        group_member: Callable[[], tuple[str | None, str | None, bool]] = lambda: (
+            None,
+            None,
+            False,
+        ),
     ) -> None:
         self.topology = topology
         self.settings = settings
@@ -286,7 +290,7 @@ class Replicator:
         restoring = self._local_partitions(self._restoring_tasks()) - active
         standby = self._standbys.partitions() - active
         lags = self.local_lags(active, restoring, standby) if with_lags else {}
-        member_id, group_instance_id = self._group_member()
+        member_id, group_instance_id, lanes = self._group_member()
         return MemberInfo(
             instance_id=self.instance_id,
             endpoint=self.endpoint,
@@ -302,6 +306,7 @@ class Replicator:
             group_member_id=member_id,
             group_instance_id=group_instance_id,
             joining=self.joining,
+            lanes=lanes,
         )
 
     def publish(self) -> MemberInfo:
@@ -361,10 +366,17 @@ class Replicator:
         # Our own record in the view may be a moment old: use the current assignment.
         members[self.instance_id] = self.member_info(with_lags=False)
         current = self._standbys.partitions()
-        wanted: set[StorePartition] = set()
+        logged: dict[TaskId, list[StorePartition]] = {}
         for name, (_spec, sub, _topic, partitions) in self.stores.items():
             for partition in range(partitions):
-                sp = StorePartition(name, partition)
+                logged.setdefault(TaskId(sub, partition), []).append(
+                    StorePartition(name, partition)
+                )
+        placement = copy_placement(members, count, logged, self._tasks_per_subtopology)
+        wanted: set[StorePartition] = set()
+        for task, sps in logged.items():
+            placed = placement.get(task)
+            for sp in sps:
                 if sp in active:
                     continue
                 if sp in restoring:
@@ -372,11 +384,8 @@ class Replicator:
                     if sp in current:
                         wanted.add(sp)
                     continue
-                placement = standby_placement(
-                    sp, TaskId(sub, partition), members, count, self._tasks_per_subtopology
-                )
-                if (placement is None and sp in current) or (
-                    placement is not None and self.instance_id in placement
+                if (placed is None and sp in current) or (
+                    placed is not None and self.instance_id in placed
                 ):
                     wanted.add(sp)
         if wanted != current:

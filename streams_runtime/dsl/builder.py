@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.global_table import GlobalTable
 from streams_runtime.dsl.stream import Stream
 from streams_runtime.dsl.table import Table, _SourceSupplier
+from streams_runtime.fused import native_available
+from streams_runtime.fused.planner import fuse_native_chains
 from streams_runtime.processor.stores import StoreBuilder
 from streams_runtime.serde_context import SerdeContext, bind
 from streams_runtime.serdes import Json, Serde, TimestampedValueSerde
@@ -20,6 +22,9 @@ from streams_runtime.topology import (
     TopologyBuilder,
     TopologyError,
 )
+
+if TYPE_CHECKING:
+    from streams_runtime.settings import RuntimeSettings
 
 __all__ = ["StreamsBuilder"]
 
@@ -176,6 +181,12 @@ class StreamsBuilder:
         self._owned_stores.update(names)
         return owned, tuple(n for n in names if n not in {s.name for s in owned})
 
-    def build(self, application_id: str) -> Topology:
-        """Resolve internal topic names and split the graph into sub-topologies."""
-        return self._graph.build(application_id)
+    def build(self, application_id: str, settings: RuntimeSettings | None = None) -> Topology:
+        """Resolve internal topic names and split the graph into sub-topologies. With
+        ``settings`` whose ``native_core`` is on, and the native core built, every chain it has
+        an operator for becomes one node (:mod:`streams_runtime.fused.planner`), as
+        ``Topology.describe()`` shows; the app and the test driver build so."""
+        if settings is None or not settings.native_core or not native_available():
+            return self._graph.build(application_id)
+        rewrite = fuse_native_chains(settings.statestore_cache_max_bytes)
+        return self._graph.build(application_id, rewrite)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 from streams_runtime import processors as p
 from streams_runtime.dsl.cogrouped import CogroupedStream
 from streams_runtime.dsl.table import Table, WindowedTable, _AggregateSupplier
+from streams_runtime.operations import Aggregation, WindowedAggregation, reduce_kind
 from streams_runtime.serde_context import is_registry_framed
 from streams_runtime.serdes import ChangedSerde, Integer, Serde, TimestampedValueSerde
 from streams_runtime.state import StoreSpec
@@ -137,13 +138,8 @@ class SessionWindowedStream(Generic[K, V]):
 
     def count(self, *, name: str | None = None) -> WindowedTable[K, int]:
         """Records per key and session."""
-        return self.aggregate(
-            p.count_initializer,
-            p.count_aggregator,
-            p.count_merger,
-            value_serde=Integer(),
-            name=name,
-        )
+        count = Aggregation("count", p.count_initializer, p.count_aggregator, p.count_merger)
+        return self._aggregate(count, Integer(), name)
 
     def reduce(
         self, reducer: Callable[[V, V], V], *, name: str | None = None
@@ -152,13 +148,14 @@ class SessionWindowedStream(Generic[K, V]):
         value is its aggregate as it is); when sessions merge, their aggregates are combined in
         the order of their starts, and the record's value last. ``reduce(operator.add)``,
         ``reduce(min)`` and ``reduce(max)`` are :meth:`sum`, :meth:`min` and :meth:`max`."""
-        return self.aggregate(
+        reducing = Aggregation(
+            reduce_kind(reducer),
             p.reduce_initializer,
             p.Reducing(reducer),
             p.ReducingMerger(reducer),
-            value_serde=self._grouped.value_serde,
-            name=name,
+            reducer,
         )
+        return self._aggregate(reducing, self._grouped.value_serde, name)
 
     def sum(self, *, name: str | None = None) -> WindowedTable[K, V]:
         """The sum of a session's values, which are numbers: exactly
@@ -188,12 +185,20 @@ class SessionWindowedStream(Generic[K, V]):
         with ``merger``. Updates are forwarded as they happen, or once per session and commit
         interval with the record cache on (use :meth:`WindowedTable.suppress`
         for final results only); merged-away sessions are forwarded as tombstones."""
+        aggregation = Aggregation("aggregate", initializer, aggregator, merger)
+        return self._aggregate(aggregation, value_serde, name)
+
+    def _aggregate(
+        self, aggregation: Aggregation, value_serde: Serde[Any] | None, name: str | None
+    ) -> WindowedTable[K, Any]:
         builder = self._grouped._stream._builder
         store = name or builder._graph.name("KSTREAM-AGGREGATE-STATE-STORE")
         ks, windows = self._grouped.key_serde, self.windows
         vs: Serde[Any] = value_serde or builder.default_value_serde
         spec = StoreSpec(name=store, kind="session", retention_ms=windows.retention_ms, cached=True)
         sks, svs = _store_serdes(builder, store, ks, vs)
+        merger = aggregation.merger
+        assert merger is not None
         node = builder._graph.add(
             "KSTREAM-SESSION-AGGREGATE",
             lambda: p.SessionAggregateProcessor(
@@ -201,12 +206,13 @@ class SessionWindowedStream(Generic[K, V]):
                 windows,
                 sks,
                 svs,
-                initializer=initializer,
-                aggregator=aggregator,
+                initializer=aggregation.initializer,
+                aggregator=aggregation.aggregator,
                 merger=merger,
             ),
             [self._grouped._stream._node],
             stores=(spec,),
+            operation=WindowedAggregation(store, windows, sks, svs, aggregation),
         )
         builder._graph.add_queryable(QueryableStore(store, "session", sks, svs))
         return WindowedTable(builder, node, ks, vs, windows)
@@ -324,9 +330,8 @@ class TimeWindowedStream(Generic[K, V]):
 
     def count(self, *, name: str | None = None) -> WindowedTable[K, int]:
         """Records per key and window."""
-        return self.aggregate(
-            p.count_initializer, p.count_aggregator, value_serde=Integer(), name=name
-        )
+        count = Aggregation("count", p.count_initializer, p.count_aggregator)
+        return self._aggregate(count, Integer(), name)
 
     def reduce(
         self, reducer: Callable[[V, V], V], *, name: str | None = None
@@ -334,12 +339,10 @@ class TimeWindowedStream(Generic[K, V]):
         """Combine the values of a window with ``reducer(aggregate, value)``; a window's first
         value is its aggregate as it is. ``reduce(operator.add)``, ``reduce(min)`` and
         ``reduce(max)`` are :meth:`sum`, :meth:`min` and :meth:`max`."""
-        return self.aggregate(
-            p.reduce_initializer,
-            p.Reducing(reducer),
-            value_serde=self._grouped.value_serde,
-            name=name,
+        reducing = Aggregation(
+            reduce_kind(reducer), p.reduce_initializer, p.Reducing(reducer), reducer=reducer
         )
+        return self._aggregate(reducing, self._grouped.value_serde, name)
 
     def sum(self, *, name: str | None = None) -> WindowedTable[K, V]:
         """The sum of a window's values, which are numbers: exactly ``reduce(operator.add)``
@@ -369,7 +372,13 @@ class TimeWindowedStream(Generic[K, V]):
         happen (use :meth:`WindowedTable.suppress` for final results only). The windows live in
         the window store ``name`` (auto-named otherwise), kept ``windows.retention_ms`` of
         stream time and backed by a changelog topic."""
+        return self._aggregate(Aggregation("aggregate", initializer, aggregator), value_serde, name)
+
+    def _aggregate(
+        self, aggregation: Aggregation, value_serde: Serde[Any] | None, name: str | None
+    ) -> WindowedTable[K, Any]:
         builder = self._grouped._stream._builder
+        initializer, aggregator = aggregation.initializer, aggregation.aggregator
         store = name or builder._graph.name("KSTREAM-AGGREGATE-STATE-STORE")
         ks, windows = self._grouped.key_serde, self.windows
         vs: Serde[Any] = value_serde or builder.default_value_serde
@@ -390,7 +399,13 @@ class TimeWindowedStream(Generic[K, V]):
             if isinstance(windows, TimeWindows)
             else "KSTREAM-SLIDINGWINDOWAGGREGATE"
         )
-        node = builder._graph.add(kind, make, [self._grouped._stream._node], stores=(spec,))
+        node = builder._graph.add(
+            kind,
+            make,
+            [self._grouped._stream._node],
+            stores=(spec,),
+            operation=WindowedAggregation(store, windows, sks, svs, aggregation),
+        )
         builder._graph.add_queryable(
             QueryableStore(store, "window", sks, TimestampedValueSerde(svs))
         )

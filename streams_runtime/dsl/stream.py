@@ -10,6 +10,7 @@ from streams_runtime.dsl.branched import BranchedStream
 from streams_runtime.dsl.global_table import GlobalTable
 from streams_runtime.dsl.grouped import GroupedStream
 from streams_runtime.dsl.joins import checked_windows, global_table_join, table_join, window_join
+from streams_runtime.operations import RunUserProcessor
 from streams_runtime.processor.api import Processor
 from streams_runtime.processor.node import user_node
 from streams_runtime.serde_context import is_registry_framed
@@ -502,6 +503,7 @@ class Stream(Generic[K, V]):
             name=name,
             stores=owned,
             uses_stores=used,
+            operation=RunUserProcessor(),
         )
         return Stream(
             self._builder,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from streams_runtime import processors as p
 from streams_runtime.dsl.suppressed import Suppressed, until_window_closes
 from streams_runtime.dsl.table_joins import TableJoins
+from streams_runtime.operations import SuppressUntilWindowCloses
 from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerde
 from streams_runtime.state import StoreSpec
 from streams_runtime.topology import Node, QueryableStore, TopologyError
@@ -82,6 +83,7 @@ class WindowedTable(Generic[K, V]):
             lambda: p.SuppressProcessor(store, windows, sks, svs),
             [self._node],
             stores=(StoreSpec(name=store, kind="key_value"),),
+            operation=SuppressUntilWindowCloses(store, sks, svs),
         )
         return WindowedTable(self._builder, node, ks, vs, windows)
 

@@ -1,9 +1,11 @@
 """Fused operators: chains of processors the runtime runs as one, a whole batch of records per
-call, on the native core (``streams_runtime._native``, built from native/) or, where it was not
-built, on its pure-Python reference (docs/design.md §5, "the native core").
+call, on the native core (``streams_runtime._native``, built from native/; docs/design.md §5,
+"the native core"). The planner (:mod:`streams_runtime.fused.planner`) puts them in a topology
+when it is built.
 
-``native_core=False`` (:class:`~streams_runtime.RuntimeSettings`) runs every chain processor by
-processor instead, the path the fused operators are checked against."""
+``native_core=False`` (:class:`~streams_runtime.RuntimeSettings`), or a native core that was not
+built, runs every chain processor by processor instead: the reference the fused operators are
+checked against (their pure-Python twins live in the tests, as an oracle)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,21 @@ import functools
 import logging
 from typing import Any
 
-from streams_runtime.fused.session_core import SessionCore as PythonSessionCore
-from streams_runtime.fused.time_window_core import TimeWindowCore as PythonTimeWindowCore
+from streams_runtime.record import Headers
 
-__all__ = ["native_available", "session_core_type", "time_window_core_type"]
+__all__ = ["Failure", "Final", "StateWrite", "native_available"]
 
 _log = logging.getLogger(__name__)
+
+Final = tuple[bytes, int, int, Any, int, Headers | None]
+"""A window a core emitted: ``(key, start, end, aggregate, timestamp, headers)`` (a session's
+timestamp is its end)."""
+StateWrite = tuple[bytes, Any, int, int, int]
+"""A change a core writes behind: ``(key + start + end, aggregate or None (gone), the
+aggregate's timestamp, offset, timestamp)`` (the offset and timestamp of the input that caused
+it)."""
+Failure = tuple[int, Exception]
+"""A record whose aggregation raised: its index in the batch, and the exception."""
 
 
 @functools.cache
@@ -26,28 +37,10 @@ def native_available() -> bool:
         import streams_runtime._native  # noqa: F401
     except ImportError as exc:
         _log.warning(
-            "the runtime's native core is not built (%s): fused operators run on their "
-            "pure-Python reference, several times slower; install with a Rust toolchain "
+            "the runtime's native core is not built (%s): every chain runs processor by "
+            "processor, several times slower for those it fuses; install with a Rust toolchain "
             "(cargo) on PATH to build it",
             exc,
         )
         return False
     return True
-
-
-def session_core_type() -> type[Any]:
-    """The session core to run: the native one where it is built."""
-    if native_available():
-        from streams_runtime._native import SessionCore
-
-        return SessionCore
-    return PythonSessionCore
-
-
-def time_window_core_type() -> type[Any]:
-    """The time-window core to run: the native one where it is built."""
-    if native_available():
-        from streams_runtime._native import TimeWindowCore
-
-        return TimeWindowCore
-    return PythonTimeWindowCore

@@ -13,6 +13,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -322,23 +323,24 @@ class RecordCollector:
         if remaining:
             raise StreamsError(f"{remaining} records not delivered within 30s")
 
-    def commit(self, offsets: Sequence[TopicPartition], group_metadata: object | None) -> None:
-        """Exactly-once: commit the transaction with ``offsets`` in it."""
+    def commit(self, offsets: Sequence[tuple[Sequence[TopicPartition], object]]) -> None:
+        """Exactly-once: commit the transaction with ``offsets`` in it, each group of them with
+        the group metadata of the consumer (lane) that owns them."""
         try:
             if not self._in_transaction:
                 self.producer.begin_transaction()
                 self._in_transaction = True
-            if offsets:
-                _retried(
-                    lambda: self.producer.send_offsets_to_transaction(
-                        list(offsets), group_metadata, _TRANSACTION_TIMEOUT_S
-                    )
-                )
+            for group_offsets, group_metadata in offsets:
+                if group_offsets:
+                    _retried(partial(self._send_offsets, list(group_offsets), group_metadata))
             _retried(lambda: self.producer.commit_transaction(_TRANSACTION_TIMEOUT_S))
         except KafkaException as exc:
             raise self._fenced_or(exc) from exc
         self._in_transaction = False
         self._raise_delivery_error()
+
+    def _send_offsets(self, offsets: list[TopicPartition], group_metadata: object) -> None:
+        self.producer.send_offsets_to_transaction(offsets, group_metadata, _TRANSACTION_TIMEOUT_S)
 
     def abort(self) -> None:
         """Exactly-once: abort the open transaction (if any); its records are never read."""

@@ -18,10 +18,11 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import ClassVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams_runtime.errors import BadRecordError, StreamsError
 from streams_runtime.processing.collector import RecordCollector
+from streams_runtime.processing.lanes import ConsumerLanes
 from streams_runtime.settings import RuntimeSettings
 
 __all__ = [
@@ -64,7 +65,7 @@ class CommitStrategy(ABC):
     def __init__(
         self,
         collector: RecordCollector,
-        consumer: Consumer,
+        consumer: ConsumerLanes,
         *,
         before_offset_commit: OffsetCommitHook | None = None,
     ) -> None:
@@ -105,7 +106,8 @@ class AtLeastOnceCommit(CommitStrategy):
             return CommitResult.SKIPPED
         if offsets:
             try:
-                self.consumer.commit(offsets=list(offsets), asynchronous=False)
+                for lane, lane_offsets in self.consumer.commit_by_lane(offsets):
+                    lane.commit(offsets=lane_offsets, asynchronous=False)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if isinstance(error, KafkaError) and error.fatal():
@@ -139,7 +141,12 @@ class ExactlyOnceCommit(CommitStrategy):
         if not self._offset_commit_allowed():
             return CommitResult.SKIPPED
         try:
-            self.collector.commit(offsets, self.consumer.consumer_group_metadata())
+            self.collector.commit(
+                [
+                    (lane_offsets, lane.consumer_group_metadata())
+                    for lane, lane_offsets in self.consumer.commit_by_lane(offsets)
+                ]
+            )
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if isinstance(error, KafkaError) and error.txn_requires_abort():

@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
+from streams_runtime.processing.lanes import ConsumerLanes
 from streams_runtime.record import TopicPartitionId
 
 __all__ = ["InputPartitions"]
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 class InputPartitions:
     """Assignment, pauses and fetch positions of one consumer's input partitions."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: ConsumerLanes) -> None:
         self._consumer = consumer
         self.assigned: set[TopicPartitionId] = set()
         self.paused: set[TopicPartitionId] = set()
@@ -77,6 +78,11 @@ class InputPartitions:
     def reached_end(self, tp: TopicPartitionId, offset: int) -> None:
         """A partition-EOF event of ``tp`` at ``offset``."""
         self._eof[tp] = offset
+
+    def end_reached(self, tp: TopicPartitionId) -> int:
+        """The offset of ``tp``'s latest partition-EOF event since its task started (past any
+        transaction markers at the end); -1 when none came."""
+        return self._eof.get(tp, -1)
 
     def lag(self, tp: TopicPartitionId) -> int | None:
         """Records on the broker not yet fetched by the task, from cached metadata only;

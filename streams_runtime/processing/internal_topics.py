@@ -11,7 +11,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams_runtime.processing.repartition_purge import REPARTITION_TOPIC_CONFIG
-from streams_runtime.settings import BadRecordPolicy, RuntimeSettings
+from streams_runtime.settings import BadRecordPolicy, GroupProtocol, RuntimeSettings
 from streams_runtime.state import changelog_topic, changelog_topic_config
 from streams_runtime.topology import Subtopology, Topology, TopologyError
 
@@ -98,6 +98,12 @@ def prepare_topics(topology: Topology, settings: RuntimeSettings) -> dict[str, i
     if settings.bad_record_policy is BadRecordPolicy.DEAD_LETTER and settings.dead_letter_topic:
         dlq = settings.dead_letter_topic
         plan.internal(dlq, plan.existing.get(dlq, 1), {})
+    if (
+        settings.group_protocol is not GroupProtocol.CLASSIC
+        and len([sub for sub in topology.subtopologies if sub.source_topics]) > 1
+    ):
+        # The lanes' placeholder (streams_runtime/processing/lanes.py): one empty partition.
+        plan.internal(settings.lanes_topic, 1, {})
     if settings.membership_enabled:
         # One partition, so every instance reads every membership record in order; compacted,
         # so the latest record (or tombstone) per instance is all that is kept.

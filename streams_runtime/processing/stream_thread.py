@@ -32,6 +32,7 @@ from streams_runtime.processing.group_protocol import (
     set_group_timeouts,
 )
 from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.processing.lanes import ConsumerLanes
 from streams_runtime.processing.milestones import Milestones
 from streams_runtime.processing.record_router import RecordRouter
 from streams_runtime.processing.task import StreamTask, WarmStores
@@ -156,10 +157,22 @@ class StreamThread:
             "enable.partition.eof": "true",
             "isolation.level": self._strategy_for.isolation_level,
         }
-        self.consumer = Consumer(config)
+        topology = self._topology
+        subtopologies = [sub for sub in topology.subtopologies if sub.source_topics]
+        self.consumer = ConsumerLanes(
+            config,
+            lanes=self._protocol is GroupProtocol.CONSUMER and len(subtopologies) > 1,
+            instance_id=self._instance_id,
+            subtopology_topics={sub.id: sub.source_topics for sub in subtopologies},
+            partitions={
+                sub.id: self._partition_counts[sub.source_topics[0]] for sub in subtopologies
+            },
+            placeholder=settings.lanes_topic,
+            admin_config=settings.client_config(),
+        )
         # Known at once under KIP-848 (the client makes it), on joining under classic. Kept
         # here: asking librdkafka is a round trip through its main thread.
-        self._member_id: str | None = self.consumer.memberid() or None
+        self._member_id: str | None = self.consumer.memberid()
         self._partitions = InputPartitions(self.consumer)
         strategy = self._strategy_for(
             self.collector, self.consumer, before_offset_commit=self._before_offset_commit
@@ -207,10 +220,11 @@ class StreamThread:
     def warm_stores(self, warm_stores: WarmStores | None) -> None:
         self.task_manager.warm_stores = warm_stores
 
-    def group_member(self) -> tuple[str | None, str | None]:
-        """The consumer's member id and ``group.instance.id`` (how the range assignor orders
-        this instance; :mod:`streams_runtime.cluster.assignment`). Any thread."""
-        return self._member_id, self._group_instance_id
+    def group_member(self) -> tuple[str | None, str | None, bool]:
+        """The consumer's (back lane's) member id and ``group.instance.id`` (how the range
+        assignor orders this instance; :mod:`streams_runtime.cluster.assignment`), and whether
+        it joins with lanes (:mod:`.lanes`). Any thread."""
+        return self._member_id, self._group_instance_id, self.consumer.lanes
 
     def lag(self, tp: TopicPartitionId) -> int | None:
         """KIP-695's lag of ``tp`` (see :meth:`InputPartitions.lag`)."""
@@ -254,6 +268,7 @@ class StreamThread:
         waiting = any(task.group.buffered() for task in self.tasks.values())
         messages = self.consumer.consume(_FETCH_BATCH, _SHORT_POLL_S if waiting else poll_s)
         self._after_consume()
+        self.consumer.refresh()
         if messages:
             fatal = self._router.route(messages, self._partitions, self.task_manager.task_of)
             if fatal is not None and not self._join_failed(fatal):
@@ -310,12 +325,7 @@ class StreamThread:
             while not self._stopping.is_set() and not self.join_gate():
                 self.heartbeat.beat()
                 self._stopping.wait(_JOIN_GATE_POLL_S)
-        self.consumer.subscribe(
-            list(self._topology.source_topics),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self.consumer.subscribe(self._on_assign, self._on_revoke, self._on_lost)
 
     def _join_failed(self, error: KafkaError) -> bool:
         """A fatal ``error`` before the first assignment: join again when it says how (KIP-848
@@ -344,7 +354,7 @@ class StreamThread:
             self._stopping.wait(_REJOIN_BACKOFF_S)
         else:
             return False
-        self.consumer.close()
+        self.consumer.close(release=False)
         strategy, cooperative = self._connect()
         self.task_manager.reconnect(self.consumer, strategy, self._partitions, cooperative)
         self._subscribe()
@@ -358,7 +368,7 @@ class StreamThread:
             return
         self._set_state(AppState.REBALANCING)
         self._joined = True
-        self._member_id = consumer.memberid() or None
+        self._member_id = self.consumer.memberid()
         self._guarded(self.task_manager.on_assign, consumer, partitions)
         if self._callback_error is None and not self.task_manager.settling:
             self._set_state(AppState.RUNNING)
@@ -440,7 +450,7 @@ class StreamThread:
         errors: list[BaseException] = []
         for step in (
             lambda: self.task_manager.shutdown(failure),
-            self.consumer.close,
+            lambda: self.consumer.close(release=failure is None),
             self.collector.close,
             self._progress.stop if self._progress is not None else None,
         ):

@@ -14,15 +14,18 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from streams_runtime.errors import BadRecordHandler, StreamsError
-from streams_runtime.fused.windowed_builtin import FusedWindowAggregate, fusable_window_aggregate
 from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import ChangelogSink, TaskOutput
 from streams_runtime.processing.partition_group import Clock, LagProvider, PartitionGroup
 from streams_runtime.processing.task_punctuators import TaskPunctuators
 from streams_runtime.processor.api import RecordMetadata
-from streams_runtime.processor.node import UserProcessorNode
 from streams_runtime.processor.punctuation import Cancellable, PunctuationType
-from streams_runtime.processors import Processor, SinkProcessor, SourceProcessor
+from streams_runtime.processors import (
+    BatchSourceProcessor,
+    Processor,
+    SinkProcessor,
+    SourceProcessor,
+)
 from streams_runtime.progress import TaskBounds, TaskCommitMetadata
 from streams_runtime.record import Headers, Record, SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.serdes import SerializationError
@@ -103,7 +106,8 @@ class StreamTask:
         self._sources: dict[str, SourceProcessor] = {}
         self._routes: dict[str, tuple[TopicPartitionId, SourceProcessor]] = {}
         self._processors: list[Processor] = []
-        self._fused: FusedWindowAggregate | None = None
+        self._batch_source: BatchSourceProcessor | None = None
+        """The task's one source, when it takes batches (a fused operator)."""
         self.committed: dict[TopicPartitionId, int] = {}
         self._consumed: dict[TopicPartitionId, int] = {}
         self._skipped_to: dict[TopicPartitionId, int] = {}
@@ -173,8 +177,10 @@ class StreamTask:
         """The store ``name`` as interactive queries read it (from their own threads): through
         its cache, as in Kafka Streams, so an answer is never a commit interval behind what was
         processed."""
-        if self._fused is not None and name == self._fused.store_name:
-            return self._fused.query_store()
+        if self._batch_source is not None:  # a fused operator keeps its stores' windows itself
+            kept = self._batch_source.query_store(name)
+            if kept is not None:
+                return kept
         cached = self.caches.cached(name)
         return cached if cached is not None else self.state.store(name)
 
@@ -276,7 +282,9 @@ class StreamTask:
     def start_processing(self) -> None:
         """Create the processors over the restored stores."""
         self._sources, self._processors = self.subtopology.instantiate()
-        self._fuse()
+        sources = list(self._sources.values())
+        if len(sources) == 1 and isinstance(sources[0], BatchSourceProcessor):
+            self._batch_source = sources[0]
         partition = self.id.partition
         self._routes = {
             topic: (TopicPartitionId(topic, partition), source)
@@ -305,27 +313,6 @@ class StreamTask:
         if enforced != self._enforced_seen:
             self._enforced_metric.inc(enforced - self._enforced_seen)
             self._enforced_seen = enforced
-
-    def _fuse(self) -> None:
-        """Run a chain the native core has an operator for as that operator (one input only:
-        its batches are one partition's records in order)."""
-        chain = fusable_window_aggregate(self._processors)
-        if chain is None or not self._settings.native_core or len(self.inputs) != 1:
-            return
-        if any(isinstance(p, UserProcessorNode) for p in self._processors):
-            return  # punctuators fire between records: the chain keeps them in step
-        _, aggregate, suppress = chain
-        self._fused = fused = FusedWindowAggregate(
-            chain,
-            session_store=self.state.session_store(aggregate._store_name),
-            buffer_store=self.state.kv_store(suppress._store_name),
-            input_tp=self.inputs[0],
-            position=self.position,
-            write_budget=self._settings.statestore_cache_max_bytes,
-        )
-        at = self._processors.index(aggregate)
-        self._processors[at : at + 1] = [fused]
-        self._processors.remove(suppress)
 
     def add_records(self, tp: TopicPartitionId, records: Iterable[SourceRecord]) -> int:
         """Buffer fetched records; negative timestamps go to the bad-record policy here (under
@@ -378,7 +365,7 @@ class StreamTask:
         controls = 0
         process_one = self._process_one
         next_record = group.next_record
-        fused = self._fused
+        batch_source = self._batch_source
         try:
             # One idling decision per batch of records it covers (see ready_batch): the same
             # decisions, counts and order as asking ready_to_process before every record.
@@ -391,10 +378,10 @@ class StreamTask:
                     self._mark_processing = False
                     self._took_any = True
                 n = min(ready, budget - done)
-                if fused is not None:
+                if batch_source is not None:
                     batch = group.take(n)
                     record = batch[-1]
-                    controls += self._process_fused(fused, batch)
+                    controls += self._process_batch(batch_source, batch)
                     done += n
                     continue
                 punctuations = self.punctuators.stream
@@ -439,14 +426,15 @@ class StreamTask:
         self._consumed[tp] = record.offset + 1
         return record.is_control
 
-    def _process_fused(self, fused: FusedWindowAggregate, batch: list[SourceRecord]) -> int:
-        """Process one partition's records through the fused chain, data in runs between
-        control records; how many were control records. A record the serdes refuse, or whose
-        aggregation raises, meets the bad-record policy in order, everything before it processed
-        (under ``fail``, committed up to it); what user code below the suppression raises for an
-        emitted window meets it blamed on the run's last record (the chain would blame the one
-        whose time closed the window), or on the tick that closed it."""
-        tp, source = self._routes[batch[0].topic]
+    def _process_batch(self, source: BatchSourceProcessor, batch: list[SourceRecord]) -> int:
+        """Process one partition's records through a source that takes batches, data in runs
+        between control records; how many were control records. A record the serdes refuse, or
+        whose processing raises, meets the bad-record policy in order, everything before it
+        processed (under ``fail``, committed up to it); what user code below raises for an
+        emitted result (a fused operator's window) meets it blamed on the run's last record (the
+        chain would blame the one whose time closed the window), or on the tick that closed
+        it."""
+        tp, _ = self._routes[batch[0].topic]
         position = self.position
         position.tp = tp
         consumed = self._consumed
@@ -464,9 +452,9 @@ class StreamTask:
             if records:
                 blamed = records[-1]
                 position.offset = blamed.offset
-                fused.process_batch(records, bad)
+                source.process_batch(records, bad)
 
-        fused.on_error = failed
+        source.on_error = failed
         controls = 0
         run_from = 0
         for i, record in enumerate(batch):
@@ -493,27 +481,41 @@ class StreamTask:
         """Before a commit: flush the record cache (writes and forwards what it absorbed), let
         processors do periodic work (retention, gauges), then send the buffered changelog
         writes (Kafka Streams' order: cache, stores, then the commit)."""
-        self.caches.flush()
+        self.caches.flush(self._flush_failed)
         for processor in self._processors:
             processor.flush()
         self.state.flush()
 
+    def _flush_failed(self, error: Exception) -> None:
+        if isinstance(error, StreamsError):
+            raise error  # the runtime's own failure (a fenced producer...), not user code's
+        self._bad_records.handle_flush(str(self.id), error)
+
     def offsets_to_commit(
-        self, position: Callable[[TopicPartitionId], int] | None = None
+        self,
+        position: Callable[[TopicPartitionId], int] | None = None,
+        end: Callable[[TopicPartitionId], int] | None = None,
     ) -> list[TopicPartition]:
         """Next offsets to commit, for inputs that moved, with the partition time and the task's
         bounds in the metadata (:class:`~streams_runtime.progress.TaskCommitMetadata`).
 
         An input with nothing buffered commits the consumer's ``position`` when that is further
         (as Kafka Streams does): past the transaction markers that follow a transactional
-        writer's last record, so a drained partition's lag reaches 0."""
+        writer's last record, so a drained partition's lag reaches 0. Only once the task has
+        taken records of it: before, the position can be what the consumer returned before the
+        task's start seek (records held while the task restored), and committing it would skip
+        records nobody processed. A task that has taken none commits the partition's end once
+        the consumer reached it since the start (``end``: -1 while not)."""
         offsets = []
         bounds = self.bounds.current()
         for tp in self.inputs:
             offset = self._consumed.get(tp, -1)
             if self.group.buffered(tp) == 0:
                 offset = max(offset, self._skipped_to.get(tp, -1))
-                if position is not None and tp not in self._poisoned:
+                if tp not in self._taken_to:
+                    if end is not None:
+                        offset = max(offset, end(tp))
+                elif position is not None and tp not in self._poisoned:
                     offset = max(offset, position(tp))
             if offset < 0 or offset == self.committed.get(tp):
                 continue

@@ -16,6 +16,7 @@ from streams_runtime.metrics import RuntimeMetrics
 from streams_runtime.processing.collector import RecordCollector
 from streams_runtime.processing.commit_strategy import CommitResult, CommitStrategy
 from streams_runtime.processing.input_partitions import InputPartitions
+from streams_runtime.processing.lanes import ConsumerLanes
 from streams_runtime.processing.repartition_purge import RepartitionPurger
 from streams_runtime.processing.state_updater import StateUpdater
 from streams_runtime.processing.task import StreamTask, WarmStores
@@ -40,7 +41,7 @@ class TaskManager:
         self,
         topology: Topology,
         settings: RuntimeSettings,
-        consumer: Consumer,
+        consumer: ConsumerLanes,
         collector: RecordCollector,
         strategy: CommitStrategy,
         partitions: InputPartitions,
@@ -87,7 +88,7 @@ class TaskManager:
 
     def reconnect(
         self,
-        consumer: Consumer,
+        consumer: ConsumerLanes,
         strategy: CommitStrategy,
         partitions: InputPartitions,
         cooperative: bool,
@@ -121,7 +122,10 @@ class TaskManager:
         started = time.monotonic()
         for task in self.tasks.values():
             task.flush()
-        per_task = [(task, task.offsets_to_commit(self._position)) for task in self.tasks.values()]
+        per_task = [
+            (task, task.offsets_to_commit(self._position, self._partitions.end_reached))
+            for task in self.tasks.values()
+        ]
         offsets = [tp for _, task_offsets in per_task for tp in task_offsets]
         result = self._strategy.commit(offsets)
         if result is CommitResult.ABORTED:

@@ -20,7 +20,6 @@
 
 from streams_runtime.processors.base import (
     NO_PROGRESS,
-    Builtin,
     KeyedStoreProcessor,
     Processor,
     ProcessorContext,
@@ -29,7 +28,6 @@ from streams_runtime.processors.base import (
     count_aggregator,
     count_initializer,
     count_merger,
-    reduce_builtin,
     reduce_initializer,
 )
 from streams_runtime.processors.cogroup import CogroupMergeProcessor
@@ -50,12 +48,14 @@ from streams_runtime.processors.grouped_tables import (
 from streams_runtime.processors.joins import JoinState, StreamStreamJoinProcessor
 from streams_runtime.processors.sessions import SessionAggregateProcessor, SuppressProcessor
 from streams_runtime.processors.stateless import (
+    BatchSourceProcessor,
     BranchProcessor,
     FilterProcessor,
     FlatMapProcessor,
     FlatMapValuesProcessor,
     MapProcessor,
     MapValuesProcessor,
+    OnBadRecord,
     PassThroughProcessor,
     PeekProcessor,
     SinkProcessor,
@@ -84,8 +84,8 @@ from streams_runtime.processors.time_windows import (
 
 __all__ = [
     "NO_PROGRESS",
+    "BatchSourceProcessor",
     "BranchProcessor",
-    "Builtin",
     "CogroupMergeProcessor",
     "FilterProcessor",
     "FlatMapProcessor",
@@ -96,6 +96,7 @@ __all__ = [
     "KeyedStoreProcessor",
     "MapProcessor",
     "MapValuesProcessor",
+    "OnBadRecord",
     "PassThroughProcessor",
     "PeekProcessor",
     "Processor",
@@ -132,6 +133,5 @@ __all__ = [
     "count_initializer",
     "count_merger",
     "is_idempotent_update",
-    "reduce_builtin",
     "reduce_initializer",
 ]

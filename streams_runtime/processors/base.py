@@ -34,9 +34,8 @@ per-key state.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Protocol
 
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde
@@ -45,7 +44,6 @@ from streams_runtime.state import KeyValueStore, SessionStore, WindowStore
 __all__ = [
     "NO_PROGRESS",
     "AggregateProcessor",
-    "Builtin",
     "KeyedStoreProcessor",
     "Processor",
     "ProcessorContext",
@@ -54,7 +52,6 @@ __all__ = [
     "count_aggregator",
     "count_initializer",
     "count_merger",
-    "reduce_builtin",
     "reduce_initializer",
 ]
 
@@ -104,11 +101,6 @@ class ProcessorContext(Protocol):
 NO_PROGRESS = -1
 
 
-Builtin = Literal["count", "sum", "min", "max"]
-"""The built-in aggregations, which the runtime may run fused with a suppression below them
-(streams_runtime/fused/): a count, and a reduce by ``operator.add``, ``min`` or ``max``."""
-
-
 # A count's functions (``count()`` of a windowed stream): an aggregation made of these is a
 # count.
 def count_initializer() -> int:
@@ -154,17 +146,6 @@ class ReducingMerger:
         if a is None:
             return b
         return a if b is None else self.reducer(a, b)
-
-
-def reduce_builtin(reducer: Callable[[Any, Any], Any]) -> Builtin | None:
-    """The built-in a reducer is (the very function ``operator.add``, ``min`` or ``max``)."""
-    if reducer is operator.add:
-        return "sum"
-    if reducer is min:
-        return "min"
-    if reducer is max:
-        return "max"
-    return None
 
 
 class Processor:

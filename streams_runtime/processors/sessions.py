@@ -9,20 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 from streams_runtime.processors.base import (
-    Builtin,
     Processor,
     ProcessorContext,
-    Reducing,
-    ReducingMerger,
-    count_aggregator,
-    count_initializer,
-    count_merger,
-    reduce_builtin,
-    reduce_initializer,
 )
 from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
 from streams_runtime.record import Headers, Record
-from streams_runtime.serdes import Integer, Serde, ValueAndTimestamp
+from streams_runtime.serdes import Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore, SessionStore
 from streams_runtime.state.changelog import session_changelog_key, split_session_changelog_key
 from streams_runtime.windowed import Windowed
@@ -68,24 +60,6 @@ class SessionAggregateProcessor(WindowedAggregateProcessor[SessionStore, Session
             aggregator=aggregator,
         )
         self._merger = merger
-
-    @property
-    def builtin(self) -> Builtin | None:
-        """Which built-in aggregation this is, if one: a count
-        (:meth:`SessionWindowedStream.count`, written as a long), or a reduce by
-        ``operator.add``, ``min`` or ``max`` (``sum()``, ``min()``, ``max()``)."""
-        initializer, aggregator, merger = self._initializer, self._aggregator, self._merger
-        if initializer is count_initializer:
-            counts = aggregator is count_aggregator and merger is count_merger
-            return "count" if counts and isinstance(self._value_serde, Integer) else None
-        if (
-            initializer is reduce_initializer
-            and isinstance(aggregator, Reducing)
-            and isinstance(merger, ReducingMerger)
-            and merger.reducer is aggregator.reducer
-        ):
-            return reduce_builtin(aggregator.reducer)
-        return None
 
     def _open_store(self, context: ProcessorContext) -> SessionStore:
         return context.session_store(self._store_name)

@@ -6,6 +6,7 @@ output records. They keep their input's order, so the data a sink sends moves it
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from streams_runtime.serde_context import (
     serialize_in,
 )
 from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerde
+from streams_runtime.state import SessionStore
 
 __all__ = [
     "BranchProcessor",
@@ -82,6 +84,31 @@ class SourceProcessor(Processor):
     def _deserialize_in_context(self, source: SourceRecord) -> Record[Any, Any]:
         key, value = self.key_value_of(source)
         return Record(key, value, source.timestamp, source.headers)
+
+
+OnBadRecord = Callable[[SourceRecord, str, Exception], None]
+"""Takes a record the source refused, the reason (``deserialization`` or ``processing``) and
+the exception."""
+
+
+class BatchSourceProcessor(SourceProcessor):
+    """A source that takes a batch of its task's one input's records at a time, where a source
+    has the task forward each record itself: a fused operator
+    (:mod:`streams_runtime.fused`)."""
+
+    on_error: Callable[[Exception], None] | None = None
+    """Takes what user code below raises for one result it emits (the others are still
+    emitted); unset, it is raised. The task sets it per batch."""
+
+    @abstractmethod
+    def process_batch(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
+        """Process a run of data records (control records go to :meth:`advance`); a record
+        refused, or whose processing raises, goes to ``on_bad``, in order."""
+
+    def query_store(self, name: str) -> SessionStore | None:
+        """The store ``name`` as interactive queries read it, where this source keeps what the
+        store will hold itself (``None``: read the store)."""
+        return None
 
 
 class FilterProcessor(Processor):

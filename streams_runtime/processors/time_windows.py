@@ -15,17 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from streams_runtime.processors.base import (
-    Builtin,
     ProcessorContext,
-    Reducing,
-    count_aggregator,
-    count_initializer,
-    reduce_builtin,
-    reduce_initializer,
 )
 from streams_runtime.processors.windowed_aggregate import WindowedAggregateProcessor
 from streams_runtime.record import Headers, Record
-from streams_runtime.serdes import Integer, ValueAndTimestamp
+from streams_runtime.serdes import ValueAndTimestamp
 from streams_runtime.state import WindowStore
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SlidingWindows, TimeWindows
@@ -106,19 +100,6 @@ class TimeWindowAggregateProcessor(_TimestampedWindowAggregate[TimeWindows]):
     """
 
     name = "time_window_aggregate"
-
-    @property
-    def builtin(self) -> Builtin | None:
-        """Which built-in aggregation this is, if one: a count
-        (:meth:`TimeWindowedStream.count`, written as a long), or a reduce by ``operator.add``,
-        ``min`` or ``max`` (``sum()``, ``min()``, ``max()``)."""
-        initializer, aggregator = self._initializer, self._aggregator
-        if initializer is count_initializer:
-            counts = aggregator is count_aggregator and isinstance(self._value_serde, Integer)
-            return "count" if counts else None
-        if initializer is reduce_initializer and isinstance(aggregator, Reducing):
-            return reduce_builtin(aggregator.reducer)
-        return None
 
     def _aggregate(self, record: Record[Any, Any]) -> None:
         assert self._store is not None

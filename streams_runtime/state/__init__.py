@@ -34,6 +34,7 @@ from streams_runtime.state.engines import (
     InMemorySessionEngine,
     KeyValueEngine,
     SessionEngine,
+    bound_engine_memory,
     make_kv_engine,
     make_session_engine,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "ThreadCache",
     "WarmStore",
     "WindowStore",
+    "bound_engine_memory",
     "changelog_topic",
     "changelog_topic_config",
     "decode_source",

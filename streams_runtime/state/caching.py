@@ -107,7 +107,7 @@ class NamedCache:
         self.stats = CacheStats()
         self._entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
         self._dirty: dict[bytes, None] = {}
-        self.listener: Callable[[list[tuple[bytes, CacheEntry]]], None] | None = None
+        self.listener: Callable[[Iterable[tuple[bytes, CacheEntry]]], None] | None = None
         self.dropped: Callable[[bytes], None] | None = None
         """Called with each key that leaves the cache (evicted, a flushed delete, cleared)."""
 
@@ -163,28 +163,39 @@ class NamedCache:
         return list(self._entries.copy().items())
 
     def flush(self, evicted: tuple[bytes, CacheEntry] | None = None) -> None:
-        """Hand every dirty entry (``evicted`` first) to the listener; they are clean after,
-        and cached deletes are dropped."""
+        """Hand every dirty entry (``evicted`` first) to the listener, in order; each is clean
+        once handed over, and a cached delete is dropped once written. When the listener
+        raises (user code below the store), the entries not handed over yet stay dirty for
+        the next flush: nothing is lost whatever happens to the failing one."""
         if not self._dirty:
             return
+        if self.listener is None:
+            raise RuntimeError(f"no flush listener for cache {self.name}")
         self.stats.flushes += 1
         entries: list[tuple[bytes, CacheEntry]] = []
         if evicted is not None:
             entries.append(evicted)
             self._dirty.pop(evicted[0], None)
-        for key in self._dirty:
-            entry = self._entries[key]
-            entry.dirty = False
-            entries.append((key, entry))
-        self._dirty = {}
-        if self.listener is None:
-            raise RuntimeError(f"no flush listener for cache {self.name}")
-        self.listener(entries)
+        entries += [(key, self._entries[key]) for key in self._dirty]
+        handed: list[tuple[bytes, CacheEntry]] = []
+        try:
+            self.listener(self._hand_over(entries, handed))
+        finally:
+            for key, entry in handed:
+                if entry.value is None and self._entries.get(key) is entry:
+                    del self._entries[key]
+                    self._resize(-entry.size)
+                    self._dropped(key)
+
+    def _hand_over(
+        self, entries: list[tuple[bytes, CacheEntry]], handed: list[tuple[bytes, CacheEntry]]
+    ) -> Iterator[tuple[bytes, CacheEntry]]:
         for key, entry in entries:
-            if entry.value is None and self._entries.get(key) is entry:
-                del self._entries[key]
-                self._resize(-entry.size)
-                self._dropped(key)
+            entry.dirty = False
+            if self._entries.get(key) is entry:  # else a newer write of the key, still dirty
+                self._dirty.pop(key, None)
+            handed.append((key, entry))
+            yield key, entry
 
     def evict(self) -> None:
         """Drop the least recently used entry, flushing the cache first when it is dirty."""
@@ -354,7 +365,7 @@ class CachingKeyValueStore(KeyValueStore):
     def flush_cache(self) -> None:
         self.cache.flush()
 
-    def _write_back(self, entries: list[tuple[bytes, CacheEntry]]) -> None:
+    def _write_back(self, entries: Iterable[tuple[bytes, CacheEntry]]) -> None:
         listener = self._listener
         for key, entry in entries:
             old = super().get(key)

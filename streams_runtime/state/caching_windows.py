@@ -16,7 +16,7 @@ handed on (Kafka Streams' ``putAndMaybeForward``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from streams_runtime.record import Headers
 from streams_runtime.state.caching import (
@@ -167,7 +167,7 @@ class CachingSessionStore(SessionStore):
             if not windows:
                 del self._cached[key]
 
-    def _write_back(self, entries: list[tuple[bytes, CacheEntry]]) -> None:
+    def _write_back(self, entries: Iterable[tuple[bytes, CacheEntry]]) -> None:
         listener = self._listener
         for cache_key, entry in entries:
             key, start, end = split_session_changelog_key(cache_key)

@@ -378,6 +378,16 @@ def make_session_engine(kind: EngineKind, path: Path | None = None) -> SessionEn
     raise ValueError(f"unknown engine kind {kind!r} ({', '.join(ENGINE_KINDS)})")
 
 
+def bound_engine_memory(kind: EngineKind, rocksdb_bytes: int) -> None:
+    """Before stores of ``kind`` open: with RocksDB, every store of the process shares
+    ``rocksdb_bytes`` (:func:`streams_runtime.state.rocksdb_engines.share_memory`)."""
+    if kind == "rocksdb":
+        require_extra("runtime", "state_engine=rocksdb", "rocksdict")
+        from streams_runtime.state import rocksdb_engines
+
+        rocksdb_engines.share_memory(rocksdb_bytes)
+
+
 def _required(kind: EngineKind, path: Path | None) -> Path:
     if path is None:
         raise ValueError(f"the {kind} engine needs a path")

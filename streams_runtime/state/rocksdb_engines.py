@@ -17,6 +17,15 @@ scan to the other, a page per short-lived iterator, merged with the overlay's wr
 range. A time range across keys (``windows_starting``) scans every window: the keys lead with
 the user key, and there is no time index (Kafka Streams' segments are one per time interval).
 
+**Memory is bounded per process** (Kafka Streams' ``BoundedMemoryRocksDBConfig``, which is per
+JVM as this is per process): every store shares one block cache of ``rocksdb_memory_bytes``
+(:func:`share_memory`), index and filter blocks included, and one write buffer manager charging
+the memtables to that cache and flushing them when they fill half of it. Without it each store
+would grow its own memtables and cache (64 MiB and more apiece) and a few stores would grow an
+application by hundreds of megabytes before their first flush; with it, memtables flush early and
+stay small. The bound is Kafka Streams' soft one: writes never wait for a flush, so in a burst the
+memtables being flushed still count until their flush ends (two per store at most).
+
 Needs the ``rocksdict`` package (the ``runtime`` extra); the factories in ``engines`` check it.
 """
 
@@ -27,11 +36,24 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteBufferManager,
+    WriteOptions,
+)
 
 from streams_runtime.state.engines import EngineFileError, check_session, empty_range
 
-__all__ = ["RocksDbKeyValueEngine", "RocksDbSessionEngine"]
+__all__ = ["DEFAULT_MEMORY_BYTES", "RocksDbKeyValueEngine", "RocksDbSessionEngine", "share_memory"]
+
+DEFAULT_MEMORY_BYTES = 64 * 2**20
+"""What every store of a process shares unless :func:`share_memory` says otherwise."""
+# A store's memtable: flushed at this size, or sooner when the shared write buffers are full.
+_WRITE_BUFFER_BYTES = 8 * 2**20
 
 # Entries read per iterator while scanning: each page is read under the lock with a short-lived
 # iterator, so a scan never holds the lock (or an iterator that keeps a closed database alive)
@@ -46,14 +68,59 @@ _OFFSET = 1 << 63
 _TERMINATOR = b"\x00\x00"
 
 
+class _SharedMemory:
+    """The block cache and write buffer manager every store opened next shares (0 bytes: none,
+    RocksDB's defaults per store)."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
+        self._cache = Cache(total_bytes) if total_bytes else None
+        self._write_buffers = (
+            WriteBufferManager.new_write_buffer_manager_with_cache(
+                total_bytes // 2, False, self._cache
+            )
+            if self._cache is not None
+            else None
+        )
+
+    def options(self) -> Options:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        if self._cache is None or self._write_buffers is None:
+            return options
+        table = BlockBasedOptions()
+        table.set_block_cache(self._cache)
+        table.set_cache_index_and_filter_blocks(True)  # their memory within the bound too
+        table.set_pin_top_level_index_and_filter(True)
+        options.set_block_based_table_factory(table)
+        options.set_write_buffer_manager(self._write_buffers)
+        options.set_write_buffer_size(min(_WRITE_BUFFER_BYTES, max(self.total_bytes // 8, 1)))
+        options.set_max_write_buffer_number(2)
+        return options
+
+
+_shared = _SharedMemory(DEFAULT_MEMORY_BYTES)
+_shared_lock = threading.Lock()
+
+
+def share_memory(total_bytes: int) -> None:
+    """Bound the memory of every RocksDB store this process opens from now on: one block cache
+    of ``total_bytes`` for all, the memtables charged to it (``0``: RocksDB's defaults, per
+    store and unbounded). Stores already open keep what they share."""
+    global _shared  # noqa: PLW0603 - per process, as Kafka Streams' static cache is per JVM
+    with _shared_lock:
+        if _shared.total_bytes != total_bytes:
+            _shared = _SharedMemory(total_bytes)
+
+
 class _RocksDbEngine:
     """One RocksDB database; pending writes in memory until :meth:`commit`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
+        with _shared_lock:
+            options = _shared.options()
         self._sync = WriteOptions()
         # Synced like SQLite's synchronous=FULL: the checkpoint written after a commit must
         # never vouch for a batch a power loss could take back. One fsync per commit interval.

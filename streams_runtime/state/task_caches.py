@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from streams_runtime.state.caching import CachingKeyValueStore, NamedCache, ThreadCache
 from streams_runtime.state.caching_windows import CachingSessionStore, CachingWindowStore
 from streams_runtime.state.changelog import SourcePosition
@@ -55,13 +57,20 @@ class TaskCaches:
         """The cached stores, in the order they were opened."""
         return list(self._stores.values())
 
-    def flush(self) -> None:
+    def flush(self, on_error: Callable[[Exception], None] | None = None) -> None:
         """Flush every cache, upstream stores first, until none is dirty: what a flush forwards
-        may dirty a downstream store's cache, and nothing is left for after the commit."""
+        may dirty a downstream store's cache, and nothing is left for after the commit. What
+        user code below a store raises on one entry goes to ``on_error`` (raised without it),
+        and the flush goes on with the entries after it."""
         stores = list(self._stores.values())
         while any(store.cache.dirty for store in stores):
             for store in stores:
-                store.cache.flush()
+                try:
+                    store.cache.flush()
+                except Exception as exc:
+                    if on_error is None:
+                        raise
+                    on_error(exc)
 
     def clear(self) -> None:
         """Drop every cached entry, written or not (the task closes; without a commit, its

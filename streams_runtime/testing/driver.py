@@ -42,7 +42,7 @@ from streams_runtime.progress import TickWriter, WriterTasks, promise
 from streams_runtime.record import Headers, SourceRecord, TaskId, TopicPartitionId
 from streams_runtime.serdes import Serde
 from streams_runtime.settings import RuntimeSettings
-from streams_runtime.state import KeyValueStore, SessionStore
+from streams_runtime.state import KeyValueStore, SessionStore, bound_engine_memory
 from streams_runtime.testing.stores import KeyValueStoreView, SessionStoreView, WindowStoreView
 from streams_runtime.testing.topics import TestInputTopic, TestOutputTopic, Tick
 from streams_runtime.topology import QueryableStore, Topology
@@ -200,7 +200,8 @@ class TopologyTestDriver:
             elif overrides:
                 raise TypeError("pass settings or keywords, not both")
             self.settings = settings = settings.model_copy(update={"state_dir": self._state_dir})
-            self.topology: Topology = builder.build(settings.application_id)
+            self.topology: Topology = builder.build(settings.application_id, settings)
+            bound_engine_memory(settings.state_engine.value, settings.rocksdb_memory_bytes)
             problem = settings.signing_problem(
                 has_repartition_topics=bool(self.topology.repartition_topics)
             )

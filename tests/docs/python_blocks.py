@@ -132,18 +132,41 @@ def _delete_and_wait(admin: AdminClient, topics: list[str]) -> None:
         time.sleep(0.1)
 
 
+def _delete_groups(admin: AdminClient, groups: tuple[str, ...]) -> None:
+    """Delete ``groups`` where they exist. A coordinator under the whole suite's load has taken
+    more than 30 s to answer: the request is asked again until a minute and a half has passed."""
+    deadline = time.monotonic() + 90
+    pending = list(groups)
+    while pending:
+        futures = admin.delete_consumer_groups(pending, request_timeout=30)
+        for group, future in futures.items():
+            try:
+                future.result(timeout=40)  # past request_timeout: librdkafka answers first
+            except (KafkaException, TimeoutError) as exc:
+                slow = isinstance(exc, TimeoutError) or exc.args[0].code() in _GROUP_SLOW
+                if slow and time.monotonic() < deadline:
+                    continue
+            pending.remove(group)  # deleted, never there, or an answer a retry would not change
+
+
+_GROUP_SLOW = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
+
+
 def _fresh(
     admin: AdminClient, topics: tuple[str, ...], apps: tuple[str, ...], absent: tuple[str, ...]
 ) -> None:
     """Topics ``topics`` empty, ``absent`` not there, application ids ``apps`` never run (on a
     shared cluster, an earlier session may have left them)."""
     if apps:
-        # As long as the topics' deletion may take: a coordinator under the whole suite's load
-        # has taken more than 10 s.
-        with contextlib.suppress(KafkaException):
-            for future in admin.delete_consumer_groups(list(apps), request_timeout=30).values():
-                with contextlib.suppress(KafkaException):
-                    future.result(timeout=30)
+        _delete_groups(admin, apps)
     existing = admin.list_topics(timeout=10).topics
     internal = [
         topic

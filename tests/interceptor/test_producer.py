@@ -126,9 +126,10 @@ def test_idle_partitions_get_capped_ticks_and_resume_after_data(
             marker = parse_control_headers(tick.headers())
             assert marker is not None
             assert marker.source_id == source_id
-            # Extrapolated from the partition's last data record, never above wall clock.
+            # Extrapolated from the partition's last data record, never above wall clock (nor
+            # above the busy partitions' records in flight: test_in_flight.py).
             last_data = data[tick.partition()].timestamp()[1]
-            assert last_data + 400 <= tick.timestamp()[1] <= int(time.time() * 1000)
+            assert last_data < tick.timestamp()[1] <= int(time.time() * 1000)
         markers = [parse_control_headers(t.headers()) for t in ticks]
         assert sorted(m.sequence for m in markers if m) == list(range(6))
 

@@ -241,6 +241,9 @@ def test_a_fenced_producer_rejoins_and_loses_nothing(
         wait_for(id_file.exists, timeout_s=30, message="the instance's id")
         transactional_id = f"{env['PROGRESS_CONTROL_RUNTIME_APPLICATION_ID']}-"
         transactional_id += id_file.read_text().strip()
+        # Once the app runs: taken over before its producer's own init_transactions, the id
+        # would simply be taken back (an app slow to start under CI's load did so).
+        wait_for(lambda: ": RUNNING" in log.read_text(), timeout_s=60, message="RUNNING")
         # About 7.5 s of input: every takeover lands mid-stream, however fast the app is (an
         # app with nothing to commit finds out it was fenced only at its next commit).
         writer = produce_in_background(kafka_bootstrap, source, events, pause_s=0.25)

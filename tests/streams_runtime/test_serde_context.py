@@ -294,7 +294,7 @@ def test_a_fused_sessionization_gives_its_source_serde_topic_and_headers(
     assert app.metrics.total("streams_bad_records", reason="deserialization") == 1
     thread = app._thread
     assert thread is not None
-    fused = [task._fused for task in thread.tasks.values()]
+    fused = [task._batch_source for task in thread.tasks.values()]
     assert all((f is not None) == native_core for f in fused)
 
 

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from streams_runtime.cluster.assignment import (
     GroupMember,
-    failover_owner,
+    failover_owners,
     range_ranges,
     task_owners,
 )
 from streams_runtime.cluster.membership import MemberInfo, StorePartition
-from streams_runtime.cluster.placement import standby_placement
+from streams_runtime.cluster.placement import copy_placement
 from streams_runtime.record import TaskId
 from tests.helpers import unique_name, wait_for, wait_for_leaders
 
@@ -62,9 +62,10 @@ def test_static_members_come_first_then_member_ids() -> None:
 
 def test_failover_owner_is_who_gets_the_task_without_its_owner() -> None:
     members = [_member(n) for n in "abc"]  # a: 0-1, b: 2-3, c: 4-5
-    assert failover_owner(TaskId(0, 4), "c", members, TASKS) == "b"  # a: 0-2, b: 3-5
-    assert failover_owner(TaskId(0, 0), "a", members, TASKS) == "b"  # b: 0-2, c: 3-5
-    assert failover_owner(TaskId(0, 0), "a", members[:1], TASKS) is None
+    owners = {TaskId(0, 4): {"c"}, TaskId(0, 0): {"a"}}
+    # Without c: a: 0-2, b: 3-5; without a: b: 0-2, c: 3-5.
+    assert failover_owners(owners, members, TASKS) == {TaskId(0, 4): "b", TaskId(0, 0): "b"}
+    assert failover_owners({TaskId(0, 0): {"a"}}, members[:1], TASKS) == {}
 
 
 def _info(name: str, active: tuple[int, ...] = (), *, joining: bool = False) -> MemberInfo:
@@ -79,20 +80,31 @@ def _info(name: str, active: tuple[int, ...] = (), *, joining: bool = False) -> 
     )
 
 
-def test_the_first_standby_is_on_the_failover_owner() -> None:
+def _store(sub: int) -> str:
+    return "store" if sub == 0 else f"store-{sub}"  # "store": the one _info's partitions are of
+
+
+def _logged(tasks: dict[int, int]) -> dict[TaskId, list[StorePartition]]:
+    return {
+        TaskId(sub, p): [StorePartition(_store(sub), p)]
+        for sub, count in tasks.items()
+        for p in range(count)
+    }
+
+
+def test_first_standbys_go_to_failover_owners_as_far_as_balance_allows() -> None:
+    # Owners as the range assignor puts them: a 0-1, b 2-3, c 4-5. The failover owners are
+    # b, b, a, c, b, b: b cannot keep four of six standbys and stay balanced, so two of its
+    # four go elsewhere, and the other four standbys are on their failover owners.
     members = {"a": _info("a", (0, 1)), "b": _info("b", (2, 3)), "c": _info("c", (4, 5))}
-    for partition, owner in ((0, "a"), (2, "b"), (4, "c")):
-        placed = standby_placement(
-            StorePartition("store", partition), TaskId(0, partition), members, 1, TASKS
-        )
-        assert placed is not None
-        assert placed[0] == failover_owner(
-            TaskId(0, partition),
-            owner,
-            [m.group_member for m in members.values() if m.group_member],
-            TASKS,
-        )
-        assert owner not in placed
+    placed = copy_placement(members, 1, _logged({0: 6}), {0: 6})
+    joined = [m.group_member for m in members.values() if m.group_member]
+    owners = {TaskId(0, p): {"abc"[p // 2]} for p in range(6)}
+    successors = failover_owners(owners, joined, {0: 6})
+    assert successors == {TaskId(0, p): o for p, o in enumerate("bbacbb")}
+    assert Counter(copies[0] for copies in placed.values()) == {"a": 2, "b": 2, "c": 2}
+    assert sum(placed[t] == [successors[t]] for t in placed) == 4
+    assert all(owners[t].isdisjoint(copies) for t, copies in placed.items())
 
 
 def test_a_joining_instance_gets_warm_up_copies_of_what_it_will_own() -> None:
@@ -102,16 +114,41 @@ def test_a_joining_instance_gets_warm_up_copies_of_what_it_will_own() -> None:
         "b": _info("b", (3, 4, 5)),
         "c": _info("c", joining=True),
     }
-    for partition in range(6):
-        sp, task = StorePartition("store", partition), TaskId(0, partition)
-        without_standbys = standby_placement(sp, task, members, 0, TASKS)
-        moves_to = {2: "b", 4: "c", 5: "c"}.get(partition)
-        assert without_standbys == ([moves_to] if moves_to else [])
+    placed = copy_placement(members, 0, _logged({0: 6}), {0: 6})
+    moves = {2: "b", 4: "c", 5: "c"}
+    assert placed == {TaskId(0, p): [moves[p]] if p in moves else [] for p in range(6)}
 
 
 def test_no_owner_keeps_what_is_there() -> None:
     members = {"a": _info("a"), "b": _info("b")}
-    assert standby_placement(StorePartition("store", 0), TaskId(0, 0), members, 1, TASKS) is None
+    assert copy_placement(members, 1, _logged({0: 1}), {0: 1}) == {}
+
+
+def test_standbys_of_four_instances_are_balanced_per_subtopology_and_in_total() -> None:
+    # The case: two sub-topologies of 6 tasks on 4 instances, one standby. Rendezvous
+    # hashing gave 2, 2 and 8 of 12 over 3 instances; balanced, every instance keeps 3.
+    names = "abcd"
+    owners = task_owners([_member(n) for n in names], TASKS)
+    members = {
+        n: MemberInfo(
+            n,
+            None,
+            heartbeat_ms=0,
+            interval_ms=1000,
+            active={
+                _store(sub): tuple(p for p in range(6) if owners[TaskId(sub, p)] == n)
+                for sub in TASKS
+            },
+            group_member_id=f"id-{n}",
+        )
+        for n in names
+    }
+    placed = copy_placement(members, 1, _logged(TASKS), TASKS)
+    per_instance = Counter(i for copies in placed.values() for i in copies)
+    assert sorted(per_instance.values()) == [3, 3, 3, 3]
+    for sub in TASKS:
+        spread = Counter(i for t, copies in placed.items() if t.subtopology == sub for i in copies)
+        assert max(spread.values()) - min(spread.get(n, 0) for n in names) <= 1
 
 
 # -- against the real assignors ------------------------------------------------------------------

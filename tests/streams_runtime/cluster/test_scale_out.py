@@ -3,9 +3,10 @@ placement.py): runtime instances, each a process of its own (``harness/scale_clu
 of ``harness/session_cluster/``), exactly-once, one standby replica, consumer session timeout
 6 s, joining with KIP-848's range assignor.
 
-1. **Balance**: 2, 3 then 4 instances of the session application (two sub-topologies of six
+1. **Balance**: 2, 3, 4 then 5 instances of the session application (two sub-topologies of six
    tasks) and of a stream-table join (one sub-topology reading two co-partitioned topics). Once
-   stable: per sub-topology the tasks per instance differ by at most one; each task's input
+   stable: per sub-topology and in all, the tasks per instance differ by at most one (and so do
+   the standbys per store); each task's input
    partitions (both topics of a join task) are on one member; each instance's membership
    record names its consumer's member id and the store partitions the group gives it; one
    standby per store partition, never on its active's instance; every instance RUNNING.
@@ -14,10 +15,14 @@ of ``harness/session_cluster/``), exactly-once, one standby replica, consumer se
    never exit nor go to ERROR; the output is exact; nothing is behind an earlier tick on the
    repartition or output topic; every partition the killed instance owned (input and
    repartition) is processed again (the group's committed offset passes the partition's end at
-   the kill) within the session timeout + 1.5 s.
+   the kill); how soon is printed (``./dev bench scale-out`` measures it: about the session
+   timeout + 1-1.5 s).
 3. **Scale 1 -> 3 -> 1** with clicks flowing: two instances join (after warming up what they
    will own), then leave with SIGTERM. Exact output, no ERROR, and no partition's committed
-   offset stands still for longer than the session timeout + 3 s while clicks flow.
+   offset stands still for longer than the session timeout + 3 s while clicks flow. And
+   **1 -> 5 -> 1** with clicks flowing, one instance at a time, a seeded instance SIGKILLed at
+   5: balanced after every step (per sub-topology and in total, the standbys too), exact output,
+   nothing behind a tick, every survivor RUNNING.
 4. **Restores racing rebalances**: a backlog builds up state; with warm-ups off (so a joining
    instance restores inside the group, where rebalances reach it) an instance is SIGKILLed
    while it restores; later, of three instances, one restarts and, a seeded 0.3-0.9 s before
@@ -35,7 +40,7 @@ cores; the kill during a restore and the join app's balance are in the long form
 ``PROGRESS_CONTROL_LONG_TESTS=1`` (as for the other cluster suites) the long form: 20 kills
 over 5 seeds, the other scenarios with 3 seeds and a bigger backlog.
 Timings are in the assertion messages (and the steps of passing runs, printed: ``-rP``); the
-only timed assertions are the two bounds above.
+only timed assertion is the stall bound of 3. (no stop-the-world rebalance).
 """
 
 from __future__ import annotations
@@ -70,9 +75,6 @@ from harness.waiting import unique_name
 pytestmark = pytest.mark.broker
 
 LONG = os.environ.get("PROGRESS_CONTROL_LONG_TESTS") == "1"
-RESUME_BOUND_S = SESSION_TIMEOUT_S + 1.5
-"""Kill -> the killed instance's partitions processed again: the session timeout, then the
-rebalance, the (warm) restore and a commit."""
 STALL_BOUND_S = SESSION_TIMEOUT_S + 3.0
 """Longest time a partition's committed offset may stand still while clicks flow (scale 1-3-1)."""
 SETTLE_S = 120.0
@@ -102,7 +104,7 @@ def _check_outcome(run: SessionRun, outcome: Outcome, killed: set[str]) -> None:
 
 
 @pytest.mark.parametrize("app", ["sessions", "join"] if LONG else ["sessions"])
-def test_every_sub_topology_spreads_evenly_over_2_3_and_4_instances(
+def test_tasks_spread_evenly_over_2_3_4_and_5_instances(
     app: Literal["sessions", "join"], kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     app_id = unique_name(f"balance-{app}")
@@ -118,7 +120,7 @@ def test_every_sub_topology_spreads_evenly_over_2_3_and_4_instances(
     seen: list[str] = []
     try:
         cluster.start_all(2)
-        for count in (2, 3, 4):
+        for count in (2, 3, 4, 5):
             if count > 2:
                 cluster.start(count - 1)
             started = time.monotonic()
@@ -129,6 +131,11 @@ def test_every_sub_topology_spreads_evenly_over_2_3_and_4_instances(
             for sub in spec.topology.subtopologies:
                 loads = [len(placement.tasks_of(i)[sub.id]) for i in placement.instances.values()]
                 assert sorted(loads) == _even(INPUT_PARTITIONS, count), "\n".join(seen)
+            tasks = len(spec.topology.subtopologies) * INPUT_PARTITIONS
+            totals = [
+                sum(map(len, placement.tasks_of(i).values())) for i in placement.instances.values()
+            ]
+            assert sorted(totals) == _even(tasks, count), "\n".join(seen)
         failures = cluster.failures()
     finally:
         cluster.stop_all()
@@ -209,11 +216,7 @@ def test_survivors_take_over_a_killed_instance_under_load(
     finally:
         run.close()
     _check_outcome(run, outcome, killed)
-    shown = "\n  ".join(str(t) for t in takeovers)
-    slow = [t for t in takeovers if max(t.resumed_s.values()) > RESUME_BOUND_S]
-    assert not slow, (
-        f"processing resumed later than {RESUME_BOUND_S}s after a kill:\n  {shown}{run.context()}"
-    )
+    print("\n".join(str(t) for t in takeovers))  # shown for passing runs with -rP
 
 
 # -- 3. scale 1 -> 3 -> 1 -----------------------------------------------------------------------
@@ -269,6 +272,41 @@ def test_scaling_one_three_one_under_load_never_stalls(
         f"a committed offset stood still {worst:.1f}s (> {STALL_BOUND_S}s) while clicks flowed "
         f"over {flowing_until - flowing_from:.0f}s{run.context()}"
     )
+
+
+@pytest.mark.parametrize("seed", SEEDS[:1], ids=lambda s: f"seed{s}")
+def test_scaling_one_to_five_and_back_with_a_kill_is_balanced_after_every_step(
+    seed: int, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    run = SessionRun(kafka_bootstrap, tmp_path, seed)
+    rng = random.Random(seed)  # noqa: S311 - a seeded choice of victim, not a secret
+    killed: set[str] = set()
+    try:
+        run.cluster.start_all(1)
+        run.cluster.wait_balanced(SETTLE_S)
+        run.input.start()
+        run.note("1 instance, input flowing")
+        for slot in range(1, 5):
+            run.cluster.start(slot)
+            placement = run.cluster.wait_balanced(SETTLE_S)
+            run.note(f"{slot + 1} instances balanced:\n  {placement.describe()}")
+        victim = rng.choice(run.cluster.running())
+        run.cluster.kill(victim)
+        killed.add(victim.name)
+        placement = run.cluster.wait_balanced(SETTLE_S)
+        run.note(f"{victim.name} SIGKILLed; 4 instances balanced:\n  {placement.describe()}")
+        while len(run.cluster.running()) > 1:
+            leaver = run.cluster.running()[-1]
+            run.cluster.stop(leaver)
+            placement = run.cluster.wait_balanced(SETTLE_S)
+            count = len(run.cluster.running())
+            run.note(
+                f"{leaver.name} stopped; {count} instances balanced:\n  {placement.describe()}"
+            )
+        outcome = run.finish()
+    finally:
+        run.close()
+    _check_outcome(run, outcome, killed)
 
 
 # -- 4. restores racing rebalances --------------------------------------------------------------

@@ -16,14 +16,38 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streams_runtime.fused.session_core import SessionCore as PythonSessionCore
 from streams_runtime.serdes import Float, Integer, Json
 from tests.hypothesis_profiles import examples
+from tests.streams_runtime.fused.oracle.session_core import SessionCore as PythonSessionCore
 
 native = pytest.importorskip("streams_runtime._native", reason="the native core is not built")
 
 KEYS = [b"a", b"b", b"c", b"\x00\xff"]
-AGGREGATIONS = ["count", "sum", "min", "max"]
+AGGREGATIONS = ["count", "sum", "min", "max", "reduce", "aggregate"]
+
+
+def weighted(aggregate: Any, value: Any) -> Any:
+    """A user's reducer, for ``reduce``: the order of every combination shows in its result."""
+    return aggregate * 3 + value
+
+
+def tally_start() -> int:
+    """A user's initializer, for ``aggregate``."""
+    return 1
+
+
+def tally_add(key: str, value: Any, aggregate: Any) -> Any:
+    """A user's aggregator: the order of every value, and the key it was given, show."""
+    return aggregate * 3 + value + len(key)
+
+
+def tally_merge(key: str, aggregate: Any, other: Any) -> Any:
+    """A user's session merger."""
+    return aggregate * 5 + other - len(key)
+
+
+TALLY = (tally_start, tally_add, tally_merge)
+
 
 # Mostly a few values that tie in every way (1, 1.0 and True; 0.0 and -0.0), that overflow 64
 # bits when added, or that compare oddly (NaN); then any int or float.
@@ -41,9 +65,10 @@ numbers = st.one_of(
 
 
 def values(aggregation: str) -> st.SearchStrategy[Any]:
-    """A record's value: mostly numbers, now and then ``None`` (a sum: or a string)."""
+    """A record's value: mostly numbers, now and then ``None`` (a sum or a reduce: or a
+    string)."""
     odd = [st.none()]
-    if aggregation == "sum":
+    if aggregation in {"sum", "reduce", "aggregate"}:
         odd.append(st.sampled_from(["a", "bc", ""]))
     return st.one_of(numbers, numbers, numbers, numbers, numbers, numbers, numbers, *odd)
 
@@ -84,6 +109,10 @@ def aggregations(draw: st.DrawFn) -> tuple[str, dict[str, Any], list[tuple[str, 
     the round trip of a value serde, or none."""
     aggregation = draw(st.sampled_from(AGGREGATIONS))
     arguments: dict[str, Any] = {"aggregation": aggregation}
+    if aggregation == "reduce":
+        arguments["functions"] = weighted
+    if aggregation == "aggregate":
+        arguments["functions"] = TALLY
     if aggregation != "count":
         serde, exact_ints, exact_floats = draw(
             st.sampled_from(
@@ -136,7 +165,9 @@ def drive(cores: list[Any], steps: list[tuple[str, Any]], *, with_values: bool =
             offsets = list(range(offset, offset + len(arg)))
             headers = [[("h", str(o).encode())] if o % 3 else None for o in offsets]
             offset += len(arg)
-            columns = (keys, timestamps, offsets, headers, batch_values)
+            # The keys as an aggregate's functions take them (the source's objects).
+            key_objects = [None if k is None else k.decode("latin-1") for k in keys]
+            columns = (keys, timestamps, offsets, headers, batch_values, key_objects)
             while True:  # after a failing record, the rest of the batch (as the operator does)
                 results = [core.process(*columns) for core in cores]
                 failure = results[0][3]

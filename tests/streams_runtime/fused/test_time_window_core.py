@@ -1,7 +1,7 @@
 """Two implementations, one behaviour: the native time-window core against its pure-Python
-reference, driven call for call with the same generated input (tumbling and hopping windows,
+oracle, driven call for call with the same generated input (tumbling and hopping windows,
 late and out-of-order records, keyless ones, control records, stored windows to start from,
-writes taken at every point), for each built-in aggregation and value serde as the session
+writes taken at every point), for each aggregation and value serde as the session
 core's test drives them."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams_runtime.fused.time_window_core import TimeWindowCore as PythonTimeWindowCore
 from tests.hypothesis_profiles import examples
+from tests.streams_runtime.fused.oracle.time_window_core import (
+    TimeWindowCore as PythonTimeWindowCore,
+)
 from tests.streams_runtime.fused.test_session_core import KEYS, aggregations, drive, numbers
 
 native = pytest.importorskip("streams_runtime._native", reason="the native core is not built")

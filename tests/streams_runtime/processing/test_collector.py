@@ -78,10 +78,10 @@ def test_a_fenced_producer_is_a_task_migration_and_is_replaced(
     usurper.close()
     collector.send(topic, b"k", b"more", 1_001, None)
     with pytest.raises(TaskMigratedError, match="fenced"):
-        collector.commit([], None)
+        collector.commit([])
     collector.reset_producer()
     collector.send(topic, b"k", b"kept", 1_002, None)
-    collector.commit([], None)
+    collector.commit([])
     reader = TopicReader(kafka_bootstrap, topic, 1)
     try:
         assert [m.value() for m in reader.read(max_s=5)] == [b"kept"]

@@ -17,6 +17,7 @@ from streams_runtime.processing.commit_strategy import (
     ExactlyOnceCommit,
     commit_strategy_for,
 )
+from streams_runtime.processing.lanes import ConsumerLanes
 from streams_runtime.record import SourceRecord
 from streams_runtime.settings import RuntimeSettings
 
@@ -32,8 +33,8 @@ class _Collector:
     def flush(self) -> None:
         self.calls.append("flush")
 
-    def commit(self, offsets: Sequence[TopicPartition], group_metadata: object) -> None:
-        self.calls.append(f"commit {len(offsets)} {group_metadata}")
+    def commit(self, offsets: Sequence[tuple[Sequence[TopicPartition], object]]) -> None:
+        self.calls += [f"commit {len(tps)} {metadata}" for tps, metadata in offsets]
         if self._commit_error is not None:
             raise self._commit_error
 
@@ -54,11 +55,16 @@ class _Consumer:
     def consumer_group_metadata(self) -> str:
         return "group-metadata"
 
+    def commit_by_lane(
+        self, offsets: Sequence[TopicPartition]
+    ) -> list[tuple[_Consumer, list[TopicPartition]]]:
+        return [(self, list(offsets))] if offsets else []  # one lane
+
 
 def _strategy(
     kind: type[CommitStrategy], collector: _Collector, consumer: _Consumer
 ) -> CommitStrategy:
-    return kind(cast(RecordCollector, collector), cast(Consumer, consumer))
+    return kind(cast(RecordCollector, collector), cast(ConsumerLanes, consumer))
 
 
 def _error(code: int, **flags: Any) -> KafkaException:

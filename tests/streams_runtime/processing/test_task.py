@@ -121,6 +121,25 @@ def test_records_fetched_again_after_the_consumer_went_back_are_not_taken_again(
     task.close()
 
 
+def test_a_task_that_took_nothing_yet_does_not_commit_the_consumers_position(
+    tmp_path: Path,
+) -> None:
+    # Records 5..8 came while the task restored (held, the partition sought back to 5); the
+    # consumer's position still says 9 when a commit comes before the task took anything.
+    # Committing 9 would lose 5..8: they are below the committed offset once fetched again.
+    collector = _Collector()
+    task = _session_task(collector, tmp_path, native_core=False, committed=5)
+    assert task.offsets_to_commit(lambda _tp: 9, lambda _tp: -1) == []
+    # The partition's end reached since the start, nothing taken: past a trailing marker.
+    [end] = task.offsets_to_commit(lambda _tp: 9, lambda _tp: 6)
+    assert end.offset == 6
+    task.add_records(IN, _records(range(5, 9)))
+    assert task.process(100) == 4
+    [offset] = task.offsets_to_commit(lambda _tp: 9)
+    assert offset.offset == 9
+    task.close()
+
+
 def test_records_below_the_committed_offset_are_never_taken(tmp_path: Path) -> None:
     collector = _Collector()
     task = _session_task(collector, tmp_path, native_core=True, committed=5)

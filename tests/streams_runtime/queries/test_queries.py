@@ -34,8 +34,7 @@ from streams_runtime.cluster import (
     MemberInfo,
     MembershipView,
     StorePartition,
-    rendezvous_standbys,
-    standby_placement,
+    copy_placement,
 )
 from streams_runtime.cluster.membership_auth import (
     LEFT_MS_HEADER,
@@ -98,40 +97,22 @@ def test_partition_for_key_is_to_positive_mod() -> None:
         partition_for_key(b"x", 0)
 
 
-def test_rendezvous_placement_is_deterministic_and_stable() -> None:
-    sp = StorePartition("store", 3)
-    instances = [f"i{n}" for n in range(6)]
-    chosen = rendezvous_standbys(sp, instances, 2)
-    assert len(chosen) == 2
-    assert rendezvous_standbys(sp, list(reversed(instances)), 2) == chosen
-    # Removing an instance that holds no standby moves nothing.
-    other = next(i for i in instances if i not in chosen)
-    assert rendezvous_standbys(sp, [i for i in instances if i != other], 2) == chosen
-    # Removing a chosen one keeps the other.
-    assert chosen[1] in rendezvous_standbys(sp, [i for i in instances if i != chosen[0]], 2)
-    assert rendezvous_standbys(sp, instances, 0) == []
-    # Different partitions spread over instances.
-    firsts = {rendezvous_standbys(StorePartition("store", p), instances, 1)[0] for p in range(50)}
-    assert len(firsts) > 3
-
-
 def test_standby_placement_excludes_the_owner() -> None:
     sp, task, tasks = StorePartition("s", 0), TaskId(0, 0), {0: 1}
+    logged = {task: [sp]}
     now = int(time.time() * 1000)
 
     def member(name: str, **kw: Any) -> MemberInfo:
         return MemberInfo(name, f"{name}:1", now, 1000, **kw)
 
     members = {"a": member("a", active={"s": (0,)}), "b": member("b"), "c": member("c")}
-    placement = standby_placement(sp, task, members, 1, tasks)
-    assert placement is not None
-    assert placement[0] in {"b", "c"}
-    assert set(standby_placement(sp, task, members, 5, tasks) or []) == {"b", "c"}
-    # A restoring owner counts as the owner; nobody owning: None (keep existing standbys).
+    assert copy_placement(members, 1, logged, tasks)[task][0] in {"b", "c"}
+    assert set(copy_placement(members, 5, logged, tasks)[task]) == {"b", "c"}
+    # A restoring owner counts as the owner; nobody owning: left out (keep existing standbys).
     members["a"] = member("a", restoring={"s": (0,)})
-    assert "a" not in (standby_placement(sp, task, members, 2, tasks) or ["a"])
+    assert "a" not in copy_placement(members, 2, logged, tasks)[task]
     members["a"] = member("a")
-    assert standby_placement(sp, task, members, 1, tasks) is None
+    assert copy_placement(members, 1, logged, tasks) == {}
 
 
 def test_member_info_json_roundtrip_and_liveness() -> None:

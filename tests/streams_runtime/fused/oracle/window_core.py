@@ -1,7 +1,7 @@
-"""What the pure-Python cores share (native/src/window_core.rs is its native twin): how an
-aggregate folds values in (:class:`Aggregation`), the batch loop (:class:`WindowCore`), and the
-state written behind (:class:`WriteBehind`), every change since the last write in the order of
-its latest change."""
+"""What the pure-Python cores, the native core's oracle, share (native/src/window_core.rs is
+its native twin): how an aggregate folds values in (:class:`Aggregation`), the batch loop
+(:class:`WindowCore`), and the state written behind (:class:`WriteBehind`), every change since
+the last write in the order of its latest change."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from streams_runtime.fused import Failure, Final, StateWrite
 from streams_runtime.record import Headers
 
 __all__ = [
@@ -26,15 +27,6 @@ __all__ = [
 ENTRY_OVERHEAD = 64
 """Bytes counted per written-behind entry besides key and value (as the record cache counts)."""
 
-Final = tuple[bytes, int, int, Any, int, Headers | None]
-"""An emitted window: ``(key, start, end, aggregate, timestamp, headers)`` (a session's
-timestamp is its end)."""
-StateWrite = tuple[bytes, Any, int, int, int]
-"""A written-behind change: ``(key + start + end, aggregate or None (gone), the aggregate's
-timestamp, offset, timestamp)`` (the offset and timestamp of the input that caused it)."""
-Failure = tuple[int, Exception]
-"""A record whose aggregation raised: its index in the batch, and the exception."""
-
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _REDUCERS: dict[str, Callable[[Any, Any], Any]] = {
     "count": operator.add,  # merging sessions' counts
@@ -44,10 +36,18 @@ _REDUCERS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+_NO_AGGREGATE = object()
+"""A window's aggregate before anything was folded in (a reduce's), told from ``None``."""
+
+
 class Aggregation:
-    """A built-in aggregation (``kind``: ``count``, ``sum``, ``min`` or ``max``) as the chain
-    computes it: a count adds 1 per record; the others are ``reduce(operator.add)``,
-    ``reduce(min)`` and ``reduce(max)``, whose first value is the aggregate as it is.
+    """An aggregation (``kind``: ``count``, ``sum``, ``min``, ``max``, ``reduce`` by the user's
+    reducer, or ``aggregate`` by the user's initializer, aggregator and merger; ``functions``:
+    that reducer, or those three) as the chain computes it: a count adds 1 per record; the
+    built-ins are ``reduce(operator.add)``, ``reduce(min)`` and ``reduce(max)``; a reduce's first
+    value is its aggregate as it is; an aggregate starts from ``initializer()`` and takes every
+    merged session by ``merger(key, aggregate, other)`` and the record by ``aggregator(key,
+    value, aggregate)``.
 
     ``normalize``: what the chain's round trip through the store does to an aggregate
     (``deserialize(serialize(aggregate))``; it may raise, as the chain's serialize would); it is
@@ -58,18 +58,46 @@ class Aggregation:
     def __init__(
         self,
         kind: str = "count",
+        functions: Any = None,
         normalize: Callable[[Any], Any] | None = None,
         exact_ints: bool = True,
         exact_floats: bool = True,
     ) -> None:
-        if kind not in _REDUCERS:
-            raise ValueError(f"not a built-in aggregation: {kind!r}")
+        takes_functions = kind in {"reduce", "aggregate"}
+        if takes_functions != (functions is not None) or kind not in {*_REDUCERS, "reduce"} | {
+            "aggregate"
+        }:
+            raise ValueError(f"not an aggregation the core runs: {kind!r}")
         self.kind = kind
-        self.combine = _REDUCERS[kind]
+        self.needs_keys = kind == "aggregate"
+        self._user = functions if kind == "aggregate" else None
+        self.combine: Callable[[Any, Any], Any] = (
+            functions if kind == "reduce" else _REDUCERS.get(kind, operator.add)
+        )
         """``reducer(aggregate, value)``."""
         self._normalize = normalize
         self._exact_ints = exact_ints
         self._exact_floats = exact_floats
+
+    def start(self) -> Any:
+        """What a window starts from: an aggregate's ``initializer()``, else nothing yet."""
+        return _NO_AGGREGATE if self._user is None else self._user[0]()
+
+    def merge(self, key: Any, aggregate: Any, other: Any) -> Any:
+        """A merged session's aggregate taken in."""
+        if self._user is not None:
+            return self._user[2](key, aggregate, other)
+        if aggregate is _NO_AGGREGATE or aggregate is None:
+            return other
+        return aggregate if other is None else self.combine(aggregate, other)
+
+    def fold(self, key: Any, aggregate: Any, value: Any) -> Any:
+        """The record's value taken in."""
+        if self._user is not None:
+            return self._user[1](key, value, aggregate)
+        if aggregate is _NO_AGGREGATE or aggregate is None:
+            return value
+        return self.combine(aggregate, value)
 
     def finish(self, aggregate: Any) -> Any:
         """The aggregate as the chain reads it back from its store."""
@@ -146,13 +174,14 @@ class WindowCore(ABC):
         self._counts = aggregation.kind == "count"
         self._late = 0
 
-    def process(
+    def process(  # noqa: PLR0917 - the batch's columns
         self,
         keys: Sequence[bytes | None],
         timestamps: Sequence[int],
         offsets: Sequence[int],
         headers: Sequence[Headers | None],
         values: Sequence[Any] | None = None,
+        key_objects: Sequence[Any] | None = None,
     ) -> tuple[list[Final], int, int, Failure | None]:
         """Aggregate a batch of data records (one partition's, in order; ``values``: their
         deserialized values, not needed by a count): the windows emitted, how many window
@@ -161,6 +190,8 @@ class WindowCore(ABC):
         chain's; the records after it are for another call)."""
         if values is None and not self._counts:
             raise ValueError(f"a {self._aggregation.kind} needs the records' values")
+        if key_objects is None and self._aggregation.needs_keys:
+            raise ValueError("an aggregate's functions need the records' keys")
         emitted: list[Final] = []
         self._late = keyless = 0
         for i, key in enumerate(keys):
@@ -168,8 +199,9 @@ class WindowCore(ABC):
                 keyless += 1
                 continue
             value = 1 if values is None or self._counts else values[i]
+            key_object = None if key_objects is None else key_objects[i]
             try:
-                self._aggregate(key, timestamps[i], offsets[i], headers[i], value)
+                self._aggregate(key, key_object, timestamps[i], offsets[i], headers[i], value)
             except Exception as exc:
                 return emitted, self._late, keyless, (i, exc)
             self._emit_closed(emitted, offsets[i])
@@ -198,11 +230,18 @@ class WindowCore(ABC):
         """Windows not emitted yet (the suppression buffer's size)."""
 
     @abstractmethod
-    def _aggregate(
-        self, key: bytes, t: int, offset: int, headers: Headers | None, value: Any
+    def _aggregate(  # noqa: PLR0917 - one record's columns
+        self,
+        key: bytes,
+        key_object: Any,
+        t: int,
+        offset: int,
+        headers: Headers | None,
+        value: Any,
     ) -> None:
         """Fold the record's ``value`` (a count's: 1) into its windows (moving the stream time,
-        adding late window updates to ``_late``)."""
+        adding late window updates to ``_late``); ``key_object``: the key an aggregate's
+        functions take."""
 
     @abstractmethod
     def _emit_closed(self, emitted: list[Final], offset: int) -> None:

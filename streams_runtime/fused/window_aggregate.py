@@ -1,9 +1,10 @@
-"""A windowed built-in aggregation (a count, or a sum, min or max: ``reduce`` by
-``operator.add``, ``min`` or ``max``) suppressed until each window closes, run as one operator:
-the chain ``source -> SessionAggregateProcessor or TimeWindowAggregateProcessor ->
-SuppressProcessor`` of a task with one input, a batch of records per call into a core (the
-native one, or its pure-Python reference: :mod:`streams_runtime.fused.session_core` and
-:mod:`~streams_runtime.fused.time_window_core` state the semantics, those of the chain).
+"""A windowed aggregation the native core runs (a count, sum, min, max, a reduce by the user's
+reducer, or an aggregate by the user's initializer, aggregator and merger) suppressed until each
+window closes, run as one operator: the chain ``source -> SessionAggregateProcessor or
+TimeWindowAggregateProcessor -> SuppressProcessor`` of a task with one input, which
+:mod:`streams_runtime.fused.planner` replaces with this node when the topology is built; a
+batch of records per call into the native core (``native/src``; its semantics are the
+chain's, which its pure-Python twins in the tests state as an oracle).
 
 What stays Python: the source's serdes (every record is deserialized as through the chain, so a
 bad record meets the same policy), the value serde (an aggregate takes the round trip through it
@@ -19,21 +20,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from streams_runtime.errors import StreamsError
-from streams_runtime.fused import session_core_type, time_window_core_type
-from streams_runtime.fused.window_core import Failure, Final
+from streams_runtime.fused import Failure, Final
+from streams_runtime.operations import (
+    ReadTopics,
+    SuppressUntilWindowCloses,
+    WindowedAggregation,
+)
 from streams_runtime.processors import (
     NO_PROGRESS,
-    Processor,
-    SessionAggregateProcessor,
-    SourceProcessor,
-    SuppressProcessor,
-    TimeWindowAggregateProcessor,
+    BatchSourceProcessor,
+    OnBadRecord,
+    ProcessorContext,
 )
 from streams_runtime.record import Record, SourceRecord, TopicPartitionId
-from streams_runtime.serde_context import is_contextual
 from streams_runtime.serdes import (
     Float,
     Integer,
@@ -48,17 +50,11 @@ from streams_runtime.state.changelog import session_changelog_key, split_session
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, TimeWindows
 
-__all__ = ["FusedWindowAggregate", "fusable_window_aggregate"]
+__all__ = ["BatchContext", "FusedWindowAggregate"]
 
 _QUERY_TRIES = 100
 _T = TypeVar("_T")
 
-
-Aggregating = SessionAggregateProcessor | TimeWindowAggregateProcessor
-Chain = tuple[SourceProcessor, Aggregating, SuppressProcessor]
-OnBad = Callable[[SourceRecord, str, Exception], None]
-"""Takes a record the chain would have refused, the reason (``deserialization`` or
-``processing``) and the exception."""
 
 # Value serdes whose round trip keeps an int of 64 bits, a float (NaN aside) as they are:
 # (ints, floats).
@@ -69,105 +65,92 @@ _EXACT: dict[type[Any], tuple[bool, bool]] = {
 }
 
 
-def fusable_window_aggregate(processors: Sequence[Processor]) -> Chain | None:
-    """The chain this operator can run in place of, if the processors have it: one source whose
-    only child is a session or time window built-in aggregation (``builtin``: a count, sum, min
-    or max) whose only child is a suppression, with no other parent."""
-    sources = [p for p in processors if isinstance(p, SourceProcessor)]
-    if len(sources) != 1:
-        return None
-    (source,) = sources
-    match source.children:
-        case [SessionAggregateProcessor() | TimeWindowAggregateProcessor() as aggregate] if (
-            aggregate.builtin is not None
-        ):
-            pass
-        case _:
-            return None
-    match aggregate.children:
-        case [SuppressProcessor() as suppress] if suppress.parents == [aggregate]:
-            pass
-        case _:
-            return None
-    # Stores whose serdes take their changelog's name (Schema Registry's) stay on the chain:
-    # the core writes one aggregate's bytes to both stores.
-    stored = (
-        aggregate._key_serde,
-        aggregate._value_serde,
-        suppress._key_serde,
-        suppress._value_serde,
-    )
-    if any(is_contextual(serde) for serde in stored):
-        return None
-    return source, aggregate, suppress
+@runtime_checkable
+class BatchContext(ProcessorContext, Protocol):
+    """What a task offers a source that takes its records a batch at a time."""
+
+    @property
+    def inputs(self) -> tuple[TopicPartitionId, ...]:
+        """The task's input partitions (a batch source's task has one)."""
+        ...
+
+    @property
+    def position(self) -> SourcePosition:
+        """The input record (or tick) being processed: what a write names as its cause."""
+        ...
 
 
-class FusedWindowAggregate(Processor):
-    """The fused chain in the task's processor graph: the source's child, the parent of the
-    suppression's children."""
+class FusedWindowAggregate(BatchSourceProcessor):
+    """The source, the windowed aggregation and the suppression of a fused chain as one node
+    (:mod:`streams_runtime.fused.planner` puts it in the topology); the parent of the
+    suppression's children. The task gives it each batch of its one input's records
+    (:meth:`process_batch`)."""
 
     name = "fused_window_aggregate"
     keeps_order = False  # windows are stamped behind their input
 
     def __init__(
         self,
-        chain: Chain,
+        source: ReadTopics,
+        aggregate: WindowedAggregation,
+        suppress: SuppressUntilWindowCloses,
         *,
-        session_store: SessionStore,
-        buffer_store: KeyValueStore,
-        input_tp: TopicPartitionId,
-        position: SourcePosition,
         write_budget: int,
     ) -> None:
-        super().__init__()
-        source, aggregate, suppress = chain
-        builtin = aggregate.builtin
-        assert builtin is not None
-        self._builtin = builtin
-        self._counts = builtin == "count"
-        self.store_name = aggregate._store_name
-        self.buffer_name = suppress._store_name
-        windows = aggregate._windows
+        super().__init__(source.key_serde, source.value_serde)
+        kind = aggregate.aggregation.kind
+        self._kind = kind
+        self._counts = kind == "count"
+        # The user's functions, called from the core: a reduce's reducer, an aggregate's three
+        # (the built-ins' are the core's own).
+        user = aggregate.aggregation
+        self._functions: Any = (
+            user.reducer
+            if kind == "reduce"
+            else (user.initializer, user.aggregator, user.merger)
+            if kind == "aggregate"
+            else None
+        )
+        self._needs_keys = kind == "aggregate"  # its functions take the record's key
+        self.store_name = aggregate.store
+        self.buffer_name = suppress.store
+        windows = aggregate.windows
         assert isinstance(windows, SessionWindows | TimeWindows)
         self._windows = windows
         # Time windows keep their aggregate's timestamp (ValueAndTimestamp), sessions their end.
         self._timed = isinstance(windows, TimeWindows)
-        self._source_key_serde: Serde[Any] = source._key_serde
-        self._source_value_serde: Serde[Any] = source._value_serde
-        self._key_serde: Serde[Any] = aggregate._key_serde
-        if source.contextual:  # serdes given the record's topic and headers, as on the chain
+        # The stores' serdes (the source's are SourceProcessor's _key_serde and _value_serde).
+        self._store_key_serde: Serde[Any] = aggregate.key_serde
+        if self.contextual:  # serdes given the record's topic and headers, as on the chain
             self._key_value_of = self._key_value_in_context  # type: ignore[method-assign]
-            self._source_key_value_of = source.key_value_of
         # Any failure of the quick way sends the batch the careful way (serdes' own errors).
         strings = (
-            type(self._source_key_serde) is String
-            and type(self._key_serde) is String
-            and not source.contextual
+            type(self._key_serde) is String
+            and type(self._store_key_serde) is String
+            and not self.contextual
         )
         self._quick_key_of = self._string_key_of if strings else self._key_of
         self._quick_key_value_of = self._string_key_value_of if strings else self._key_value_of
-        self._value_serde: Serde[Any] = aggregate._value_serde
-        self._sessions = session_store
-        self._buffer = buffer_store
-        self._input = input_tp  # the task's one input partition: what every write names
-        self._position = position  # the task's current input: what a tick's writes name
+        self._store_value_serde: Serde[Any] = aggregate.value_serde
         self._write_budget = write_budget
         self.core: Any = None
-        # In the graph in place of the chain.
-        source.children = [self]
-        self.parents = [source]
-        self.children = suppress.children
-        for child in self.children:
-            child.parents = [self if parent is suppress else parent for parent in child.parents]
         self._context: Any = None
-        self.on_error: Callable[[Exception], None] | None = None
-        """Takes what user code below the suppression raises for one emitted window (the
-        others are still emitted); unset, it is raised."""
+        self._sessions: SessionStore  # the stores, the task's input and position: at init
+        self._buffer: KeyValueStore
+        self._input: TopicPartitionId
+        self._position: SourcePosition
 
-    def init(self, context: Any) -> None:
+    def init(self, context: ProcessorContext) -> None:
         """Start from the stores: every window the suppression still holds is pending (a
         window the store keeps past its final result is removed)."""
+        assert isinstance(context, BatchContext)
+        assert len(context.inputs) == 1  # the planner fuses a chain of one topic only
+        super().init(context)
         self._context = context
+        self._input = context.inputs[0]  # what every write names
+        self._position = context.position  # the current input: what a tick's writes name
+        self._sessions = context.session_store(self.store_name)
+        self._buffer = context.kv_store(self.buffer_name)
         self.core = core = self._make_core(context.stream_time)
         pending = set()
         for state_key, raw in self._buffer.items():
@@ -175,10 +158,14 @@ class FusedWindowAggregate(Processor):
             if self._timed:
                 stored = ValueAndTimestamp.from_bytes(raw)
                 core.load(
-                    key, start, end, self._value_serde.deserialize(stored.value), stored.timestamp
+                    key,
+                    start,
+                    end,
+                    self._store_value_serde.deserialize(stored.value),
+                    stored.timestamp,
                 )
             else:
-                core.load(key, start, end, self._value_serde.deserialize(raw))
+                core.load(key, start, end, self._store_value_serde.deserialize(raw))
             pending.add(state_key)
         for key, start, end, _ in list(self._sessions.items()):
             if session_changelog_key(key, start, end) not in pending:
@@ -190,7 +177,7 @@ class FusedWindowAggregate(Processor):
         keep_headers = self._write_budget > 0  # as through the record cache
         aggregation: dict[str, Any] = {}
         if not self._counts:
-            serde = self._value_serde
+            serde = self._store_value_serde
             exact_ints, exact_floats = _EXACT.get(type(serde), (False, False))
 
             def normalize(aggregate: Any) -> Any:
@@ -198,14 +185,16 @@ class FusedWindowAggregate(Processor):
                 return serde.deserialize(serde.serialize(aggregate))
 
             aggregation = {
-                "aggregation": self._builtin,
+                "aggregation": self._kind,
+                "functions": self._functions,
                 "normalize": normalize,
                 "exact_ints": exact_ints,
                 "exact_floats": exact_floats,
             }
+        from streams_runtime._native import SessionCore, TimeWindowCore  # fused only if built
+
         if isinstance(windows, TimeWindows):
-            time_core = time_window_core_type()
-            return time_core(
+            return TimeWindowCore(
                 windows.size_ms,
                 windows.advance_ms,
                 windows.grace_ms,
@@ -213,12 +202,11 @@ class FusedWindowAggregate(Processor):
                 keep_headers,
                 **aggregation,
             )
-        session_core = session_core_type()
-        return session_core(
+        return SessionCore(
             windows.gap_ms, windows.grace_ms, stream_time, keep_headers, **aggregation
         )
 
-    def process_batch(self, records: Sequence[SourceRecord], on_bad: OnBad) -> None:
+    def process_batch(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
         """Aggregate a batch of data records (control records go to :meth:`advance`); a record
         its serdes refuse, or whose aggregation raises, goes to ``on_bad``, in order."""
         values: list[Any] | None = None
@@ -236,7 +224,7 @@ class FusedWindowAggregate(Processor):
             return
         self._aggregate(records, keys, values, on_bad)
 
-    def _process_one_by_one(self, records: Sequence[SourceRecord], on_bad: OnBad) -> None:
+    def _process_one_by_one(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
         good: list[SourceRecord] = []
         keys: list[bytes | None] = []
         values: list[Any] | None = None if self._counts else []
@@ -261,14 +249,21 @@ class FusedWindowAggregate(Processor):
 
     def _key_value_of(self, record: SourceRecord) -> tuple[bytes | None, Any]:
         """The record's key as the aggregation stores it, and its value."""
-        key = self._source_key_serde.deserialize(record.key)
-        value = self._source_value_serde.deserialize(record.value)
-        return None if key is None else self._key_serde.serialize(key) or b"", value
+        key = self._key_serde.deserialize(record.key)
+        value = self._value_serde.deserialize(record.value)
+        return None if key is None else self._store_key_serde.serialize(key) or b"", value
 
     def _key_value_in_context(self, record: SourceRecord) -> tuple[bytes | None, Any]:
         """:meth:`_key_value_of` with context-aware source serdes."""
-        key, value = self._source_key_value_of(record)
-        return None if key is None else self._key_serde.serialize(key) or b"", value
+        key, value = self.key_value_of(record)
+        return None if key is None else self._store_key_serde.serialize(key) or b"", value
+
+    def _source_key(self, record: SourceRecord) -> Any:
+        """The record's key as the source deserializes it: what an aggregate's functions take
+        (the record deserialized fine before)."""
+        if self.contextual:
+            return self.key_value_of(record)[0]
+        return self._key_serde.deserialize(record.key)
 
     def _string_key_of(self, record: SourceRecord) -> bytes | None:
         """:meth:`_key_of` when the source and the aggregation both take keys as UTF-8 text:
@@ -277,7 +272,7 @@ class FusedWindowAggregate(Processor):
         key = record.key
         if key is not None:
             key.decode()
-        self._source_value_serde.deserialize(record.value)
+        self._value_serde.deserialize(record.value)
         return key
 
     def _string_key_value_of(self, record: SourceRecord) -> tuple[bytes | None, Any]:
@@ -285,14 +280,14 @@ class FusedWindowAggregate(Processor):
         key = record.key
         if key is not None:
             key.decode()
-        return key, self._source_value_serde.deserialize(record.value)
+        return key, self._value_serde.deserialize(record.value)
 
     def _aggregate(
         self,
         records: Sequence[SourceRecord],
         keys: list[bytes | None],
         values: list[Any] | None,
-        on_bad: OnBad,
+        on_bad: OnBadRecord,
     ) -> None:
         while keys:
             failure: Failure | None
@@ -302,6 +297,7 @@ class FusedWindowAggregate(Processor):
                 [record.offset for record in records],
                 [record.headers for record in records],
                 values,
+                [self._source_key(record) for record in records] if self._needs_keys else None,
             )
             context = self._context
             for _ in range(late):
@@ -319,6 +315,8 @@ class FusedWindowAggregate(Processor):
             values = None if values is None else values[at + 1 :]
 
     def advance(self, timestamp: int) -> None:
+        # The source's control time first, as when the chain's source passed the time on.
+        self._control_time = max(self._control_time, timestamp)
         self._emit(self.core.advance(timestamp, self._position.offset))
         if self.core.dirty_bytes > self._write_budget:
             self._write_behind()
@@ -327,7 +325,7 @@ class FusedWindowAggregate(Processor):
     def _emit(self, finals: list[Final]) -> None:
         if not finals:
             return
-        deserialize = self._key_serde.deserialize
+        deserialize = self._store_key_serde.deserialize
         on_error = self.on_error
         for key, start, end, aggregate, timestamp, headers in finals:
             record = Record(Windowed(deserialize(key), start, end), aggregate, timestamp, headers)
@@ -344,7 +342,7 @@ class FusedWindowAggregate(Processor):
 
     def control_progress(self) -> int:
         # As the windowed aggregation's (WindowedAggregateProcessor.control_progress).
-        seen = max(self.core.accepted_time, self.parents_progress())
+        seen = max(self.core.accepted_time, super().control_progress())
         held = seen - self._windows.output_lag_ms
         return held if seen >= 0 and held >= 0 else NO_PROGRESS
 
@@ -356,7 +354,7 @@ class FusedWindowAggregate(Processor):
         """Write every change since the last time to both stores (and so their changelogs),
         each with the input offset that caused it."""
         tp = self._input
-        serialize = self._value_serde.serialize
+        serialize = self._store_value_serde.serialize
         for state_key, aggregate, value_ts, offset, timestamp in self.core.take_writes():
             key, start, end = split_session_changelog_key(state_key)
             raw = None if aggregate is None else serialize(aggregate)
@@ -366,10 +364,10 @@ class FusedWindowAggregate(Processor):
             self._sessions.put(key, start, end, raw, timestamp, source=source)
             self._buffer.put(state_key, raw, timestamp, source=source)
 
-    def query_store(self) -> SessionStore:
-        """The store as interactive queries read it: the windows processed so far, not those
-        of the last write-behind."""
-        return _QueriedSessions(self._sessions, self)
+    def query_store(self, name: str) -> SessionStore | None:
+        """The store ``name`` as interactive queries read it, if the operator keeps it: the
+        windows processed so far, not those of the last write-behind."""
+        return _QueriedSessions(self._sessions, self) if name == self.store_name else None
 
 
 class _QueriedSessions(SessionStore):
@@ -401,7 +399,7 @@ class _QueriedSessions(SessionStore):
 
     def _windows(self, key: bytes) -> list[tuple[int, int, bytes]]:
         """The key's open windows, their values as the store keeps them."""
-        serialize = self._fused._value_serde.serialize
+        serialize = self._fused._store_value_serde.serialize
         found = []
         for start, end, aggregate, *timestamp in self._borrowed(lambda core: core.fetch(key)):
             raw = serialize(aggregate) or b""

@@ -13,7 +13,7 @@ The semantics are those of ``TimeWindowAggregateProcessor`` feeding ``SuppressPr
   it and counted late, once per such window. Records without a key are dropped, counted, and
   move no time;
 - a window's aggregate folds the record's value in
-  (:class:`~streams_runtime.fused.window_core.Aggregation`: a count adds 1, a reduce combines
+  (:class:`~.window_core.Aggregation`: a count adds 1, a reduce combines
   ``reducer(aggregate, value)``; a window without one, or with ``None``, starts from the value
   as it is, and its timestamp from the record's), as the store would read it back; an aggregate
   of ``None`` removes the window; a reducer or serde raising stops there (the record is
@@ -24,7 +24,7 @@ The semantics are those of ``TimeWindowAggregateProcessor`` feeding ``SuppressPr
   time`` is emitted once, in ``(end, key + start + end)`` order, stamped with its timestamp,
   and leaves the state;
 - the state is written behind as the session core's is
-  (:class:`~streams_runtime.fused.window_core.WriteBehind`).
+  (:class:`~tests.streams_runtime.fused.oracle.window_core.WriteBehind`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from streams_runtime.fused.window_core import Aggregation, Final, WindowCore
 from streams_runtime.record import Headers
+from tests.streams_runtime.fused.oracle.window_core import Aggregation, Final, WindowCore
 
 __all__ = ["TimeWindowCore"]
 
@@ -58,8 +58,9 @@ class _Window:
 
 class TimeWindowCore(WindowCore):
     """Time windows of ``size_ms`` every ``advance_ms`` with ``grace_ms``, aggregated by
-    ``aggregation`` (``count``, ``sum``, ``min`` or ``max``; ``normalize`` and the exact flags:
-    see :class:`~streams_runtime.fused.window_core.Aggregation`), final results only;
+    ``aggregation`` (``count``, ``sum``, ``min``, ``max``, or ``reduce`` by ``reducer``;
+    ``normalize`` and the exact flags: see
+    :class:`~tests.streams_runtime.fused.oracle.window_core.Aggregation`), final results only;
     ``observed_time``: the stream time to start from. ``keep_headers`` is taken for the session
     core's signature: a window's update always carries its record's headers."""
 
@@ -72,6 +73,7 @@ class TimeWindowCore(WindowCore):
         keep_headers: bool,
         *,
         aggregation: str = "count",
+        functions: Any = None,
         normalize: Callable[[Any], Any] | None = None,
         exact_ints: bool = True,
         exact_floats: bool = True,
@@ -79,7 +81,7 @@ class TimeWindowCore(WindowCore):
         super().__init__(
             observed_time,
             _VALUE_BYTES,
-            Aggregation(aggregation, normalize, exact_ints, exact_floats),
+            Aggregation(aggregation, functions, normalize, exact_ints, exact_floats),
         )
         self._size = size_ms
         self._advance = advance_ms
@@ -113,8 +115,14 @@ class TimeWindowCore(WindowCore):
             found.append((start, start + self._size, window.value, window.timestamp))
         return found
 
-    def _aggregate(
-        self, key: bytes, t: int, offset: int, headers: Headers | None, value: Any
+    def _aggregate(  # noqa: PLR0917 - one record's columns
+        self,
+        key: bytes,
+        key_object: Any,
+        t: int,
+        offset: int,
+        headers: Headers | None,
+        value: Any,
     ) -> None:
         self.observed_time = max(self.observed_time, t)
         size, advance, grace = self._size, self._advance, self._grace
@@ -130,10 +138,10 @@ class TimeWindowCore(WindowCore):
             state_key = key + _WINDOW.pack(start, end)
             window = self._windows.get(state_key)
             if window is None or window.value is None:
-                aggregate, timestamp = aggregation.finish(value), t
+                start_from, timestamp = aggregation.start(), t
             else:
-                aggregate = aggregation.finish(aggregation.combine(window.value, value))
-                timestamp = max(t, window.timestamp)
+                start_from, timestamp = window.value, max(t, window.timestamp)
+            aggregate = aggregation.finish(aggregation.fold(key_object, start_from, value))
             if aggregate is None:
                 if window is not None:
                     self._drop(window, state_key)

@@ -13,7 +13,7 @@ The semantics are those of ``SessionAggregateProcessor`` feeding ``SuppressProce
   before ``stream time - grace - gap``; records without a key are dropped, counted, and move no
   time;
 - the merged session's aggregate is that of the sessions merged, by ``(start, end)``, combined
-  (:class:`~streams_runtime.fused.window_core.Aggregation`: a count adds, a reduce combines
+  (:class:`~.window_core.Aggregation`: a count adds, a reduce combines
   ``reducer(aggregate, other)``, skipping ``None``), then the record's value folded in last
   (a count's is 1; a reduce's first value is the aggregate as it is), as the store would read
   it back. The sessions merged are removed once that aggregate is known: a reducer or serde
@@ -35,8 +35,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from streams_runtime.fused.window_core import Aggregation, Final, WindowCore
 from streams_runtime.record import Headers
+from tests.streams_runtime.fused.oracle.window_core import Aggregation, Final, WindowCore
 
 __all__ = ["SessionCore"]
 
@@ -56,8 +56,8 @@ class _Session:
 
 class SessionCore(WindowCore):
     """Session windows of ``gap_ms`` and ``grace_ms``, aggregated by ``aggregation`` (``count``,
-    ``sum``, ``min`` or ``max``; ``normalize`` and the exact flags: see
-    :class:`~streams_runtime.fused.window_core.Aggregation`), final results only.
+    ``sum``, ``min``, ``max``, or ``reduce`` by ``reducer``; ``normalize`` and the exact flags: see
+    :class:`~tests.streams_runtime.fused.oracle.window_core.Aggregation`), final results only.
 
     ``observed_time``: the stream time to start from (the task's restored one). With
     ``keep_headers``, an emitted session carries the headers of the record that last changed it
@@ -71,6 +71,7 @@ class SessionCore(WindowCore):
         keep_headers: bool,
         *,
         aggregation: str = "count",
+        functions: Any = None,
         normalize: Callable[[Any], Any] | None = None,
         exact_ints: bool = True,
         exact_floats: bool = True,
@@ -78,7 +79,7 @@ class SessionCore(WindowCore):
         super().__init__(
             observed_time,
             _VALUE_BYTES,
-            Aggregation(aggregation, normalize, exact_ints, exact_floats),
+            Aggregation(aggregation, functions, normalize, exact_ints, exact_floats),
         )
         self._gap = gap_ms
         self._retention = gap_ms + grace_ms
@@ -109,8 +110,14 @@ class SessionCore(WindowCore):
         found = sorted(self._sessions.get(key, ()), key=lambda s: (s.start, s.end))
         return [(s.start, s.end, s.value) for s in found]
 
-    def _aggregate(
-        self, key: bytes, t: int, offset: int, headers: Headers | None, value: Any
+    def _aggregate(  # noqa: PLR0917 - one record's columns
+        self,
+        key: bytes,
+        key_object: Any,
+        t: int,
+        offset: int,
+        headers: Headers | None,
+        value: Any,
     ) -> None:
         gap = self._gap
         retained_after = self.observed_time - self._retention
@@ -130,15 +137,11 @@ class SessionCore(WindowCore):
             self._late += 1
             return
         self.accepted_time = max(self.accepted_time, t)
-        combine = self._aggregation.combine
-        aggregate = None
+        aggregation = self._aggregation
+        aggregate = aggregation.start()
         for s in found:
-            if aggregate is None:
-                aggregate = s.value
-            elif s.value is not None:
-                aggregate = combine(aggregate, s.value)
-        aggregate = value if aggregate is None else combine(aggregate, value)
-        aggregate = self._aggregation.finish(aggregate)
+            aggregate = aggregation.merge(key_object, aggregate, s.value)
+        aggregate = aggregation.finish(aggregation.fold(key_object, aggregate, value))
         # Removed once the aggregate is known, as Kafka Streams does: a record the reducer or
         # the serde refuses leaves the sessions it would have merged.
         for s in found:
