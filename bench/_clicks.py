@@ -21,7 +21,16 @@ from confluent_kafka import Producer as KafkaProducer
 from bench._kafka import end_offsets, unique_name
 from progress_control.protocol import is_control_record
 
-__all__ = ["GAP_MS", "PARTITIONS", "USERS", "Clicks", "count_output", "producer_config"]
+__all__ = [
+    "GAP_MS",
+    "PARTITIONS",
+    "USERS",
+    "Clicks",
+    "OutputWatch",
+    "count_output",
+    "produce_all",
+    "producer_config",
+]
 
 PARTITIONS = 4
 USERS = 10_000
@@ -47,7 +56,7 @@ def producer_config(bootstrap_servers: str) -> dict[str, Any]:
     }
 
 
-def _produce_all(producer: KafkaProducer, records: Callable[[], Any]) -> None:
+def produce_all(producer: KafkaProducer, records: Callable[[], Any]) -> None:
     """Produce every ``(topic, partition, key, value, timestamp)`` of ``records()``, retrying on
     a full queue, then flush."""
     produce, poll = producer.produce, producer.poll
@@ -80,20 +89,19 @@ class Clicks:
         span_ms = events * STEP_MS + (events // block) * PAUSE_MS
         return cls(events, session_clicks, int(time.time() * 1000) - span_ms - 60_000)
 
-    def _timestamp(self, i: int) -> int:
+    def timestamp(self, i: int) -> int:
+        """Event i's timestamp."""
         return self.base_ms + i * STEP_MS + (i // (USERS * self.session_clicks)) * PAUSE_MS
 
     def _records(self, topic: str) -> Iterator[tuple[str, int, bytes, bytes, int]]:
         for i in range(self.events):
             user = i % USERS
             value = b'{"page":"/p/%d"}' % (i % 100)
-            yield topic, user % PARTITIONS, b"user-%d" % user, value, self._timestamp(i)
+            yield topic, user % PARTITIONS, b"user-%d" % user, value, self.timestamp(i)
 
     def preload(self, bootstrap_servers: str, topic: str) -> None:
         """Produce every event to ``topic`` (``PARTITIONS`` partitions) and check they are there."""
-        _produce_all(
-            KafkaProducer(producer_config(bootstrap_servers)), lambda: self._records(topic)
-        )
+        produce_all(KafkaProducer(producer_config(bootstrap_servers)), lambda: self._records(topic))
         on_broker = sum(end_offsets(bootstrap_servers, topic, PARTITIONS))
         if on_broker != self.events:
             raise RuntimeError(f"{on_broker} events on the broker, expected {self.events}")
@@ -112,7 +120,7 @@ class Clicks:
         windows: dict[tuple[int, int], int] = {}
         stream_time = [0] * PARTITIONS
         for i in range(self.events):
-            user, timestamp = i % USERS, self._timestamp(i)
+            user, timestamp = i % USERS, self.timestamp(i)
             partition = user % PARTITIONS
             stream_time[partition] = max(stream_time[partition], timestamp)
             window = (user, timestamp - timestamp % size_ms)
@@ -123,6 +131,40 @@ class Clicks:
             if start + size_ms <= stream_time[user % PARTITIONS]
         ]
         return len(closed), sum(closed)
+
+
+class OutputWatch:
+    """The data records (windows) of ``topic`` so far, committed ones only, read as they come:
+    how the benchmark sees a topology of several stages finish."""
+
+    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": unique_name("bench-watch"),
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        self.windows = 0
+
+    def reaches(self, windows: int) -> bool:
+        """Read what arrived since the last call; whether ``windows`` data records are there."""
+        while self.windows < windows:
+            messages = self._consumer.consume(FETCH_BATCH, 0.05)
+            if not messages:
+                break
+            self.windows += sum(
+                1
+                for msg in messages
+                if msg.error() is None and not (msg.headers() and is_control_record(msg))
+            )
+        return self.windows >= windows
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def count_output(bootstrap_servers: str, topic: str) -> tuple[int, int]:

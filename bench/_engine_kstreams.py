@@ -34,6 +34,9 @@ def kstreams_command(jars: Path, spec: dict[str, Any], work_dir: Path) -> list[s
         "window.ms": spec["window_ms"],
         "config.commit.interval.ms": spec["commit_interval_ms"],
     }
+    if "users" in spec:
+        properties["users"] = spec["users"]
+        properties["grace.ms"] = spec["grace_ms"]
     if spec["guarantee"] == "exactly_once":
         properties["config.processing.guarantee"] = "exactly_once_v2"
     path = work_dir / f"{spec['group']}.properties"

@@ -2,12 +2,12 @@
 
     python -m bench._engine_main SPEC.json
 
-``SPEC.json`` names the ``engine`` (``plain`` or ``runtime``), ``bootstrap_servers``,
-``source``, ``sink``, ``group`` (consumer group / application id), ``workload`` (``session`` or
-``tumbling``), ``window_ms``, ``guarantee`` (``at_least_once`` or ``exactly_once``),
-``commit_interval_ms``, and for the runtime ``state_engine``, ``state_dir`` and ``native_core``
-(default true; passed on only where the runtime has that setting). Runs until SIGTERM; the
-benchmark watches the group's committed offsets.
+``SPEC.json`` names the ``engine`` (``plain`` or ``runtime``), ``bootstrap_servers``, ``source``,
+``sink``, ``group`` (consumer group / application id), ``workload`` (``session``, ``tumbling`` or
+``orders``; ``orders`` also names its ``users`` table topic), ``window_ms``, ``guarantee``
+(``at_least_once`` or ``exactly_once``), ``commit_interval_ms``, and for the runtime
+``state_engine``, ``state_dir`` and ``native_core`` (default true; passed on only where the runtime
+has that setting). Runs until SIGTERM; the benchmark watches the group's committed offsets.
 
 Both engines log JSON lines: the runtime its own (its ``first record processed`` and ``input
 drained`` lines among them, :mod:`streams_runtime.processing.milestones`); the plain loop lines
@@ -55,6 +55,41 @@ def _window_counts(spec: dict[str, Any]) -> StreamsBuilder:
         .suppress(until_window_closes())
         .to_stream()
         .map(lambda w, n: (w.key, {"start": w.start, "end": w.end, "count": n}))
+        .to(spec["sink"], key_serde=String(), value_serde=Json())
+    )
+    return builder
+
+
+def _orders(spec: dict[str, Any]) -> StreamsBuilder:
+    """Issue 53's realistic topology (``bench/_orders.py``): paid orders re-keyed by user (a
+    repartition), joined with the users table, summed per user session with the user's own
+    initializer, adder and merger, final results only, as JSON ``{start, end, count, total}``."""
+    from streams_runtime import SessionWindows, StreamsBuilder, until_window_closes
+    from streams_runtime.serdes import Json, String
+
+    # The join's repartition writes user keys as the users topic holds them (plain strings).
+    builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
+    users = builder.table(spec["users"], key_serde=String(), value_serde=Json())
+    (
+        builder.stream(spec["source"], key_serde=String(), value_serde=Json())
+        .filter(lambda _, order: order["status"] != "cancelled")
+        .select_key(lambda _, order: order["user"])
+        .join(users, lambda order, user: {"amount": order["amount"], "region": user["region"]})
+        .map_values(lambda sale: {**sale, "net": sale["amount"] * 0.8})
+        .group_by_key()
+        .windowed_by(SessionWindows(gap_ms=spec["window_ms"], grace_ms=spec["grace_ms"]))
+        .aggregate(
+            lambda: {"count": 0, "total": 0},
+            lambda _, sale, agg: {
+                "count": agg["count"] + 1,
+                "total": agg["total"] + sale["amount"],
+            },
+            lambda _, a, b: {"count": a["count"] + b["count"], "total": a["total"] + b["total"]},
+            value_serde=Json(),
+        )
+        .suppress(until_window_closes())
+        .to_stream()
+        .map(lambda w, agg: (w.key, {"start": w.start, "end": w.end, **agg}))
         .to(spec["sink"], key_serde=String(), value_serde=Json())
     )
     return builder
@@ -112,7 +147,7 @@ def _run_runtime(spec: dict[str, Any]) -> None:
     if "native_core" in RuntimeSettings.model_fields:  # not in every version of the runtime
         options["native_core"] = spec.get("native_core", True)
     App(
-        _window_counts(spec),
+        _orders(spec) if spec["workload"] == "orders" else _window_counts(spec),
         application_id=spec["group"],
         bootstrap_servers=spec["bootstrap_servers"],
         state_dir=Path(spec["state_dir"]),

@@ -24,7 +24,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -110,9 +110,12 @@ def run_engine(
     end_offsets: list[int],
     log_path: Path,
     timeout_s: float,
+    output_ready: Callable[[], bool] | None = None,
 ) -> Measured:
-    """Start ``command``, wait until ``group`` has committed ``end_offsets`` on ``source``,
-    stop it; raises if it exits early or takes longer than ``timeout_s``."""
+    """Start ``command``, wait until ``group`` has committed ``end_offsets`` on ``source`` (and
+    then, for a topology of several sub-topologies, until ``output_ready()``: the source's
+    offsets say nothing of the stages after a repartition), stop it; raises if it exits early
+    or takes longer than ``timeout_s``."""
     watcher = Consumer(
         {"bootstrap.servers": bootstrap_servers, "group.id": group, "enable.auto.commit": False}
     )
@@ -133,7 +136,9 @@ def run_engine(
             committed = sum(max(o, 0) for o in offsets)  # no commit yet: -1001
             if first_commit is None and committed:
                 first_commit = (elapsed, committed)
-            if all(o >= end for o, end in zip(offsets, end_offsets, strict=True)):
+            if all(o >= end for o, end in zip(offsets, end_offsets, strict=True)) and (
+                output_ready is None or output_ready()
+            ):
                 committed_wall = time.time()
                 break
             if elapsed > timeout_s:

@@ -22,6 +22,7 @@ __all__ = [
     "NodeOperation",
     "ReadTopics",
     "RunUserProcessor",
+    "StepOnValues",
     "SuppressUntilWindowCloses",
     "WindowedAggregation",
 ]
@@ -85,8 +86,20 @@ class SuppressUntilWindowCloses:
 
 
 @dataclass(frozen=True)
+class StepOnValues:
+    """A step that gives each record on with its key, timestamp and headers, its value changed
+    or not, or drops it: ``filter``, ``map_values``, ``peek``, a stream-table join. Its
+    processor is a :class:`~streams_runtime.processors.ValueStep`, whose ``apply`` a fused
+    operator calls in place of its ``process``."""
+
+    kind: Literal["filter", "map_values", "peek", "table_join"]
+
+
+@dataclass(frozen=True)
 class RunUserProcessor:
     """A Processor API node: user code, whose punctuators may fire between any two records."""
 
 
-NodeOperation = ReadTopics | WindowedAggregation | SuppressUntilWindowCloses | RunUserProcessor
+NodeOperation = (
+    ReadTopics | StepOnValues | WindowedAggregation | SuppressUntilWindowCloses | RunUserProcessor
+)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams_runtime import processors as p
 from streams_runtime.dsl.global_table import GlobalTable
+from streams_runtime.operations import StepOnValues
 from streams_runtime.processors.global_joins import GlobalTableJoinProcessor
 from streams_runtime.serdes import Serde
 from streams_runtime.state import StoreSpec
@@ -111,6 +112,7 @@ def table_join(
         lambda: p.StreamTableJoinProcessor(store, ks, tvs, joiner, left=left, getter=getter),
         [stream._node],
         uses_stores=(store,),
+        operation=StepOnValues("table_join"),
     )
     return Stream(source._builder, node, stream.key_serde, value_serde)
 

@@ -10,7 +10,7 @@ from streams_runtime.dsl.branched import BranchedStream
 from streams_runtime.dsl.global_table import GlobalTable
 from streams_runtime.dsl.grouped import GroupedStream
 from streams_runtime.dsl.joins import checked_windows, global_table_join, table_join, window_join
-from streams_runtime.operations import RunUserProcessor
+from streams_runtime.operations import RunUserProcessor, StepOnValues
 from streams_runtime.processor.api import Processor
 from streams_runtime.processor.node import user_node
 from streams_runtime.serde_context import is_registry_framed
@@ -58,8 +58,9 @@ class Stream(Generic[K, V]):
         value_serde: Serde[Any] | None = None,
         key_changed: bool | None = None,
         name: str | None = None,
+        operation: StepOnValues | None = None,
     ) -> Stream[Any, Any]:
-        node = self._builder._graph.add(kind, factory, [self._node], name=name)
+        node = self._builder._graph.add(kind, factory, [self._node], name=name, operation=operation)
         return Stream(
             self._builder,
             node,
@@ -75,6 +76,7 @@ class Stream(Generic[K, V]):
             lambda: p.FilterProcessor(predicate),
             key_serde=self.key_serde,
             value_serde=self.value_serde,
+            operation=StepOnValues("filter"),
         )
 
     def filter_not(self, predicate: Callable[[K, V], bool]) -> Stream[K, V]:
@@ -106,6 +108,7 @@ class Stream(Generic[K, V]):
             lambda: p.MapValuesProcessor(mapper),
             key_serde=self.key_serde,
             value_serde=value_serde,
+            operation=StepOnValues("map_values"),
         )
 
     def flat_map(
@@ -172,6 +175,7 @@ class Stream(Generic[K, V]):
             lambda: p.PeekProcessor(action),
             key_serde=self.key_serde,
             value_serde=self.value_serde,
+            operation=StepOnValues("peek"),
         )
 
     def foreach(self, action: Callable[[K, V], None]) -> None:

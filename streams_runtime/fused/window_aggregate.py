@@ -1,20 +1,23 @@
 """A windowed aggregation the native core runs (a count, sum, min, max, a reduce by the user's
 reducer, or an aggregate by the user's initializer, aggregator and merger) suppressed until each
-window closes, run as one operator: the chain ``source -> SessionAggregateProcessor or
-TimeWindowAggregateProcessor -> SuppressProcessor`` of a task with one input, which
+window closes, run as one operator: the chain ``source -> steps on values ->
+SessionAggregateProcessor or TimeWindowAggregateProcessor -> SuppressProcessor``, which
 :mod:`streams_runtime.fused.planner` replaces with this node when the topology is built; a
 batch of records per call into the native core (``native/src``; its semantics are the
 chain's, which its pure-Python twins in the tests state as an oracle).
 
-What stays Python: the source's serdes (every record is deserialized as through the chain, so a
-bad record meets the same policy), the value serde (an aggregate takes the round trip through it
-that the chain's store gives it, where that could change it, and is serialized when written),
-and everything below the suppression, which sees only final results. A reducer or serde raising
-for a record sends that record to the bad-record policy, as the chain's processing error. The
-stores are the chain's, with the same contents once written: the core writes behind, at every
-commit, or as soon as its unwritten changes outgrow the record cache's budget (0: after every
-batch), to the window (or session) store and to the suppression's buffer store, each change
-with the input offset that caused it (restore's committed-input rule holds)."""
+What stays Python: the source's serdes (every record is deserialized as through the chain, so a bad
+record meets the same policy); the steps on values (``filter``, ``map_values``, ``peek``, a stream-
+table join), each the chain's own processor called through ``apply`` record by record, with no
+record object or forward between them (a batch's steps all run before its aggregation: a ``peek``
+sees a batch's records before any of their windows is emitted); the value serde (an aggregate takes
+the round trip through it that the chain's store gives it, where that could change it, and is
+serialized when written), and everything below the suppression, which sees only final results. A
+reducer or serde raising for a record sends that record to the bad-record policy, as the chain's
+processing error. The stores are the chain's, with the same contents once written: the core writes
+behind, at every commit, or as soon as its unwritten changes outgrow the record cache's budget (0:
+after every batch), to the window (or session) store and to the suppression's buffer store, each
+change with the input offset that caused it (restore's committed-input rule holds)."""
 
 from __future__ import annotations
 
@@ -30,10 +33,12 @@ from streams_runtime.operations import (
     WindowedAggregation,
 )
 from streams_runtime.processors import (
+    DROPPED,
     NO_PROGRESS,
     BatchSourceProcessor,
     OnBadRecord,
     ProcessorContext,
+    ValueStep,
 )
 from streams_runtime.record import Record, SourceRecord, TopicPartitionId
 from streams_runtime.serdes import (
@@ -70,8 +75,8 @@ class BatchContext(ProcessorContext, Protocol):
     """What a task offers a source that takes its records a batch at a time."""
 
     @property
-    def inputs(self) -> tuple[TopicPartitionId, ...]:
-        """The task's input partitions (a batch source's task has one)."""
+    def batch_input(self) -> TopicPartitionId:
+        """The input partition whose records the task gives its batch source."""
         ...
 
     @property
@@ -92,12 +97,15 @@ class FusedWindowAggregate(BatchSourceProcessor):
     def __init__(
         self,
         source: ReadTopics,
+        steps: Sequence[Callable[[], Any]],
         aggregate: WindowedAggregation,
         suppress: SuppressUntilWindowCloses,
         *,
         write_budget: int,
     ) -> None:
         super().__init__(source.key_serde, source.value_serde)
+        self._step_factories = steps
+        self._steps: list[Callable[[Any, Any], Any]] = []  # their processors' apply: at init
         kind = aggregate.aggregation.kind
         self._kind = kind
         self._counts = kind == "count"
@@ -144,10 +152,14 @@ class FusedWindowAggregate(BatchSourceProcessor):
         """Start from the stores: every window the suppression still holds is pending (a
         window the store keeps past its final result is removed)."""
         assert isinstance(context, BatchContext)
-        assert len(context.inputs) == 1  # the planner fuses a chain of one topic only
         super().init(context)
         self._context = context
-        self._input = context.inputs[0]  # what every write names
+        self._input = context.batch_input  # what every write names
+        for factory in self._step_factories:
+            step = factory()
+            assert isinstance(step, ValueStep)  # the planner fuses steps on values only
+            step.init(context)
+            self._steps.append(step.apply)
         self._position = context.position  # the current input: what a tick's writes name
         self._sessions = context.session_store(self.store_name)
         self._buffer = context.kv_store(self.buffer_name)
@@ -208,7 +220,10 @@ class FusedWindowAggregate(BatchSourceProcessor):
 
     def process_batch(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
         """Aggregate a batch of data records (control records go to :meth:`advance`); a record
-        its serdes refuse, or whose aggregation raises, goes to ``on_bad``, in order."""
+        its serdes refuse, or whose steps or aggregation raise, goes to ``on_bad``, in order."""
+        if self._steps:
+            self._process_through_steps(records, on_bad)
+            return
         values: list[Any] | None = None
         try:
             if self._counts:
@@ -223,6 +238,51 @@ class FusedWindowAggregate(BatchSourceProcessor):
             self._process_one_by_one(records, on_bad)
             return
         self._aggregate(records, keys, values, on_bad)
+
+    def _process_through_steps(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
+        """Deserialize each record and run it through the steps; aggregate those that come
+        through, in runs between the records that meet ``on_bad``."""
+        steps = self._steps
+        store_key = self._store_key_serde.serialize
+        key_value_of = self.key_value_of if self.contextual else self._source_key_value
+        kept: list[SourceRecord] = []
+        keys: list[bytes | None] = []
+        values: list[Any] | None = None if self._counts else []
+        key_objects: list[Any] | None = [] if self._needs_keys else None
+        for record in records:
+            try:
+                key, value = key_value_of(record)
+            except SerializationError as exc:
+                self._aggregate(kept, keys, values, on_bad, key_objects)
+                kept, keys = [], []
+                values = None if self._counts else []
+                key_objects = [] if self._needs_keys else None
+                on_bad(record, "deserialization", exc)
+                continue
+            try:
+                for step in steps:
+                    value = step(key, value)
+                    if value is DROPPED:
+                        break
+                else:
+                    keys.append(None if key is None else store_key(key) or b"")
+                    kept.append(record)
+                    if values is not None:
+                        values.append(value)
+                    if key_objects is not None:
+                        key_objects.append(key)
+            except StreamsError:
+                raise  # the runtime's own failure, not the record's
+            except Exception as exc:
+                self._aggregate(kept, keys, values, on_bad, key_objects)
+                kept, keys = [], []
+                values = None if self._counts else []
+                key_objects = [] if self._needs_keys else None
+                on_bad(record, "processing", exc)
+        self._aggregate(kept, keys, values, on_bad, key_objects)
+
+    def _source_key_value(self, record: SourceRecord) -> tuple[Any, Any]:
+        return self._key_serde.deserialize(record.key), self._value_serde.deserialize(record.value)
 
     def _process_one_by_one(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
         good: list[SourceRecord] = []
@@ -288,7 +348,12 @@ class FusedWindowAggregate(BatchSourceProcessor):
         keys: list[bytes | None],
         values: list[Any] | None,
         on_bad: OnBadRecord,
+        key_objects: list[Any] | None = None,
     ) -> None:
+        """Aggregate ``records`` (their store keys and values; ``key_objects``: their keys as
+        the source gave them, when known); what raises meets ``on_bad`` and the rest goes on."""
+        if key_objects is None and self._needs_keys:
+            key_objects = [self._source_key(record) for record in records]
         while keys:
             failure: Failure | None
             finals, late, keyless, failure = self.core.process(
@@ -297,7 +362,7 @@ class FusedWindowAggregate(BatchSourceProcessor):
                 [record.offset for record in records],
                 [record.headers for record in records],
                 values,
-                [self._source_key(record) for record in records] if self._needs_keys else None,
+                key_objects,
             )
             context = self._context
             for _ in range(late):
@@ -313,6 +378,7 @@ class FusedWindowAggregate(BatchSourceProcessor):
             on_bad(records[at], "processing", exc)
             records, keys = records[at + 1 :], keys[at + 1 :]
             values = None if values is None else values[at + 1 :]
+            key_objects = None if key_objects is None else key_objects[at + 1 :]
 
     def advance(self, timestamp: int) -> None:
         # The source's control time first, as when the chain's source passed the time on.

@@ -329,7 +329,10 @@ class PartitionGroup:
 
         The reason is kept in :attr:`last_decision`.
         """
-        return self.ready_batch() > 0
+        decision = self._last_decision = self._decide()
+        if decision is _ENFORCED:
+            self._enforced_processing_total += 1
+        return decision.ready
 
     def ready_batch(self) -> int:
         """:meth:`ready_to_process`, answered as how many records the task may take before it
@@ -340,7 +343,11 @@ class PartitionGroup:
         asking before each: while every queue is non-empty (``min`` of their lengths: until one
         may run empty) every call is ALL_BUFFERED; with idling disabled and a queue empty, every
         call is IDLING_DISABLED until nothing is buffered (queues only shrink while the task
-        takes records). ENFORCED is counted per call, so it covers one record."""
+        takes records); with every empty partition caught up and past its deadline, every call
+        is ENFORCED until a non-empty queue may run empty, and each record taken counts as one
+        enforced decision (Kafka Streams counts one per record). Nothing is fetched while a
+        task takes a batch: a lag the consumer learns meanwhile is seen at the next batch, as if
+        learnt just after this one."""
         decision = self._decide()
         self._last_decision = decision
         if decision is _ALL_BUFFERED:
@@ -348,8 +355,9 @@ class PartitionGroup:
         if decision is _IDLING_DISABLED:
             return self._buffered
         if decision is _ENFORCED:
-            self._enforced_processing_total += 1
-            return 1
+            ready = min([len(queue) for queue in self._queue_list if queue])
+            self._enforced_processing_total += ready
+            return ready
         return 1 if decision.ready else 0
 
     def _decide(self) -> IdleDecision:

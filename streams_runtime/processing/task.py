@@ -107,7 +107,8 @@ class StreamTask:
         self._routes: dict[str, tuple[TopicPartitionId, SourceProcessor]] = {}
         self._processors: list[Processor] = []
         self._batch_source: BatchSourceProcessor | None = None
-        """The task's one source, when it takes batches (a fused operator)."""
+        """The task's source that takes batches (a fused operator), if any."""
+        self._batch_input: TopicPartitionId | None = None
         self.committed: dict[TopicPartitionId, int] = {}
         self._consumed: dict[TopicPartitionId, int] = {}
         self._skipped_to: dict[TopicPartitionId, int] = {}
@@ -142,6 +143,12 @@ class StreamTask:
     @property
     def stream_time(self) -> int:
         return self.group.stream_time
+
+    @property
+    def batch_input(self) -> TopicPartitionId:
+        """The input whose records go to the task's batch source (a fused operator's)."""
+        assert self._batch_input is not None
+        return self._batch_input
 
     @property
     def partition(self) -> int:
@@ -282,14 +289,14 @@ class StreamTask:
     def start_processing(self) -> None:
         """Create the processors over the restored stores."""
         self._sources, self._processors = self.subtopology.instantiate()
-        sources = list(self._sources.values())
-        if len(sources) == 1 and isinstance(sources[0], BatchSourceProcessor):
-            self._batch_source = sources[0]
         partition = self.id.partition
         self._routes = {
             topic: (TopicPartitionId(topic, partition), source)
             for topic, source in self._sources.items()
         }
+        for tp, source in self._routes.values():
+            if isinstance(source, BatchSourceProcessor):  # the planner fuses one per task
+                self._batch_source, self._batch_input = source, tp
         for processor in self._processors:
             processor.init(self)
         self.bounds.attach([p for p in self._processors if isinstance(p, SinkProcessor)])
@@ -379,9 +386,9 @@ class StreamTask:
                     self._took_any = True
                 n = min(ready, budget - done)
                 if batch_source is not None:
-                    batch = group.take(n)
+                    batch = group.take(n) if len(self.inputs) == 1 else self._taken(n)
                     record = batch[-1]
-                    controls += self._process_batch(batch_source, batch)
+                    controls += self._process_runs(batch_source, batch)
                     done += n
                     continue
                 punctuations = self.punctuators.stream
@@ -425,6 +432,34 @@ class StreamTask:
             self._bad_records.handle(record, "processing", exc)
         self._consumed[tp] = record.offset + 1
         return record.is_control
+
+    def _taken(self, n: int) -> list[SourceRecord]:
+        """The next ``n`` records across the task's inputs, in the order it takes them."""
+        next_record = self.group.next_record
+        taken = []
+        for _ in range(n):
+            record = next_record()
+            assert record is not None  # ready_batch counts buffered records only
+            taken.append(record)
+        return taken
+
+    def _process_runs(self, source: BatchSourceProcessor, records: list[SourceRecord]) -> int:
+        """Process records in order: each run of the batch source's input as one batch, the
+        other inputs' records one by one (a joined table's); how many were control records."""
+        if len(self.inputs) == 1:
+            return self._process_batch(source, records)
+        topic = self.batch_input.topic
+        controls = 0
+        start = 0
+        for i, record in enumerate(records):
+            if record.topic != topic:
+                if start < i:
+                    controls += self._process_batch(source, records[start:i])
+                controls += self._process_one(record)
+                start = i + 1
+        if start < len(records):
+            controls += self._process_batch(source, records[start:])
+        return controls
 
     def _process_batch(self, source: BatchSourceProcessor, batch: list[SourceRecord]) -> int:
         """Process one partition's records through a source that takes batches, data in runs

@@ -48,6 +48,7 @@ from streams_runtime.processors.grouped_tables import (
 from streams_runtime.processors.joins import JoinState, StreamStreamJoinProcessor
 from streams_runtime.processors.sessions import SessionAggregateProcessor, SuppressProcessor
 from streams_runtime.processors.stateless import (
+    DROPPED,
     BatchSourceProcessor,
     BranchProcessor,
     FilterProcessor,
@@ -60,6 +61,7 @@ from streams_runtime.processors.stateless import (
     PeekProcessor,
     SinkProcessor,
     SourceProcessor,
+    ValueStep,
 )
 from streams_runtime.processors.suppression import TimeLimitSuppressProcessor
 from streams_runtime.processors.table_joins import (
@@ -83,6 +85,7 @@ from streams_runtime.processors.time_windows import (
 )
 
 __all__ = [
+    "DROPPED",
     "NO_PROGRESS",
     "BatchSourceProcessor",
     "BranchProcessor",
@@ -129,6 +132,7 @@ __all__ = [
     "TimeLimitSuppressProcessor",
     "TimeWindowAggregateProcessor",
     "TimestampedTableStore",
+    "ValueStep",
     "count_aggregator",
     "count_initializer",
     "count_merger",

@@ -22,6 +22,7 @@ from streams_runtime.serdes import Serde, SessionWindowedSerde, TimeWindowedSerd
 from streams_runtime.state import SessionStore
 
 __all__ = [
+    "DROPPED",
     "BranchProcessor",
     "FilterProcessor",
     "FlatMapProcessor",
@@ -32,6 +33,7 @@ __all__ = [
     "PeekProcessor",
     "SinkProcessor",
     "SourceProcessor",
+    "ValueStep",
 ]
 
 
@@ -111,17 +113,41 @@ class BatchSourceProcessor(SourceProcessor):
         return None
 
 
-class FilterProcessor(Processor):
-    name = "filter"
+DROPPED: Any = object()
+"""What :meth:`ValueStep.apply` gives for a record it drops."""
+
+
+class ValueStep(Processor):
+    """A processor that gives each record on with its key, timestamp and headers, its value
+    changed or not, or drops it (filter, map_values, peek, a stream-table join): what a fused
+    operator runs record by record inside a batch (:mod:`streams_runtime.fused`), without a
+    :class:`Record` or a forward per step."""
+
     keeps_order = True
+
+    @abstractmethod
+    def apply(self, key: Any, value: Any) -> Any:
+        """The record's value after this step, or :data:`DROPPED`."""
+
+    def process(self, record: Record[Any, Any]) -> None:
+        value = self.apply(record.key, record.value)
+        if value is not DROPPED:
+            self.forward(Record(record.key, value, record.timestamp, record.headers))
+
+
+class FilterProcessor(ValueStep):
+    name = "filter"
 
     def __init__(self, predicate: Callable[[Any, Any], bool]) -> None:
         super().__init__()
         self._predicate = predicate
 
+    def apply(self, key: Any, value: Any) -> Any:
+        return value if self._predicate(key, value) else DROPPED
+
     def process(self, record: Record[Any, Any]) -> None:
         if self._predicate(record.key, record.value):
-            self.forward(record)
+            self.forward(record)  # the record itself: no copy
 
 
 class MapProcessor(Processor):
@@ -137,18 +163,15 @@ class MapProcessor(Processor):
         self.forward(Record(key, value, record.timestamp, record.headers))
 
 
-class MapValuesProcessor(Processor):
+class MapValuesProcessor(ValueStep):
     name = "map_values"
-    keeps_order = True
 
     def __init__(self, mapper: Callable[[Any], Any]) -> None:
         super().__init__()
         self._mapper = mapper
 
-    def process(self, record: Record[Any, Any]) -> None:
-        self.forward(
-            Record(record.key, self._mapper(record.value), record.timestamp, record.headers)
-        )
+    def apply(self, key: Any, value: Any) -> Any:
+        return self._mapper(value)
 
 
 class FlatMapProcessor(Processor):
@@ -217,17 +240,20 @@ class BranchProcessor(Processor):
             self.children[len(self._predicates)].process(record)
 
 
-class PeekProcessor(Processor):
+class PeekProcessor(ValueStep):
     name = "peek"
-    keeps_order = True
 
     def __init__(self, action: Callable[[Any, Any], None]) -> None:
         super().__init__()
         self._action = action
 
+    def apply(self, key: Any, value: Any) -> Any:
+        self._action(key, value)
+        return value
+
     def process(self, record: Record[Any, Any]) -> None:
         self._action(record.key, record.value)
-        self.forward(record)
+        self.forward(record)  # the record itself: no copy
 
 
 class SinkProcessor(Processor):

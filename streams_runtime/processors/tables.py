@@ -20,6 +20,7 @@ from streams_runtime.processors.base import (
     Processor,
     ProcessorContext,
 )
+from streams_runtime.processors.stateless import DROPPED, ValueStep
 from streams_runtime.record import Headers, Record
 from streams_runtime.serdes import Serde, ValueAndTimestamp
 from streams_runtime.state import KeyValueStore
@@ -306,7 +307,7 @@ class TableMapValuesProcessor(Processor):
         self.forward(Record(record.key, value, record.timestamp, record.headers, old))
 
 
-class StreamTableJoinProcessor(KeyedStoreProcessor):
+class StreamTableJoinProcessor(ValueStep):
     """Joins each stream record with the table's current value for its key (Kafka Streams'
     ``KStreamKTableJoin``). Records with a null value are dropped and counted, and so are records
     with a null key, except that a left join forwards them joined with no row (KIP-962).
@@ -315,7 +316,6 @@ class StreamTableJoinProcessor(KeyedStoreProcessor):
     applies the table's own filters and value mappers on the way (``None``: no row)."""
 
     name = "stream_table_join"
-    keeps_order = True
 
     def __init__(
         self,
@@ -327,41 +327,39 @@ class StreamTableJoinProcessor(KeyedStoreProcessor):
         left: bool,
         getter: Callable[[Any, Any], Any] | None = None,
     ) -> None:
-        super().__init__(store_name, key_serde)
+        super().__init__()
+        self._store_name = store_name
+        self._key_serde = key_serde
         self._table_value_serde = table_value_serde
         self._joiner = joiner
         self._left = left
         self._getter = getter
         self._store: KeyValueStore | None = None
+        self._context: ProcessorContext | None = None
 
     def init(self, context: ProcessorContext) -> None:
-        super().init(context)
+        self._context = context
         self._store = context.kv_store(self._store_name)
 
-    def process(self, record: Record[Any, Any]) -> None:
+    def apply(self, key: Any, value: Any) -> Any:
         assert self._store is not None
         assert self._context is not None
-        if record.value is None:
+        if value is None:
             # Nothing to join: a null value is an empty message, not SQL's NULL (Kafka Streams).
             self._context.record_dropped(self._store_name, "null-value")
-            return
-        if record.key is None and self._left:
-            # KIP-962: a left join forwards a record without a key, joined with no row.
-            self.forward(
-                Record(None, self._joiner(record.value, None), record.timestamp, record.headers)
-            )
-            return
-        key = self._store_key(record)
+            return DROPPED
         if key is None:
-            return
-        raw = self._store.get(key)
+            if self._left:  # KIP-962: a left join forwards a record without a key, no row joined
+                return self._joiner(value, None)
+            self._context.record_dropped(self._store_name, "null-key")
+            return DROPPED
+        raw = self._store.get(self._key_serde.serialize(key) or b"")
         table_value = None
         if raw is not None:
             stored = ValueAndTimestamp.from_bytes(raw)
             table_value = self._table_value_serde.deserialize(stored.value)
             if table_value is not None and self._getter is not None:
-                table_value = self._getter(record.key, table_value)
+                table_value = self._getter(key, table_value)
         if table_value is None and not self._left:
-            return
-        joined = self._joiner(record.value, table_value)
-        self.forward(Record(record.key, joined, record.timestamp, record.headers))
+            return DROPPED
+        return self._joiner(value, table_value)

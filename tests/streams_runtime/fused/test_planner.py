@@ -120,8 +120,53 @@ def test_sliding_windows_stay_a_chain() -> None:
     assert not _fused(builder.build("app", _settings()))
 
 
-def test_a_sub_topology_of_two_topics_stays_a_chain() -> None:
+def test_a_source_of_two_topics_stays_a_chain() -> None:
     builder = _builder(WINDOWS[0], lambda w: w.count(), topics=("a", "b"))
+    assert not _fused(builder.build("app", _settings()))
+
+
+def test_steps_on_values_and_a_table_join_fuse_with_the_aggregation() -> None:
+    """filter, map_values, peek and a stream-table join above the aggregation join the fused
+    node; the table's source, another topic of the sub-topology, stays as it is."""
+    builder = StreamsBuilder()
+    rows = builder.table("rows")
+    (
+        builder.stream("in")
+        .filter(lambda _k, v: v > 0)
+        .map_values(lambda v: v * 2)
+        .peek(print)
+        .join(rows, lambda v, row: v + row)
+        .group_by_key(value_serde=Float())
+        .windowed_by(WINDOWS[0])
+        .sum()
+        .suppress(until_window_closes())
+        .to_stream()
+        .to("out")
+    )
+    topology = builder.build("app", _settings())
+    (fused,) = _fused(topology)
+    assert [name.split("-")[1] for name in fused.fuses] == [
+        "SOURCE",
+        "FILTER",
+        "MAPVALUES",
+        "PEEK",
+        "JOIN",
+        "SESSION",
+        "SUPPRESS",
+    ]
+    assert fused.uses_stores == ("KTABLE-SOURCE-STORE-0000000001",)
+    (sub,) = topology.subtopologies
+    assert sub.source_topics == ("rows", "in")
+    assert "KTABLE-SOURCE-0000000002" in [node.name for node in sub.nodes]
+
+
+def test_a_step_with_another_child_ends_the_chain() -> None:
+    builder = StreamsBuilder()
+    filtered = builder.stream("in").filter(lambda _k, v: v > 0)
+    filtered.to("all")
+    filtered.group_by_key(value_serde=Float()).windowed_by(WINDOWS[0]).count().suppress(
+        until_window_closes()
+    ).to_stream().to("out")
     assert not _fused(builder.build("app", _settings()))
 
 

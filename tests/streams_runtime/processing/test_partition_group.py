@@ -316,6 +316,23 @@ def test_zero_processes_immediately_when_caught_up() -> None:
     assert g.enforced_processing_total == 2  # one per enforced decision
 
 
+def test_an_enforced_batch_counts_each_record_as_one_decision() -> None:
+    """ready_batch under enforcement covers the records until the non-empty queue may run
+    empty, each counted as ready_to_process would count it."""
+    g, lag, _ = group(0)
+    lag.lags[B] = 0
+    g.add_records(A, recs(A, 1, 2, 3))
+    assert g.ready_batch() == 3
+    assert g.last_decision.reason is ReadyReason.ENFORCED
+    assert g.enforced_processing_total == 3
+    per_record, lag, _ = group(0)
+    lag.lags[B] = 0
+    per_record.add_records(A, recs(A, 1, 2, 3))
+    while per_record.ready_to_process():
+        per_record.next_record()
+    assert per_record.enforced_processing_total == 3
+
+
 def test_negative_lag_counts_as_caught_up() -> None:
     g, lag, _ = group(0)
     lag.lags[B] = -1

@@ -3,6 +3,7 @@ package kpc.bench;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.FileReader;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -19,6 +20,8 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
@@ -37,9 +40,10 @@ import org.apache.kafka.streams.kstream.Windowed;
  * </pre>
  *
  * The spec is a Java properties file: {@code application.id}, {@code bootstrap.servers},
- * {@code state.dir}, {@code workload} ({@code session} or {@code tumbling}), {@code in},
- * {@code out}, {@code window.ms} (session gap or tumbling window size); and {@code config.*}
- * passed to StreamsConfig as they are. Everything else is Kafka Streams' default.
+ * {@code state.dir}, {@code workload} ({@code session}, {@code tumbling} or {@code orders}),
+ * {@code in}, {@code out}, {@code window.ms} (session gap or tumbling window size), for
+ * {@code orders} the {@code users} table's topic; and {@code config.*} passed to StreamsConfig as
+ * they are. Everything else is Kafka Streams' default.
  *
  * <p>The same work as the runtime's and Quix Streams' twins of this topology: every input value is
  * parsed with Jackson into a tree (as their JSON deserializers parse it into a dict, which the
@@ -113,6 +117,10 @@ public final class ThroughputApp {
 
   private static void build(final StreamsBuilder builder, final Properties spec) {
     final Duration window = Duration.ofMillis(Long.parseLong(spec.getProperty("window.ms")));
+    if ("orders".equals(spec.getProperty("workload"))) {
+      orders(builder, spec, window);
+      return;
+    }
     final KGroupedStream<String, JsonNode> grouped =
         builder.stream(spec.getProperty("in"), Consumed.with(STRING, JSON)).groupByKey();
     final String workload = spec.getProperty("workload");
@@ -142,5 +150,62 @@ public final class ThroughputApp {
                             .put("end", w.window().end())
                             .put("count", n)))
         .to(spec.getProperty("out"), Produced.with(STRING, JSON));
+  }
+
+  /**
+   * The realistic topology of bench/_orders.py, as the runtime's twin writes it: paid orders
+   * re-keyed by user (the join repartitions), joined with the users table, summed per user
+   * session with an initializer, adder and merger, final results only.
+   */
+  private static void orders(final StreamsBuilder builder, final Properties spec, final Duration gap) {
+    final KTable<String, JsonNode> users =
+        builder.table(spec.getProperty("users"), Consumed.with(STRING, JSON));
+    builder.stream(spec.getProperty("in"), Consumed.with(STRING, JSON))
+        .filter((id, order) -> !"cancelled".equals(order.get("status").asText()))
+        .selectKey((id, order) -> order.get("user").asText())
+        .join(
+            users,
+            (order, user) ->
+                (JsonNode)
+                    MAPPER
+                        .createObjectNode()
+                        .put("amount", order.get("amount").asLong())
+                        .put("region", user.get("region").asText()),
+            Joined.with(STRING, JSON, JSON))
+        .mapValues(
+            sale ->
+                (JsonNode)
+                    ((ObjectNode) sale.deepCopy()).put("net", sale.get("amount").asLong() * 0.8))
+        .groupByKey(Grouped.with(STRING, JSON))
+        .windowedBy(
+            SessionWindows.ofInactivityGapAndGrace(
+                gap, Duration.ofMillis(Long.parseLong(spec.getProperty("grace.ms")))))
+        .aggregate(
+            () -> (JsonNode) MAPPER.createObjectNode().put("count", 0L).put("total", 0L),
+            (user, sale, agg) ->
+                sums(agg.get("count").asLong() + 1, agg.get("total").asLong() + sale.get("amount").asLong()),
+            (user, a, b) ->
+                sums(
+                    a.get("count").asLong() + b.get("count").asLong(),
+                    a.get("total").asLong() + b.get("total").asLong()),
+            Materialized.with(STRING, JSON))
+        .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .map(
+            (w, agg) ->
+                KeyValue.pair(
+                    w.key(),
+                    (JsonNode)
+                        MAPPER
+                            .createObjectNode()
+                            .put("start", w.window().start())
+                            .put("end", w.window().end())
+                            .put("count", agg.get("count").asLong())
+                            .put("total", agg.get("total").asLong())))
+        .to(spec.getProperty("out"), Produced.with(STRING, JSON));
+  }
+
+  private static JsonNode sums(final long count, final long total) {
+    return MAPPER.createObjectNode().put("count", count).put("total", total);
   }
 }
