@@ -22,6 +22,7 @@ __all__ = [
     "NodeOperation",
     "ReadTopics",
     "RunUserProcessor",
+    "StepOnKeysAndValues",
     "StepOnValues",
     "SuppressUntilWindowCloses",
     "WindowedAggregation",
@@ -96,10 +97,25 @@ class StepOnValues:
 
 
 @dataclass(frozen=True)
+class StepOnKeysAndValues:
+    """A step that gives each record on with its timestamp and headers, a new key and value:
+    ``map``, ``select_key``. Its processor is a
+    :class:`~streams_runtime.processors.MapProcessor`, whose ``apply_pair`` a fused chain calls
+    in place of its ``process``."""
+
+    kind: Literal["map", "select_key"]
+
+
+@dataclass(frozen=True)
 class RunUserProcessor:
     """A Processor API node: user code, whose punctuators may fire between any two records."""
 
 
 NodeOperation = (
-    ReadTopics | StepOnValues | WindowedAggregation | SuppressUntilWindowCloses | RunUserProcessor
+    ReadTopics
+    | StepOnValues
+    | StepOnKeysAndValues
+    | WindowedAggregation
+    | SuppressUntilWindowCloses
+    | RunUserProcessor
 )

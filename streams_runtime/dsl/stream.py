@@ -10,7 +10,7 @@ from streams_runtime.dsl.branched import BranchedStream
 from streams_runtime.dsl.global_table import GlobalTable
 from streams_runtime.dsl.grouped import GroupedStream
 from streams_runtime.dsl.joins import checked_windows, global_table_join, table_join, window_join
-from streams_runtime.operations import RunUserProcessor, StepOnValues
+from streams_runtime.operations import RunUserProcessor, StepOnKeysAndValues, StepOnValues
 from streams_runtime.processor.api import Processor
 from streams_runtime.processor.node import user_node
 from streams_runtime.serde_context import is_registry_framed
@@ -58,7 +58,7 @@ class Stream(Generic[K, V]):
         value_serde: Serde[Any] | None = None,
         key_changed: bool | None = None,
         name: str | None = None,
-        operation: StepOnValues | None = None,
+        operation: StepOnValues | StepOnKeysAndValues | None = None,
     ) -> Stream[Any, Any]:
         node = self._builder._graph.add(kind, factory, [self._node], name=name, operation=operation)
         return Stream(
@@ -97,6 +97,7 @@ class Stream(Generic[K, V]):
             key_serde=key_serde,
             value_serde=value_serde,
             key_changed=True,
+            operation=StepOnKeysAndValues("map"),
         )
 
     def map_values(
@@ -166,6 +167,7 @@ class Stream(Generic[K, V]):
             value_serde=self.value_serde,
             key_changed=True,
             name=name,
+            operation=StepOnKeysAndValues("select_key"),
         )
 
     def peek(self, action: Callable[[K, V], None]) -> Stream[K, V]:

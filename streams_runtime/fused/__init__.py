@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from streams_runtime.record import Headers
+from streams_runtime.processors import ProcessorContext
+from streams_runtime.record import Headers, TopicPartitionId
+from streams_runtime.state import SourcePosition
 
-__all__ = ["Failure", "Final", "StateWrite", "native_available"]
+__all__ = ["BatchContext", "Failure", "Final", "StateWrite", "native_available"]
 
 _log = logging.getLogger(__name__)
 
@@ -28,6 +30,21 @@ aggregate's timestamp, offset, timestamp)`` (the offset and timestamp of the inp
 it)."""
 Failure = tuple[int, Exception]
 """A record whose aggregation raised: its index in the batch, and the exception."""
+
+
+@runtime_checkable
+class BatchContext(ProcessorContext, Protocol):
+    """What a task offers a source that takes its records a batch at a time."""
+
+    @property
+    def batch_input(self) -> TopicPartitionId:
+        """The input partition whose records the task gives its batch source."""
+        ...
+
+    @property
+    def position(self) -> SourcePosition:
+        """The input record (or tick) being processed: what a write names as its cause."""
+        ...
 
 
 @functools.cache

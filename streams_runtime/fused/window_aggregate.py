@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 from streams_runtime.errors import StreamsError
-from streams_runtime.fused import Failure, Final
+from streams_runtime.fused import BatchContext, Failure, Final
 from streams_runtime.operations import (
     ReadTopics,
     SuppressUntilWindowCloses,
@@ -55,7 +55,7 @@ from streams_runtime.state.changelog import session_changelog_key, split_session
 from streams_runtime.windowed import Windowed
 from streams_runtime.windows import SessionWindows, TimeWindows
 
-__all__ = ["BatchContext", "FusedWindowAggregate"]
+__all__ = ["FusedWindowAggregate"]
 
 _QUERY_TRIES = 100
 _T = TypeVar("_T")
@@ -68,21 +68,6 @@ _EXACT: dict[type[Any], tuple[bool, bool]] = {
     Float: (False, True),
     Json: (True, True),
 }
-
-
-@runtime_checkable
-class BatchContext(ProcessorContext, Protocol):
-    """What a task offers a source that takes its records a batch at a time."""
-
-    @property
-    def batch_input(self) -> TopicPartitionId:
-        """The input partition whose records the task gives its batch source."""
-        ...
-
-    @property
-    def position(self) -> SourcePosition:
-        """The input record (or tick) being processed: what a write names as its cause."""
-        ...
 
 
 class FusedWindowAggregate(BatchSourceProcessor):

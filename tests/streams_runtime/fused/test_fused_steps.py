@@ -1,16 +1,16 @@
-"""Steps on values fused with a windowed aggregation: ``filter``, ``map_values``, ``peek`` and
-stream-table joins (inner and left) in front of a count, sum, reduce or aggregate with the
-user's functions, suppressed until windows close. Generated topologies and inputs run through a
-task on the native core and on the processor chain, fed in batches across both of the task's
-inputs (the stream and the joined table), with a user function that raises, late records, null
-keys and values, and record caches of every size; both give the same output, the same dropped
-records and the same calls of the user's ``peek``."""
+"""Steps fused with what follows them: ``filter``, ``map_values``, ``peek`` and stream-table
+joins (inner and left) in front of a count, sum, reduce or aggregate with the user's functions,
+suppressed until windows close; and those steps with ``map`` and ``select_key`` batched in front
+of a sink. Generated topologies and inputs run through a task fused and on the processor chain,
+fed in batches across both of the task's inputs (the stream and the joined table), with a user
+function that raises, late records, null keys and values, and record caches of every size; both
+give the same output, the same dropped records and the same calls of the user's ``peek``."""
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,15 +36,16 @@ from streams_runtime.settings import BadRecordPolicy
 pytest.importorskip("streams_runtime._native", reason="the native core is not built")
 
 STEPS = ("filter", "map_values", "peek", "join", "left_join", "raise")
+REKEYING = ("select_key", "map")
 KEYS = ("a", "b", "c", None)
 
 
 class _Outputs:
-    """What the task sends: the output topic's records, in order (changelogs are not kept)."""
+    """What the task sends, in order (changelogs are not kept)."""
 
     def __init__(self) -> None:
         self.next_offsets: dict[TopicPartitionId, int] = {}
-        self.out: list[tuple[bytes | None, Any, int]] = []
+        self.out: list[tuple[str, bytes | None, bytes | None, int]] = []
 
     def send(
         self,
@@ -56,30 +57,37 @@ class _Outputs:
         *,
         partition: int = -1,
     ) -> None:
-        if topic == "out":
-            self.out.append((key, None if value is None else json.loads(value), timestamp))
+        if not topic.endswith("-changelog"):  # the output, and a repartition's
+            self.out.append((topic, key, value, timestamp))
 
     def send_many(self, topic: str, partition: int, records: Iterable[object], ts: int) -> None:
         del topic, partition, records, ts
 
 
-def _topology(steps: list[str], windows: Any, aggregation: str, seen: list[Any]) -> Any:
+def _steps(rows: Any, seen: list[Any]) -> dict[str, Callable[[Any], Any]]:
+    return {
+        "filter": lambda stream: stream.filter(lambda _k, v: v % 3 != 0),
+        "map_values": lambda stream: stream.map_values(lambda v: v + 1),
+        "peek": lambda stream: stream.peek(lambda k, v: seen.append((k, v))),
+        "join": lambda stream: stream.join(rows, lambda v, row: v + row),
+        "left_join": lambda stream: stream.left_join(rows, lambda v, row: v + (row or 0)),
+        "raise": lambda stream: stream.map_values(_raising),
+        "select_key": lambda stream: stream.select_key(
+            lambda k, v: None if v is None else f"{k}-{v % 2}"
+        ),
+        "map": lambda stream: stream.map(lambda k, v: (k, [k, v])),
+    }
+
+
+def _topology(steps: list[str], windows: Any, aggregation: str | None, seen: list[Any]) -> Any:
     builder = StreamsBuilder(default_key_serde=String(), default_value_serde=Json())
-    rows = builder.table("rows")
+    make = _steps(builder.table("rows"), seen)
     stream: Any = builder.stream("in")
     for step in steps:
-        if step == "filter":
-            stream = stream.filter(lambda _k, v: v % 3 != 0)
-        elif step == "map_values":
-            stream = stream.map_values(lambda v: v + 1)
-        elif step == "peek":
-            stream = stream.peek(lambda k, v: seen.append((k, v)))
-        elif step == "join":
-            stream = stream.join(rows, lambda v, row: v + row)
-        elif step == "left_join":
-            stream = stream.left_join(rows, lambda v, row: v + (row or 0))
-        else:
-            stream = stream.map_values(_raising)
+        stream = make[step](stream)
+    if aggregation is None:
+        stream.to("out")
+        return builder
     windowed = stream.group_by_key().windowed_by(windows)
     if aggregation == "count":
         table = windowed.count()
@@ -189,6 +197,13 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+@st.composite
+def stateless_cases(draw: st.DrawFn) -> dict[str, Any]:
+    case = draw(cases())
+    steps = st.sampled_from(STEPS + REKEYING * 2)
+    return {**case, "steps": draw(st.lists(steps, min_size=2, max_size=5)), "aggregation": None}
+
+
 @settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -197,4 +212,15 @@ def test_steps_fused_with_an_aggregation_compute_what_the_chain_does(
     case: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     tmp_path = tmp_path_factory.mktemp("steps")
+    assert _run(case, tmp_path, native_core=True) == _run(case, tmp_path, native_core=False)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(case=stateless_cases())
+def test_batched_stateless_steps_give_what_the_chain_gives(
+    case: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    tmp_path = tmp_path_factory.mktemp("stateless")
     assert _run(case, tmp_path, native_core=True) == _run(case, tmp_path, native_core=False)

@@ -161,13 +161,38 @@ def test_steps_on_values_and_a_table_join_fuse_with_the_aggregation() -> None:
 
 
 def test_a_step_with_another_child_ends_the_chain() -> None:
+    """The aggregation is not fused below a step with two children; the source and the step
+    are, as batched stateless steps, the parent of both children."""
     builder = StreamsBuilder()
     filtered = builder.stream("in").filter(lambda _k, v: v > 0)
     filtered.to("all")
     filtered.group_by_key(value_serde=Float()).windowed_by(WINDOWS[0]).count().suppress(
         until_window_closes()
     ).to_stream().to("out")
-    assert not _fused(builder.build("app", _settings()))
+    (fused,) = _fused(builder.build("app", _settings()))
+    assert fused.runs_as == "batched stateless steps"
+    assert fused.fuses == ("KSTREAM-SOURCE-0000000000", "KSTREAM-FILTER-0000000001")
+    assert [child.name for child in fused.children] == [
+        "KSTREAM-SINK-0000000002",
+        "KSTREAM-SESSION-AGGREGATE-0000000004",
+    ]
+
+
+def test_map_and_select_key_batch_with_the_steps_before_a_sink() -> None:
+    builder = StreamsBuilder()
+    (
+        builder.stream("in")
+        .filter(lambda _k, v: v > 0)
+        .select_key(lambda _k, v: v)
+        .map(lambda k, v: (v, k))
+        .map_values(str)
+        .to("out")
+    )
+    (fused,) = _fused(builder.build("app", _settings()))
+    assert fused.runs_as == "batched stateless steps"
+    assert len(fused.fuses) == 5
+    assert [child.name for child in fused.children] == ["KSTREAM-SINK-0000000005"]
+    assert not _fused(builder.build("app", _settings(native_core=False)))
 
 
 def test_a_sub_topology_with_a_user_processor_stays_a_chain() -> None:
