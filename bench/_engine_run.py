@@ -84,9 +84,11 @@ def _peak_rss_mib(pid: int) -> float:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> int:
-    """SIGTERM, then SIGKILL after a minute; the exit code."""
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
+    """SIGTERM, then SIGKILL after a minute; the exit code (of a process reaped already: as
+    it was)."""
+    if process.returncode is not None:
+        return process.returncode
+    process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + _STOP_TIMEOUT_S
     while True:
         pid, status, _ = os.wait4(process.pid, os.WNOHANG)

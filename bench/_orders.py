@@ -101,7 +101,7 @@ class Orders:
         """Closed sessions and the orders they count: a session closes once its end, plus gap
         and grace, is at or before the last order's time (every repartition partition gets
         orders of every block up to the last ones: their stream times end within a second of
-        it). Raises when a session is too close to call."""
+        it). Raises when a session is too close to call, or none closes."""
         last = self.timestamp(self.events - 1)
         sessions: dict[tuple[int, int], tuple[int, int]] = {}  # (user, block) -> (end, orders)
         block = USERS * self.session_clicks
@@ -116,4 +116,6 @@ class Orders:
                 raise ValueError(f"a session closes {last - due} ms before the end: choose events")
             if due <= last:
                 closed, orders = closed + 1, orders + count
+        if not closed:
+            raise ValueError(f"{self.events:,} orders close no session: 300,000 at least")
         return closed, orders

@@ -10,7 +10,7 @@ Engines (each in its own process, from a fresh consumer group / application id):
   core off (``native_core=False``: processor by processor in Python), where the runtime has that
   setting (otherwise they run as the three above);
 - ``quix``: Quix Streams 3.28.1 (its own virtualenv under the project cache, installed on first
-  use; RocksDB state and changelogs, its defaults);
+  use; RocksDB state and changelogs, its defaults); not on ``orders`` (no verified twin yet);
 - ``kstreams``: Kafka Streams 4.1 (``ThroughputApp`` of the Maven project ``bench/kstreams/``;
   its defaults: RocksDB stores, the 10 MiB record cache ``statestore.cache.max.bytes``, one
   stream thread; heap ``-Xmx`` ``BENCH_KS_HEAP``, default 512m). It parses every value with
@@ -239,7 +239,7 @@ def _run_case(
         print(f"{label} {engine}: {rate}", flush=True)
         return result.seconds
 
-    skipped = {e: _skip_reason(e, case.workload, case.guarantee) for e in engine_names}
+    skipped = {e: _skip_reason(e, case) for e in engine_names}
     interleaved(run, [e for e in engine_names if not skipped[e]], repeats)
     results = []
     for engine in engine_names:
@@ -254,9 +254,13 @@ def _run_case(
     return results
 
 
-def _skip_reason(engine: str, workload: str, guarantee: str) -> str:
-    if engine == "plain" and guarantee == "eos":
+def _skip_reason(engine: str, case: _Case) -> str:
+    if engine == "plain" and case.guarantee == "eos":
         return "at-least-once only"
+    if engine == "quix" and case.users:
+        # Quix can write it (group_by, join_asof, session_window with reduce and a merger),
+        # but that twin gave no closed session in 400 s on 500k orders: not a comparison yet.
+        return "no verified Quix Streams twin of this topology"
     return ""
 
 
@@ -528,6 +532,20 @@ def _print_goals(results: list[Result]) -> None:
             print(f"{label:<{label_width}}{cells}  {goal.goal:<{goal_width}}  {met}".rstrip())
 
 
+def _preload_orders(
+    bootstrap: str, n: int, session_clicks: int
+) -> tuple[Orders, str, str, list[int]]:
+    """``n`` orders and the users table on new topics: the orders, the two topics, and the
+    orders' end offsets."""
+    orders = create_topic(bootstrap, unique_name("bench-engines-orders"), PARTITIONS)
+    users = create_topic(bootstrap, unique_name("bench-engines-users"), PARTITIONS)
+    started = time.perf_counter()
+    generated = Orders.ending_now(n, session_clicks)
+    generated.preload(bootstrap, orders, users)
+    print(f"pre-loaded {n:,} orders in {time.perf_counter() - started:.1f} s")
+    return generated, orders, users, end_offsets(bootstrap, orders, PARTITIONS)
+
+
 def main() -> None:
     events = {
         "alos": int(os.environ.get("BENCH_EVENTS", "1000000")),
@@ -559,14 +577,7 @@ def main() -> None:
                 print(f"pre-loaded {n:,} events in {time.perf_counter() - started:.1f} s")
                 inputs[n] = (clicks, source, end_offsets(bootstrap, source, PARTITIONS))
             if "orders" in workloads and n not in order_inputs:
-                orders = create_topic(bootstrap, unique_name("bench-engines-orders"), PARTITIONS)
-                users = create_topic(bootstrap, unique_name("bench-engines-users"), PARTITIONS)
-                started = time.perf_counter()
-                generated = Orders.ending_now(n, session_clicks)
-                generated.preload(bootstrap, orders, users)
-                print(f"pre-loaded {n:,} orders in {time.perf_counter() - started:.1f} s")
-                ends = end_offsets(bootstrap, orders, PARTITIONS)
-                order_inputs[n] = (generated, orders, users, ends)
+                order_inputs[n] = _preload_orders(bootstrap, n, session_clicks)
         for workload in workloads:
             window_ms = tumbling_ms if workload == "tumbling" else GAP_MS
             for guarantee in guarantees:

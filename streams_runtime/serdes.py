@@ -125,6 +125,11 @@ except ImportError:  # pragma: no cover - orjson comes with the runtime extra
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
+# json.dumps(value, separators=(",", ":"), sort_keys=True), without building an encoder per call
+# (a fifth of the cost of a small value); encode() keeps no state between calls.
+_COMPACT_SORTED = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 class Json:
     """JSON text in UTF-8 (compact separators, so equal values give equal bytes).
 
@@ -136,7 +141,7 @@ class Json:
         if value is None:
             return None
         try:
-            return json.dumps(value, separators=(",", ":"), sort_keys=True).encode("utf-8")
+            return _COMPACT_SORTED.encode(value).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise SerializationError(f"not JSON-serializable: {exc}") from exc
 
