@@ -65,7 +65,7 @@ class FusedStatelessChain(BatchSourceProcessor):
         steps = self._steps
         position = self._position
         forward = self.forward
-        key_value_of = self.key_value_of if self.contextual else self._key_value
+        key_value_of = self.source_key_value
         for record in records:
             position.offset = record.offset  # what writes below name as their cause
             try:
@@ -87,6 +87,3 @@ class FusedStatelessChain(BatchSourceProcessor):
                 raise  # the runtime's own failure (a fenced producer...), not the record's
             except Exception as exc:
                 on_bad(record, "processing", exc)
-
-    def _key_value(self, record: SourceRecord) -> tuple[Any, Any]:
-        return self._key_serde.deserialize(record.key), self._value_serde.deserialize(record.value)

@@ -7,17 +7,17 @@ batch of records per call into the native core (``native/src``; its semantics ar
 chain's, which its pure-Python twins in the tests state as an oracle).
 
 What stays Python: the source's serdes (every record is deserialized as through the chain, so a bad
-record meets the same policy); the steps on values (``filter``, ``map_values``, ``peek``, a stream-
-table join), each the chain's own processor called through ``apply`` record by record, with no
-record object or forward between them (a batch's steps all run before its aggregation: a ``peek``
-sees a batch's records before any of their windows is emitted); the value serde (an aggregate takes
-the round trip through it that the chain's store gives it, where that could change it, and is
-serialized when written), and everything below the suppression, which sees only final results. A
-reducer or serde raising for a record sends that record to the bad-record policy, as the chain's
-processing error. The stores are the chain's, with the same contents once written: the core writes
-behind, at every commit, or as soon as its unwritten changes outgrow the record cache's budget (0:
-after every batch), to the window (or session) store and to the suppression's buffer store, each
-change with the input offset that caused it (restore's committed-input rule holds)."""
+record meets the same policy); the steps on values (``filter``, ``map_values``, ``peek``, a
+stream-table join), each the chain's own processor called through ``apply`` record by record, with
+no record object or forward between them (a batch's steps all run before its aggregation: a
+``peek`` sees a batch's records before any of their windows is emitted); the value serde (an
+aggregate takes the round trip through it that the chain's store gives it, where that could change
+it, and is serialized when written), and everything below the suppression, which sees only final
+results. A reducer or serde raising for a record sends that record to the bad-record policy, as the
+chain's processing error. The stores are the chain's, with the same contents once written: the core
+writes behind, at every commit, or as soon as its unwritten changes outgrow the record cache's
+budget (0: after every batch), to the window (or session) store and to the suppression's buffer
+store, each change with the input offset that caused it (restore's committed-input rule holds)."""
 
 from __future__ import annotations
 
@@ -229,7 +229,7 @@ class FusedWindowAggregate(BatchSourceProcessor):
         through, in runs between the records that meet ``on_bad``."""
         steps = self._steps
         store_key = self._store_key_serde.serialize
-        key_value_of = self.key_value_of if self.contextual else self._source_key_value
+        key_value_of = self.source_key_value
         kept: list[SourceRecord] = []
         keys: list[bytes | None] = []
         values: list[Any] | None = None if self._counts else []
@@ -265,9 +265,6 @@ class FusedWindowAggregate(BatchSourceProcessor):
                 key_objects = [] if self._needs_keys else None
                 on_bad(record, "processing", exc)
         self._aggregate(kept, keys, values, on_bad, key_objects)
-
-    def _source_key_value(self, record: SourceRecord) -> tuple[Any, Any]:
-        return self._key_serde.deserialize(record.key), self._value_serde.deserialize(record.value)
 
     def _process_one_by_one(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
         good: list[SourceRecord] = []

@@ -102,6 +102,12 @@ class BatchSourceProcessor(SourceProcessor):
     """Takes what user code below raises for one result it emits (the others are still
     emitted); unset, it is raised. The task sets it per batch."""
 
+    def source_key_value(self, record: SourceRecord) -> tuple[Any, Any]:
+        """The record's key and value as this source deserializes them."""
+        if self.contextual:
+            return self.key_value_of(record)
+        return self._key_serde.deserialize(record.key), self._value_serde.deserialize(record.value)
+
     @abstractmethod
     def process_batch(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
         """Process a run of data records (control records go to :meth:`advance`); a record
