@@ -26,14 +26,14 @@ count (gap 60 s, no grace) and ``tumbling``, a tumbling-window count (``BENCH_TU
 default 60 s, no grace), both final results only (suppress until the window closes) as JSON; and
 ``orders``, issue 53's realistic topology (``bench/_orders.py``: filter, select_key and its
 repartition, a join with a users table, map_values, a session aggregate with the user's own
-functions, suppress) over orders of the clicks' timing. A run of ``orders`` ends when the source's
-offsets are committed and every expected session is in the output (the stages after the repartition
-have no offsets on the source). Guarantees ``alos`` (commit interval 1 s everywhere) and ``eos``
-(Kafka Streams' ``exactly_once_v2``, the runtime's and Quix's exactly-once; commit interval 100 ms
-everywhere, Kafka Streams' and the runtime's default). ``BENCH_ENGINES``, ``BENCH_WORKLOADS`` and
-``BENCH_GUARANTEES`` (comma lists) choose; ``BENCH_TIMEOUT_S`` bounds each run (default 1800);
-``BENCH_REPEATS`` (default 1) runs each engine that often, in rotating order, and reports the
-median time.
+functions, suppress) over orders from rotating cohorts of users. A run of ``orders`` ends when the
+source's offsets are committed and every expected session is in the output (the stages after the
+repartition have no offsets on the source). Guarantees ``alos`` (commit interval 1 s everywhere)
+and ``eos`` (Kafka Streams' ``exactly_once_v2``, the runtime's and Quix's exactly-once; commit
+interval 100 ms everywhere, Kafka Streams' and the runtime's default). ``BENCH_ENGINES``,
+``BENCH_WORKLOADS`` and ``BENCH_GUARANTEES`` (comma lists) choose; ``BENCH_TIMEOUT_S`` bounds each
+run (default 1800); ``BENCH_REPEATS`` (default 1) runs each engine that often, in rotating order,
+and reports the median time.
 
 Every engine is timed the same way: from its process's start (start-up, group join and restore
 included) until its group's committed offsets reach the end of every input partition. Peak RSS
