@@ -234,36 +234,36 @@ class FusedWindowAggregate(BatchSourceProcessor):
         keys: list[bytes | None] = []
         values: list[Any] | None = None if self._counts else []
         key_objects: list[Any] | None = [] if self._needs_keys else None
+        failure: tuple[str, Exception]
         for record in records:
             try:
                 key, value = key_value_of(record)
             except SerializationError as exc:
-                self._aggregate(kept, keys, values, on_bad, key_objects)
-                kept, keys = [], []
-                values = None if self._counts else []
-                key_objects = [] if self._needs_keys else None
-                on_bad(record, "deserialization", exc)
-                continue
-            try:
-                for step in steps:
-                    value = step(key, value)
-                    if value is DROPPED:
-                        break
-                else:
-                    keys.append(None if key is None else store_key(key) or b"")
-                    kept.append(record)
-                    if values is not None:
-                        values.append(value)
-                    if key_objects is not None:
-                        key_objects.append(key)
-            except StreamsError:
-                raise  # the runtime's own failure, not the record's
-            except Exception as exc:
-                self._aggregate(kept, keys, values, on_bad, key_objects)
-                kept, keys = [], []
-                values = None if self._counts else []
-                key_objects = [] if self._needs_keys else None
-                on_bad(record, "processing", exc)
+                failure = ("deserialization", exc)
+            else:
+                try:
+                    for step in steps:
+                        value = step(key, value)
+                        if value is DROPPED:
+                            break
+                    else:
+                        keys.append(None if key is None else store_key(key) or b"")
+                        kept.append(record)
+                        if values is not None:
+                            values.append(value)
+                        if key_objects is not None:
+                            key_objects.append(key)
+                    continue
+                except StreamsError:
+                    raise  # the runtime's own failure, not the record's
+                except Exception as exc:
+                    failure = ("processing", exc)
+            # What came before the refused record is aggregated first, then it meets on_bad.
+            self._aggregate(kept, keys, values, on_bad, key_objects)
+            kept, keys = [], []
+            values = None if self._counts else []
+            key_objects = [] if self._needs_keys else None
+            on_bad(record, *failure)
         self._aggregate(kept, keys, values, on_bad, key_objects)
 
     def _process_one_by_one(self, records: Sequence[SourceRecord], on_bad: OnBadRecord) -> None:
