@@ -133,21 +133,31 @@ class Clicks:
         return len(closed), sum(closed)
 
 
+def _committed_reader(
+    bootstrap_servers: str, topic: str, *, eof: bool = False
+) -> tuple[Consumer, int]:
+    """A consumer of every partition of ``topic`` from its start, committed records only
+    (``eof``: telling the end of each partition), and how many partitions there are."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": unique_name("bench-read"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": eof,
+            "isolation.level": "read_committed",
+        }
+    )
+    partitions = len(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    return consumer, partitions
+
+
 class OutputWatch:
     """The data records (windows) of ``topic`` so far, committed ones only, read as they come:
     how the benchmark sees a topology of several stages finish."""
 
     def __init__(self, bootstrap_servers: str, topic: str) -> None:
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "group.id": unique_name("bench-watch"),
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
-        partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        self._consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        self._consumer, _ = _committed_reader(bootstrap_servers, topic)
         self.windows = 0
 
     def reaches(self, windows: int) -> bool:
@@ -170,17 +180,7 @@ class OutputWatch:
 def count_output(bootstrap_servers: str, topic: str) -> tuple[int, int]:
     """Data records (windows) and their summed ``count`` fields in ``topic`` (JSON values),
     committed records only."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": unique_name("bench-count"),
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-    partitions = len(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    consumer, partitions = _committed_reader(bootstrap_servers, topic, eof=True)
     windows = clicks = 0
     done: set[int] = set()
     try:
